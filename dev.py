@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Set-up and tasks for dynsys, with nothing but Python 3.11+.
+
+    python3 dev.py demo   # create .venv, install dynsys, simulate a zoo model
+    python3 dev.py test   # create .venv, install dynsys with test extras, run pytest
+
+Extra arguments after the task go to the command it runs, e.g.
+`python3 dev.py test -k rollout` or `python3 dev.py demo --steps 500`.
+The virtual environment is (re)installed only when pyproject.toml changes.
+"""
+
+import hashlib
+import os
+import pathlib
+import subprocess
+import sys
+import venv
+
+
+ROOT = pathlib.Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+STAMP = VENV / ".dev-install-stamp"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+EXTRAS = "test"
+
+
+def _python() -> str:
+    return str(BIN / ("python.exe" if os.name == "nt" else "python"))
+
+
+def ensure_environment() -> None:
+    """Create `.venv` and install dynsys (editable, with test extras) if needed."""
+    if sys.version_info < (3, 11):  # noqa: UP036 (dev.py runs before the check of pip)
+        sys.exit(
+            f"dynsys needs Python 3.11 or newer, this is {sys.version.split()[0]}."
+        )
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if (
+        STAMP.exists()
+        and STAMP.read_text() == wanted
+        and pathlib.Path(_python()).exists()
+    ):
+        return
+    if not pathlib.Path(_python()).exists():
+        print(f"dev.py: creating {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+    print("dev.py: installing dynsys and its dependencies (first run only)", flush=True)
+    subprocess.run(
+        [_python(), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True
+    )
+    subprocess.run(
+        [_python(), "-m", "pip", "install", "--quiet", "-e", f".[{EXTRAS}]"],
+        cwd=ROOT,
+        check=True,
+    )
+    STAMP.write_text(wanted)
+
+
+def main(argv: list[str]) -> int:
+    tasks = {
+        "demo": [
+            str(BIN / "dynsys"),
+            "simulate",
+            "mass_spring_damper",
+            "--out",
+            "runs/demo",
+        ],
+        "test": [_python(), "-m", "pytest"],
+        "setup": None,
+    }
+    if not argv or argv[0] not in tasks:
+        print(__doc__)
+        return 2
+    task, extra = argv[0], argv[1:]
+    ensure_environment()
+    if tasks[task] is None:
+        return 0
+    return subprocess.run(tasks[task] + extra, cwd=ROOT).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,260 @@
+"""The rollout engine: record a trajectory into arrays allocated once."""
+
+import numbers
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float, Real
+
+from ._adjoint import AbstractAdjoint, Autodiff
+from ._controller import AbstractController
+from ._method import AbstractMethod, default_method
+from ._system import AbstractSystem
+
+
+class Trajectory(eqx.Module):
+    """A recorded trajectory (or a batch of them), as returned by `rollout`.
+
+    **Fields:**
+
+    - `ts`: times $t_0 \\dots t_T$, shape `(T+1,)` (shared by the whole batch).
+    - `xs`: states $x_0 \\dots x_T$, shape `(..., T+1, n)`.
+    - `us`: inputs $u_0 \\dots u_{T-1}$, shape `(..., T, m)`; `None` for a system
+        without input.
+    - `ys`: outputs $y_0 \\dots y_{T-1}$, shape `(..., T, p)`, where
+        $y_t = \\mathrm{output}(t, x_t, u_t)$.
+    """
+
+    ts: Real[Array, " T+1"]
+    xs: Float[Array, "... T+1 n"]
+    us: Float[Array, "... T m"] | None
+    ys: Float[Array, "... T p"]
+
+    @property
+    def num_steps(self) -> int:
+        """The number of steps `T`."""
+        return self.ts.shape[0] - 1
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """The leading batch dimensions of `xs` (empty for one trajectory)."""
+        return self.xs.shape[:-2]
+
+
+def _error(argument: str, message: str) -> ValueError:
+    return ValueError(f"rollout({argument}=...): {message}")
+
+
+def _as_inexact(array: ArrayLike) -> Array:
+    array = jnp.asarray(array)
+    if not jnp.issubdtype(array.dtype, jnp.inexact):
+        array = array.astype(jnp.result_type(float))
+    return array
+
+
+def _check_num_steps(num_steps) -> int:
+    if (
+        isinstance(num_steps, bool)
+        or not isinstance(num_steps, numbers.Integral)
+        or num_steps < 0
+    ):
+        raise _error(
+            "num_steps",
+            f"num_steps must be a non-negative Python integer, got {num_steps!r}.",
+        )
+    return int(num_steps)
+
+
+def _check_inputs(system, inputs, num_steps, controller) -> Array | None:
+    m = system.input_size
+    if inputs is None:
+        if m > 0 and controller is None:
+            raise _error(
+                "inputs",
+                f"the system takes inputs (input_size={m}) but neither inputs nor "
+                "controller was given; pass inputs of shape (..., num_steps, m) = "
+                f"(..., {num_steps}, {m}) or a controller.",
+            )
+        return None
+    inputs = _as_inexact(inputs)
+    if m == 0:
+        raise _error(
+            "inputs",
+            f"the system takes no input (input_size=0), got inputs of shape "
+            f"{tuple(inputs.shape)}.",
+        )
+    if inputs.ndim < 2 or inputs.shape[-2:] != (num_steps, m):
+        raise _error(
+            "inputs",
+            f"inputs must have shape (..., num_steps, m) = (..., {num_steps}, {m}), "
+            f"got {tuple(inputs.shape)}.",
+        )
+    return inputs
+
+
+def _times(system: AbstractSystem, t0, num_steps: int, dtype) -> Real[Array, " T+1"]:
+    steps = jnp.arange(num_steps + 1)
+    dt = getattr(system, "dt", None)
+    if dt is None:
+        if isinstance(t0, numbers.Integral) or (
+            isinstance(t0, jax.Array) and jnp.issubdtype(t0.dtype, jnp.integer)
+        ):
+            return t0 + steps
+        return jnp.asarray(t0, dtype) + steps.astype(dtype)
+    return jnp.asarray(t0, dtype) + dt * steps.astype(dtype)
+
+
+def _check_step_shapes(system, controller, x0, t, inputs) -> jnp.dtype:
+    """Check the controller's and the step's output shapes; return the state dtype."""
+    n, m = system.state_size, system.input_size
+    x = jax.ShapeDtypeStruct((n,), x0.dtype)
+    u_open = None if inputs is None else jax.ShapeDtypeStruct((m,), inputs.dtype)
+    u = u_open
+    if controller is not None:
+        if m == 0:
+            raise _error(
+                "controller",
+                "the system takes no input (input_size=0), so it cannot be controlled.",
+            )
+        u = jax.eval_shape(controller, t, x)
+        if not hasattr(u, "shape") or u.shape != (m,):
+            shape = getattr(u, "shape", type(u).__name__)
+            raise _error(
+                "controller",
+                f"the controller must return an input of shape (m,) = ({m},), the "
+                f"system's input size, got {shape}.",
+            )
+        if u_open is not None:
+            u = jax.ShapeDtypeStruct((m,), jnp.result_type(u.dtype, u_open.dtype))
+    x_next = jax.eval_shape(system.step, t, x, u)
+    if not hasattr(x_next, "shape") or x_next.shape != (n,):
+        shape = getattr(x_next, "shape", type(x_next).__name__)
+        raise _error(
+            "system",
+            f"{type(system).__name__}.step must return a state of shape (n,) = "
+            f"({n},), got {shape}.",
+        )
+    return jnp.result_type(x0.dtype, x_next.dtype)
+
+
+def _map_batch(fn, batch_shape: tuple[int, ...], *args):
+    """Apply `fn` over the leading `batch_shape` dims of `args` (each padded to them).
+
+    An argument whose leading dim is 1 where the batch's is larger is broadcast (not
+    copied): it is passed unmapped to `jax.vmap`.
+    """
+    if not batch_shape:
+        return fn(*args)
+    size = batch_shape[0]
+    in_axes, mapped = [], []
+    for arg in args:
+        if arg is None or arg.shape[0] != size:
+            in_axes.append(None)
+            mapped.append(None if arg is None else arg[0])
+        else:
+            in_axes.append(0)
+            mapped.append(arg)
+    inner = lambda *a: _map_batch(fn, batch_shape[1:], *a)  # noqa: E731
+    return jax.vmap(inner, in_axes=in_axes)(*mapped)
+
+
+def rollout(
+    system: AbstractSystem,
+    x0: Float[ArrayLike, "... n"],
+    num_steps: int,
+    *,
+    controller: AbstractController | None = None,
+    inputs: Float[ArrayLike, "... T m"] | None = None,
+    t0: Real[ArrayLike, ""] = 0,
+    method: AbstractMethod | None = None,
+    adjoint: AbstractAdjoint = Autodiff(),
+) -> Trajectory:
+    """Simulate `system` for `num_steps` steps and record the trajectory.
+
+    $x_{t+1} = \\mathrm{step}(t, x_t, u_t)$ with $u_t = \\mathrm{controller}(t, x_t)
+    + \\mathrm{inputs}_t$ (either term optional). The states, inputs and outputs are
+    written by one `jax.lax.scan` into arrays allocated once; compile time does not
+    depend on `num_steps`. Gradients are exact with respect to every inexact array in
+    `system`, `controller`, `x0` and `inputs`. Works under `jax.jit`, `jax.vmap` and
+    `jax.grad`.
+
+    **Arguments:**
+
+    - `system`: an `AbstractSystem`.
+    - `x0`: initial state, shape `(n,)`, or `(..., n)` for a batch.
+    - `num_steps`: the number of steps `T` (a non-negative Python integer).
+    - `controller`: optional `AbstractController` closing the loop.
+    - `inputs`: optional open-loop inputs, shape `(T, m)` or `(..., T, m)`; batch
+        dimensions broadcast against those of `x0`.
+    - `t0`: the initial time.
+    - `method`: an `AbstractMethod`; `None` picks the fastest valid one
+        (`Sequential()` is always valid).
+    - `adjoint`: an `AbstractAdjoint` (`Autodiff()` by default).
+
+    **Returns:**
+
+    A `Trajectory` with `ts (T+1,)`, `xs (..., T+1, n)`, `us (..., T, m)` or `None`
+    and `ys (..., T, p)`. The state dtype is that of `x0` promoted with the system's
+    (float32 stays float32, float64 stays float64).
+
+    **Raises:**
+
+    `ValueError` naming the argument with the expected and actual shape.
+
+    **Example:**
+
+    ```python
+    system = dynsys.LinearSystem(K=jnp.array([[0.9, 0.2], [0.0, 0.7]]))
+    traj = dynsys.rollout(system, jnp.array([1.0, -1.0]), 10)
+    traj.xs.shape  # (11, 2)
+    ```
+    """
+    if not isinstance(system, AbstractSystem):
+        raise TypeError(
+            f"rollout(system=...): expected an AbstractSystem, got {type(system)}."
+        )
+    if controller is not None and not isinstance(controller, AbstractController):
+        raise TypeError(
+            "rollout(controller=...): expected an AbstractController, got "
+            f"{type(controller)}."
+        )
+    num_steps = _check_num_steps(num_steps)
+    n = system.state_size
+    x0 = _as_inexact(x0)
+    if x0.ndim < 1 or x0.shape[-1] != n:
+        raise _error(
+            "x0",
+            f"x0 must have shape (n,) or (..., n) = (..., {n}), got {tuple(x0.shape)}.",
+        )
+    inputs = _check_inputs(system, inputs, num_steps, controller)
+    x0_batch = x0.shape[:-1]
+    inputs_batch = () if inputs is None else inputs.shape[:-2]
+    try:
+        batch_shape = jnp.broadcast_shapes(x0_batch, inputs_batch)
+    except ValueError:
+        raise _error(
+            "inputs",
+            f"the batch dimensions of inputs {inputs_batch} do not broadcast against "
+            f"those of x0 {x0_batch}.",
+        ) from None
+    ts = _times(system, t0, num_steps, x0.dtype)
+    dtype = _check_step_shapes(system, controller, x0, ts[0], inputs)
+    x0 = x0.astype(dtype)
+    if method is None:
+        method = default_method(system, controller, inputs is not None)
+    method.check(system, controller, inputs is not None)
+
+    def single(x0_single, inputs_single):
+        xs, us, ys = method.rollout(
+            system, controller, x0_single, ts, inputs_single, adjoint
+        )
+        xs = jnp.concatenate([x0_single[None], xs], axis=0)
+        return xs, us, ys
+
+    depth = len(batch_shape)
+    x0 = x0.reshape((1,) * (depth - len(x0_batch)) + x0.shape)
+    if inputs is not None:
+        inputs = inputs.reshape((1,) * (depth - len(inputs_batch)) + inputs.shape)
+    xs, us, ys = _map_batch(single, batch_shape, x0, inputs)
+    return Trajectory(ts=ts, xs=xs, us=us, ys=ys)

@@ -1,0 +1,61 @@
+"""A chain of masses joined by springs and dampers, driven by a force on the last."""
+
+import jax.numpy as jnp
+import jax.scipy.linalg
+from jaxtyping import Array, Float
+
+import dynsys
+
+
+def mass_spring_damper_matrices(
+    num_masses: int = 2,
+    mass: float = 1.0,
+    stiffness: float = 1.0,
+    damping: float = 0.2,
+) -> tuple[Float[Array, "n n"], Float[Array, "n 1"]]:
+    """Continuous-time matrices $(A, B)$ of the chain, $\\dot x = A x + B u$.
+
+    Mass $i$ is tied to mass $i-1$ (mass 1 to a wall) by a spring `stiffness` and a
+    damper `damping`. The state is the positions then the velocities,
+    `n = 2 * num_masses`; the input is a force on the last mass.
+    """
+    if num_masses < 1:
+        raise ValueError(
+            "mass_spring_damper(num_masses=...): need at least 1 mass, "
+            f"got {num_masses}."
+        )
+    N = num_masses
+    # Tridiagonal coupling: each spring pulls its two ends together.
+    coupling = 2 * jnp.eye(N) - jnp.eye(N, k=1) - jnp.eye(N, k=-1)
+    coupling = coupling.at[N - 1, N - 1].set(1.0)
+    A = jnp.block(
+        [
+            [jnp.zeros((N, N)), jnp.eye(N)],
+            [-stiffness / mass * coupling, -damping / mass * coupling],
+        ]
+    )
+    B = jnp.zeros((2 * N, 1)).at[2 * N - 1, 0].set(1.0 / mass)
+    return A, B
+
+
+def mass_spring_damper(
+    num_masses: int = 2,
+    mass: float = 1.0,
+    stiffness: float = 1.0,
+    damping: float = 0.2,
+    dt: float = 0.1,
+) -> dynsys.LinearSystem:
+    """The chain sampled every `dt` with the force held constant between samples.
+
+    Exact zero-order hold: $K = e^{A\\,dt}$, $B_d = \\int_0^{dt} e^{A s} ds\\, B$, from
+    the exponential of the augmented matrix $[[A, B], [0, 0]]\\,dt$.
+
+    **Returns:**
+
+    A `LinearSystem` with `n = 2 * num_masses` states and one input.
+    """
+    A, B = mass_spring_damper_matrices(num_masses, mass, stiffness, damping)
+    n, m = B.shape
+    augmented = jnp.zeros((n + m, n + m)).at[:n, :n].set(A).at[:n, n:].set(B)
+    exponential = jax.scipy.linalg.expm(augmented * dt)
+    return dynsys.LinearSystem(K=exponential[:n, :n], B=exponential[:n, n:], dt=dt)

@@ -1,0 +1,65 @@
+"""A damped pendulum with a torque input, sampled by semi-implicit Euler."""
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
+
+import dynsys
+
+
+class Pendulum(dynsys.AbstractSystem):
+    """A damped, torque-driven pendulum as a nonlinear difference system.
+
+    State $x = (\\theta, \\omega)$ (angle from hanging down, in rad, and angular
+    velocity, in rad/s); input the torque $u$ (N m). One step of length `dt`:
+
+    $\\omega_{t+1} = \\omega_t + dt\\,(-\\tfrac{g}{l}\\sin\\theta_t - c\\,\\omega_t
+    + \\tfrac{u_t}{m l^2})$, $\\quad \\theta_{t+1} = \\theta_t + dt\\,\\omega_{t+1}$.
+
+    The physical parameters are arrays, so they can be fitted.
+
+    **Arguments:**
+
+    - `gravity`, `length`, `mass`, `damping`: $g$ (m/s²), $l$ (m), $m$ (kg),
+        $c$ (1/s).
+    - `dt`: the step (s).
+    """
+
+    gravity: Float[Array, ""]
+    length: Float[Array, ""]
+    mass: Float[Array, ""]
+    damping: Float[Array, ""]
+    dt: float = eqx.field(static=True)
+    state_size: int = eqx.field(static=True, default=2, init=False)
+    input_size: int = eqx.field(static=True, default=1, init=False)
+
+    def __init__(
+        self,
+        gravity: ArrayLike = 9.81,
+        length: ArrayLike = 1.0,
+        mass: ArrayLike = 1.0,
+        damping: ArrayLike = 0.1,
+        dt: float = 0.05,
+    ):
+        self.gravity = jnp.asarray(gravity, dtype=float)
+        self.length = jnp.asarray(length, dtype=float)
+        self.mass = jnp.asarray(mass, dtype=float)
+        self.damping = jnp.asarray(damping, dtype=float)
+        self.dt = float(dt)
+
+    def __check_init__(self):
+        if not self.dt > 0:
+            raise ValueError(f"Pendulum(dt=...): dt must be positive, got {self.dt}.")
+
+    def step(self, t, x, u):
+        del t
+        theta, omega = x[0], x[1]
+        torque = 0.0 if u is None else u[0]
+        acceleration = (
+            -self.gravity / self.length * jnp.sin(theta)
+            - self.damping * omega
+            + torque / (self.mass * self.length**2)
+        )
+        omega_next = omega + self.dt * acceleration
+        theta_next = theta + self.dt * omega_next
+        return jnp.stack([theta_next, omega_next])

@@ -1,0 +1,48 @@
+"""The `dynsys` command."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import dynsys
+from dynsys import cli
+
+
+def test_version_and_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dynsys {dynsys.__version__}"
+    assert cli.main([]) == 0
+    assert "simulate" in capsys.readouterr().out
+
+
+def test_console_script_is_installed():
+    result = subprocess.run(
+        [sys.executable, "-m", "dynsys.cli", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0 and "usage: dynsys" in result.stdout
+
+
+def test_simulate_writes_figure_and_data(tmp_path):
+    out = tmp_path / "sim"
+    assert (
+        cli.main(
+            ["simulate", "pendulum", "--steps", "20", "--batch", "3", "--out", str(out)]
+        )
+        == 0
+    )
+    assert (out / "trajectory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model"] == "pendulum" and summary["num_steps"] == 20
+    import numpy as np
+
+    data = np.load(out / "trajectory.npz")
+    assert data["xs"].shape == (3, 21, 2) and data["us"].shape == (3, 20, 1)
+
+
+def test_simulate_unknown_model(tmp_path, capsys):
+    assert cli.main(["simulate", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown model 'nope'" in capsys.readouterr().err
