@@ -10,6 +10,7 @@ from ._controller import (
 from ._method import AbstractMethod as AbstractMethod, Sequential as Sequential
 from ._rollout import rollout as rollout, Trajectory as Trajectory
 from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
+from ._train import train as train, TrainResult as TrainResult
 
 
 __version__ = importlib.metadata.version("dynsys")

@@ -1,0 +1,266 @@
+"""The one training loop of dynsys: `train` (used by `fit` and controller training)."""
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jaxtyping import Array, PRNGKeyArray, PyTree, Scalar
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    """What `train` returns.
+
+    **Fields:**
+
+    - `model`: the best model seen (lowest validation loss if `val_fn` was given,
+        else lowest training loss).
+    - `final_model`: the model after the last completed update.
+    - `losses`: training loss of each step, shape `(steps_run,)`; `losses[k]` is the
+        loss of the model *before* update `k`.
+    - `val_losses`: `(step, validation loss)` pairs, when `val_fn` was given.
+    - `full_losses`: `(step, loss on all of data)` pairs, when training on minibatches
+        without `val_fn` (then these choose the best model, not the noisy minibatch
+        losses).
+    - `best_step`: the step whose model is `model`; `best_loss` its loss.
+    - `steps_run`: the number of steps run.
+    - `stop_reason`: `None` if all `num_steps` ran, else why training stopped early
+        (a non-finite loss or gradient, naming the step; the callback; an interrupt).
+    """
+
+    model: Any
+    final_model: Any
+    losses: np.ndarray
+    val_losses: list[tuple[int, float]]
+    full_losses: list[tuple[int, float]]
+    best_step: int
+    best_loss: float
+    steps_run: int
+    stop_reason: str | None
+
+
+def _leading_size(data: PyTree) -> int:
+    leaves = jax.tree.leaves(data)
+    if not leaves:
+        raise ValueError("train(data=...): data has no arrays.")
+    sizes = {leaf.shape[0] if getattr(leaf, "ndim", 0) else None for leaf in leaves}
+    if len(sizes) != 1 or None in sizes:
+        shapes = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]
+        raise ValueError(
+            "train(data=...): every array in data must share its leading (batch) "
+            f"axis, got shapes {shapes}."
+        )
+    (size,) = sizes
+    if size == 0:
+        raise ValueError("train(data=...): data is empty (leading axis of size 0).")
+    return size
+
+
+def _batch_indices(
+    key: PRNGKeyArray, size: int, batch_size: int, num_steps: int
+) -> np.ndarray:
+    """`(num_steps, batch_size)` indices: shuffled epochs without replacement.
+
+    Each epoch is a fresh permutation; its last incomplete batch is dropped so that
+    every batch has the same shape (one compilation).
+    """
+    per_epoch = size // batch_size
+    num_epochs = math.ceil(num_steps / per_epoch)
+    keys = jax.random.split(key, num_epochs)
+    epochs = [
+        np.asarray(jax.random.permutation(k, size))[: per_epoch * batch_size]
+        for k in keys
+    ]
+    return np.concatenate(epochs).reshape(-1, batch_size)[:num_steps]
+
+
+def _all_finite(tree: PyTree) -> Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+
+
+def train(
+    loss_fn: Callable[..., Scalar],
+    model: PyTree,
+    *,
+    data: PyTree | None = None,
+    optimizer: optax.GradientTransformation | None = None,
+    num_steps: int,
+    batch_size: int | None = None,
+    key: PRNGKeyArray | None = None,
+    progress: bool = True,
+    callback: Callable[[int, PyTree, float], bool | None] | None = None,
+    filter_spec: PyTree = eqx.is_inexact_array,
+    val_fn: Callable[[PyTree], Scalar] | None = None,
+    eval_every: int = 10,
+) -> TrainResult:
+    """Minimise `loss_fn` over the inexact arrays of `model` with an optax optimiser.
+
+    One jitted step (compiled once), a progress bar with the current loss, the loss
+    history, best-model tracking, and a guard: training stops at the first non-finite
+    loss or gradient, warns at which step, and returns the best model so far.
+
+    **Arguments:**
+
+    - `loss_fn`: `loss_fn(model)` when `data` is `None`, else `loss_fn(model, batch)`;
+        returns a scalar.
+    - `model`: any pytree (an equinox module); its inexact arrays selected by
+        `filter_spec` are trained, everything else is held fixed.
+    - `data`: optional pytree of arrays sharing a leading axis of size `N`; batches are
+        drawn from that axis.
+    - `optimizer`: an `optax.GradientTransformation`; default `optax.adam(1e-2)`.
+    - `num_steps`: the number of optimiser steps.
+    - `batch_size`: minibatch size (`None`: the whole of `data` each step). Batches
+        are shuffled epochs without replacement, drawn with `key`.
+    - `key`: PRNG key for the minibatches (default `jax.random.key(0)`).
+    - `progress`: show a progress bar (tqdm).
+    - `callback`: `callback(step, model, loss)` after each step; return `True` to stop.
+    - `filter_spec`: which leaves train, as in `eqx.partition` (a bool pytree or a
+        callable); default every inexact array.
+    - `val_fn`: optional `val_fn(model) -> scalar`, evaluated every `eval_every` steps
+        and after the last; the best model is then the one with the lowest
+        validation loss.
+
+    **Returns:**
+
+    A `TrainResult`.
+
+    **Example:**
+
+    ```python
+    result = dynsys.train(lambda m: jnp.sum((m - 3.0) ** 2), jnp.zeros(2),
+                          optimizer=optax.adam(0.1), num_steps=200, progress=False)
+    result.model  # close to [3., 3.]
+    ```
+    """
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(
+            f"train(num_steps=...): num_steps must be a positive integer, got "
+            f"{num_steps!r}."
+        )
+    if optimizer is None:
+        optimizer = optax.adam(1e-2)
+    if key is None:
+        key = jax.random.key(0)
+    params, static = eqx.partition(model, filter_spec)
+    if not jax.tree.leaves(params):
+        raise ValueError("train(model=...): the model has no trainable inexact arrays.")
+    opt_state = optimizer.init(params)
+
+    batches = None
+    if data is not None:
+        size = _leading_size(data)
+        if batch_size is not None:
+            if not isinstance(batch_size, int) or not 1 <= batch_size <= size:
+                raise ValueError(
+                    f"train(batch_size=...): batch_size must be an integer in "
+                    f"[1, {size}] (the size of data), got {batch_size!r}."
+                )
+            batches = _batch_indices(key, size, batch_size, num_steps)
+
+    def compute_loss(params, batch):
+        model = eqx.combine(params, static)
+        return loss_fn(model) if data is None else loss_fn(model, batch)
+
+    @eqx.filter_jit
+    def step(params, opt_state, data, indices):
+        batch = data
+        if indices is not None:
+            batch = jax.tree.map(lambda leaf: leaf[indices], data)
+        loss, grads = eqx.filter_value_and_grad(compute_loss)(params, batch)
+        finite = jnp.isfinite(loss) & _all_finite(grads)
+        updates, new_opt_state = optimizer.update(grads, opt_state, params)
+        new_params = eqx.apply_updates(params, updates)
+        # Keep the old state when anything is non-finite: nothing is lost.
+        new_params, new_opt_state = jax.tree.map(
+            lambda new, old: jnp.where(finite, new, old),
+            (new_params, new_opt_state),
+            (params, opt_state),
+        )
+        return new_params, new_opt_state, loss, finite
+
+    losses: list[float] = []
+    val_losses: list[tuple[int, float]] = []
+    full_losses: list[tuple[int, float]] = []
+    # How the best model is chosen: validation loss if given; else, on minibatches,
+    # the loss on all of data every `eval_every` steps; else each step's loss.
+    evaluate, evaluations = None, None
+    if val_fn is not None:
+        evaluate = eqx.filter_jit(lambda p: val_fn(eqx.combine(p, static)))
+        evaluations = val_losses = []
+    elif batches is not None:
+        evaluate = eqx.filter_jit(lambda p: compute_loss(p, data))
+        evaluations = full_losses = []
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=num_steps, desc="train", mininterval=0.5, leave=True)
+
+    best = (math.inf, -1, params)
+    stop_reason = None
+    try:
+        for k in range(num_steps):
+            indices = None if batches is None else jnp.asarray(batches[k])
+            new_params, new_opt_state, loss, finite = step(
+                params, opt_state, data, indices
+            )
+            loss = float(loss)
+            losses.append(loss)
+            if not bool(finite):
+                what = "loss" if not math.isfinite(loss) else "gradient"
+                stop_reason = f"non-finite {what} at step {k}; kept the best model"
+                warnings.warn(f"train: {stop_reason} (step {best[1]}).", stacklevel=2)
+                break
+            if evaluate is None and loss < best[0]:
+                best = (loss, k, params)
+            if evaluate is not None and k % eval_every == 0:
+                value = float(evaluate(params))
+                evaluations.append((k, value))
+                if value < best[0]:
+                    best = (value, k, params)
+            params, opt_state = new_params, new_opt_state
+            if bar is not None:
+                bar.update(1)
+                if k % 10 == 0 or k == num_steps - 1:
+                    bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
+            if callback is not None and callback(k, eqx.combine(params, static), loss):
+                stop_reason = f"stopped by the callback after step {k}"
+                break
+        else:
+            # The model after the last update has no step loss; it competes only
+            # where models are compared by evaluation.
+            if evaluate is not None:
+                value = float(evaluate(params))
+                evaluations.append((num_steps, value))
+                if value < best[0]:
+                    best = (value, num_steps, params)
+    except KeyboardInterrupt:
+        stop_reason = f"interrupted at step {len(losses)}; kept the best model"
+        warnings.warn(f"train: {stop_reason}.", stacklevel=2)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    best_loss, best_step, best_params = best
+    if best_step < 0:  # the very first loss was non-finite
+        best_params, best_step = params, 0
+    return TrainResult(
+        model=eqx.combine(best_params, static),
+        final_model=eqx.combine(params, static),
+        losses=np.asarray(losses),
+        val_losses=val_losses,
+        full_losses=full_losses,
+        best_step=best_step,
+        best_loss=best_loss,
+        steps_run=len(losses),
+        stop_reason=stop_reason,
+    )
