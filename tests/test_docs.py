@@ -20,3 +20,20 @@ def test_examples_run(page, tmp_path, monkeypatch):
     namespace: dict = {"__name__": "__docs__"}
     for block in blocks:
         exec(compile(block, str(page), "exec"), namespace)
+
+
+def test_mkdocs_build_is_strict_clean(tmp_path):
+    """The documentation site builds with no warning (broken link, missing API name)."""
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "api" / "index.html").exists()
