@@ -3,7 +3,7 @@
 import dataclasses
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import equinox as eqx
@@ -47,7 +47,7 @@ class TrainResult:
 
 
 def _leading_size(data: PyTree) -> int:
-    leaves = jax.tree.leaves(data)
+    leaves = [leaf for leaf in jax.tree.leaves(data) if eqx.is_array(leaf)]
     if not leaves:
         raise ValueError("train(data=...): data has no arrays.")
     sizes = {leaf.shape[0] if getattr(leaf, "ndim", 0) else None for leaf in leaves}
@@ -63,22 +63,39 @@ def _leading_size(data: PyTree) -> int:
     return size
 
 
+def _iter_batches(
+    key: PRNGKeyArray, size: int, batch_size: int, num_steps: int
+) -> Iterator[np.ndarray]:
+    """Yield `num_steps` index arrays of shape `(batch_size,)`: shuffled epochs.
+
+    Epoch `e` is the permutation drawn with `jax.random.fold_in(key, e)`, cut into
+    `size // batch_size` batches; its last incomplete batch is dropped so that every
+    batch has the same shape (one compilation). Epochs are drawn lazily, so memory does
+    not grow with `num_steps`.
+    """
+    per_epoch = size // batch_size
+    step, epoch = 0, 0
+    while step < num_steps:
+        order = np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), size))
+        for b in range(min(per_epoch, num_steps - step)):
+            yield order[b * batch_size : (b + 1) * batch_size]
+        step += per_epoch
+        epoch += 1
+
+
 def _batch_indices(
     key: PRNGKeyArray, size: int, batch_size: int, num_steps: int
 ) -> np.ndarray:
-    """`(num_steps, batch_size)` indices: shuffled epochs without replacement.
+    """All of `_iter_batches` at once, shape `(num_steps, batch_size)`."""
+    return np.stack(list(_iter_batches(key, size, batch_size, num_steps)))
 
-    Each epoch is a fresh permutation; its last incomplete batch is dropped so that
-    every batch has the same shape (one compilation).
-    """
-    per_epoch = size // batch_size
-    num_epochs = math.ceil(num_steps / per_epoch)
-    keys = jax.random.split(key, num_epochs)
-    epochs = [
-        np.asarray(jax.random.permutation(k, size))[: per_epoch * batch_size]
-        for k in keys
-    ]
-    return np.concatenate(epochs).reshape(-1, batch_size)[:num_steps]
+
+def _strong(leaf):
+    """Drop JAX's weak type, so that the updated parameters keep the input's types
+    (a weakly typed leaf would otherwise cause one retrace)."""
+    if eqx.is_array(leaf):
+        return jnp.asarray(leaf, dtype=leaf.dtype)
+    return leaf
 
 
 def _all_finite(tree: PyTree) -> Array:
@@ -118,15 +135,29 @@ def train(
     - `optimizer`: an `optax.GradientTransformation`; default `optax.adam(1e-2)`.
     - `num_steps`: the number of optimiser steps.
     - `batch_size`: minibatch size (`None`: the whole of `data` each step). Batches
-        are shuffled epochs without replacement, drawn with `key`.
+        are shuffled epochs without replacement (epoch `e` is the permutation drawn
+        with `jax.random.fold_in(key, e)`; its last incomplete batch is dropped), so
+        the same `key` gives the same batches.
     - `key`: PRNG key for the minibatches (default `jax.random.key(0)`).
     - `progress`: show a progress bar (tqdm).
     - `callback`: `callback(step, model, loss)` after each step; return `True` to stop.
     - `filter_spec`: which leaves train, as in `eqx.partition` (a bool pytree or a
-        callable); default every inexact array.
+        callable); of those, only inexact arrays train. Default: every inexact array.
+        To freeze a part, e.g. `filter_spec = eqx.tree_at(lambda m: m.B,
+        jax.tree.map(eqx.is_inexact_array, model), replace=False)`.
     - `val_fn`: optional `val_fn(model) -> scalar`, evaluated every `eval_every` steps
         and after the last; the best model is then the one with the lowest
-        validation loss.
+        validation loss. (Without `val_fn` but with `batch_size`, the loss on all of
+        `data` is evaluated the same way and chooses the best model.)
+    - `eval_every`: how often (in steps) `val_fn` or the full-data loss is evaluated.
+
+    The jitted step is compiled once per call of `train` (`loss_fn` is traced once
+    for the step, and once more for the evaluation when there is one).
+
+    **Raises:**
+
+    `ValueError` naming the argument for a bad `num_steps`, `batch_size`,
+    `eval_every`, `data`, or a model with nothing to train.
 
     **Returns:**
 
@@ -145,25 +176,52 @@ def train(
             f"train(num_steps=...): num_steps must be a positive integer, got "
             f"{num_steps!r}."
         )
+    if (
+        isinstance(eval_every, bool)
+        or not isinstance(eval_every, int)
+        or eval_every < 1
+    ):
+        raise ValueError(
+            f"train(eval_every=...): eval_every must be a positive integer, got "
+            f"{eval_every!r}."
+        )
+    if batch_size is not None and data is None:
+        raise ValueError(
+            f"train(batch_size=...): batch_size={batch_size!r} was given without "
+            "data; minibatches are drawn from data."
+        )
     if optimizer is None:
         optimizer = optax.adam(1e-2)
     if key is None:
         key = jax.random.key(0)
+    # Trainable: what filter_spec selects, and of that only the inexact arrays.
     params, static = eqx.partition(model, filter_spec)
+    params, frozen = eqx.partition(params, eqx.is_inexact_array)
+    static = eqx.combine(static, frozen)
     if not jax.tree.leaves(params):
-        raise ValueError("train(model=...): the model has no trainable inexact arrays.")
-    opt_state = optimizer.init(params)
+        raise ValueError(
+            "train(model=..., filter_spec=...): no trainable inexact arrays are left "
+            "(the model has none, or filter_spec froze them all)."
+        )
+    params = jax.tree.map(_strong, params)
+    opt_state = jax.tree.map(_strong, optimizer.init(params))
 
     batches = None
     if data is not None:
         size = _leading_size(data)
+        # Arrays go to the device once, not at every step.
+        data = jax.tree.map(lambda x: jnp.asarray(x) if eqx.is_array(x) else x, data)
         if batch_size is not None:
-            if not isinstance(batch_size, int) or not 1 <= batch_size <= size:
+            if (
+                isinstance(batch_size, bool)
+                or not isinstance(batch_size, int)
+                or not 1 <= batch_size <= size
+            ):
                 raise ValueError(
                     f"train(batch_size=...): batch_size must be an integer in "
                     f"[1, {size}] (the size of data), got {batch_size!r}."
                 )
-            batches = _batch_indices(key, size, batch_size, num_steps)
+            batches = _iter_batches(key, size, batch_size, num_steps)
 
     def compute_loss(params, batch):
         model = eqx.combine(params, static)
@@ -173,14 +231,16 @@ def train(
     def step(params, opt_state, data, indices):
         batch = data
         if indices is not None:
-            batch = jax.tree.map(lambda leaf: leaf[indices], data)
+            batch = jax.tree.map(
+                lambda leaf: leaf[indices] if eqx.is_array(leaf) else leaf, data
+            )
         loss, grads = eqx.filter_value_and_grad(compute_loss)(params, batch)
         finite = jnp.isfinite(loss) & _all_finite(grads)
         updates, new_opt_state = optimizer.update(grads, opt_state, params)
         new_params = eqx.apply_updates(params, updates)
         # Keep the old state when anything is non-finite: nothing is lost.
         new_params, new_opt_state = jax.tree.map(
-            lambda new, old: jnp.where(finite, new, old),
+            lambda new, old: jnp.where(finite, new, old) if eqx.is_array(new) else new,
             (new_params, new_opt_state),
             (params, opt_state),
         )
@@ -209,24 +269,28 @@ def train(
     stop_reason = None
     try:
         for k in range(num_steps):
-            indices = None if batches is None else jnp.asarray(batches[k])
+            indices = None if batches is None else jnp.asarray(next(batches))
             new_params, new_opt_state, loss, finite = step(
                 params, opt_state, data, indices
             )
             loss = float(loss)
             losses.append(loss)
-            if not bool(finite):
-                what = "loss" if not math.isfinite(loss) else "gradient"
-                stop_reason = f"non-finite {what} at step {k}; kept the best model"
-                warnings.warn(f"train: {stop_reason} (step {best[1]}).", stacklevel=2)
-                break
-            if evaluate is None and loss < best[0]:
+            # `params` (the model before update k) competes for best; a finite loss
+            # with a non-finite gradient still names a usable model.
+            if evaluate is None and math.isfinite(loss) and loss < best[0]:
                 best = (loss, k, params)
             if evaluate is not None and k % eval_every == 0:
                 value = float(evaluate(params))
                 evaluations.append((k, value))
-                if value < best[0]:
+                if math.isfinite(value) and value < best[0]:
                     best = (value, k, params)
+            if not bool(finite):
+                what = "loss" if not math.isfinite(loss) else "gradient"
+                stop_reason = f"non-finite {what} at step {k}; kept the best model"
+                warnings.warn(
+                    f"train: {stop_reason} (step {max(best[1], 0)}).", stacklevel=2
+                )
+                break
             params, opt_state = new_params, new_opt_state
             if bar is not None:
                 bar.update(1)
@@ -241,7 +305,7 @@ def train(
             if evaluate is not None:
                 value = float(evaluate(params))
                 evaluations.append((num_steps, value))
-                if value < best[0]:
+                if math.isfinite(value) and value < best[0]:
                     best = (value, num_steps, params)
     except KeyboardInterrupt:
         stop_reason = f"interrupted at step {len(losses)}; kept the best model"
