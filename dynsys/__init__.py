@@ -2,13 +2,56 @@
 
 import importlib.metadata
 
-from ._adjoint import AbstractAdjoint as AbstractAdjoint, Autodiff as Autodiff
+from ._adjoint import (
+    AbstractAdjoint as AbstractAdjoint,
+    Autodiff as Autodiff,
+    Checkpointed as Checkpointed,
+    LinearAdjoint as LinearAdjoint,
+)
 from ._controller import (
     AbstractController as AbstractController,
     LinearFeedback as LinearFeedback,
+    MLPController as MLPController,
 )
-from ._method import AbstractMethod as AbstractMethod, Sequential as Sequential
+from ._cost import quadratic_cost as quadratic_cost, tracking_cost as tracking_cost
+from ._data import (
+    Dataset as Dataset,
+    load_dataset as load_dataset,
+    simulate as simulate,
+)
+from ._fit import (
+    fit as fit,
+    fit_least_squares as fit_least_squares,
+    FitResult as FitResult,
+    MultipleShooting as MultipleShooting,
+)
+from ._io import load as load, save as save
+from ._layered import (
+    AbstractContextLayer as AbstractContextLayer,
+    AbstractLayeredController as AbstractLayeredController,
+    ContextLayer as ContextLayer,
+    LayeredController as LayeredController,
+    StackedController as StackedController,
+)
+from ._metrics import (
+    fit_percent as fit_percent,
+    nrmse as nrmse,
+    spectral_radius as spectral_radius,
+)
+from ._method import (
+    AbstractMethod as AbstractMethod,
+    Chunked as Chunked,
+    Parallel as Parallel,
+    Sequential as Sequential,
+)
+from ._ode import (
+    AbstractODE as AbstractODE,
+    discretize as discretize,
+    LinearODE as LinearODE,
+    Sampled as Sampled,
+)
 from ._rollout import rollout as rollout, Trajectory as Trajectory
+from ._stable import StableLinearSystem as StableLinearSystem
 from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
 from ._train import train as train, TrainResult as TrainResult
 
