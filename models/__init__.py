@@ -8,16 +8,25 @@ from collections.abc import Callable
 
 import dynsys
 
+from .lotka_volterra import (
+    lotka_volterra as lotka_volterra,
+    LotkaVolterra as LotkaVolterra,
+)
 from .mass_spring_damper import (
     mass_spring_damper as mass_spring_damper,
     mass_spring_damper_matrices as mass_spring_damper_matrices,
 )
 from .pendulum import Pendulum as Pendulum
+from .pendulum_ode import pendulum_ode as pendulum_ode, PendulumODE as PendulumODE
+from .van_der_pol import van_der_pol as van_der_pol, VanDerPol as VanDerPol
 
 
 ZOO: dict[str, Callable[..., dynsys.AbstractSystem]] = {
     "mass_spring_damper": mass_spring_damper,
     "pendulum": Pendulum,
+    "pendulum_ode": pendulum_ode,
+    "van_der_pol": van_der_pol,
+    "lotka_volterra": lotka_volterra,
 }
 
 

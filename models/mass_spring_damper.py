@@ -1,7 +1,6 @@
 """A chain of masses joined by springs and dampers, driven by a force on the last."""
 
 import jax.numpy as jnp
-import jax.scipy.linalg
 from jaxtyping import Array, Float
 
 import dynsys
@@ -47,15 +46,12 @@ def mass_spring_damper(
 ) -> dynsys.LinearSystem:
     """The chain sampled every `dt` with the force held constant between samples.
 
-    Exact zero-order hold: $K = e^{A\\,dt}$, $B_d = \\int_0^{dt} e^{A s} ds\\, B$, from
-    the exponential of the augmented matrix $[[A, B], [0, 0]]\\,dt$.
+    Exact zero-order hold, `dynsys.discretize(dynsys.LinearODE(A, B), dt)`:
+    $K = e^{A\\,dt}$, $B_d = \\int_0^{dt} e^{A s} ds\\, B$.
 
     **Returns:**
 
     A `LinearSystem` with `n = 2 * num_masses` states and one input.
     """
     A, B = mass_spring_damper_matrices(num_masses, mass, stiffness, damping)
-    n, m = B.shape
-    augmented = jnp.zeros((n + m, n + m)).at[:n, :n].set(A).at[:n, n:].set(B)
-    exponential = jax.scipy.linalg.expm(augmented * dt)
-    return dynsys.LinearSystem(K=exponential[:n, :n], B=exponential[:n, n:], dt=dt)
+    return dynsys.discretize(dynsys.LinearODE(A, B), dt)

@@ -54,7 +54,9 @@ def test_zoo_lookup():
     assert isinstance(zoo.get("pendulum", damping=0.5), zoo.Pendulum)
     assert zoo.get("mass_spring_damper", num_masses=3).state_size == 6
     with pytest.raises(
-        ValueError, match=r"unknown model 'nope'; allowed: mass_spring_damper, pendulum"
+        ValueError,
+        match=r"unknown model 'nope'; allowed: lotka_volterra, mass_spring_damper, "
+        r"pendulum, pendulum_ode, van_der_pol",
     ):
         zoo.get("nope")
     with pytest.raises(ValueError, match=r"Pendulum\(dt=\.\.\.\): dt must be positive"):
