@@ -16,7 +16,7 @@ def _weighted_square(
     if W.ndim == 0:
         return W * jnp.sum(e * e, axis=-1)
     if W.shape == (size,):
-        return jnp.sum(W * e * e, axis=-1)
+        return (e * e) @ W
     if W.shape == (size, size):
         return jnp.einsum("...i,ij,...j->...", e, W, e)
     raise ValueError(
