@@ -1,18 +1,39 @@
-"""Rollout methods: how a single trajectory is computed."""
+"""Rollout methods: how trajectories are computed.
+
+`Sequential` runs one `lax.scan` over time and is valid for everything. For linear
+cases (a `LinearSystem` with open-loop inputs and/or `LinearFeedback`) the rollout is
+the affine recurrence $x_{t+1} = M x_t + b_t$ with $M = K - BG$ and
+$b_t = B w_t + \\mathrm{offset}$; `Parallel` and `Chunked` solve that recurrence
+with fewer sequential steps, and `LinearAdjoint` solves its adjoint recurrence with
+the same solver.
+"""
 
 import abc
+import functools
+import math
 from collections.abc import Callable
 
 import equinox as eqx
+import jax
+import jax.numpy as jnp
 from jaxtyping import Array, Float, Real
 
-from ._adjoint import AbstractAdjoint
+from ._adjoint import (
+    AbstractAdjoint,
+    Checkpointed,
+    is_linear_case,
+    linear_case_problem,
+    LinearAdjoint,
+)
 from ._controller import AbstractController
 from ._system import AbstractSystem
 
 
 StepOutputs = tuple[
-    Float[Array, "T n"], Float[Array, "T m"] | None, Float[Array, "T p"]
+    Float[Array, "T+1 n"], Float[Array, "T m"] | None, Float[Array, "T p"]
+]
+BatchOutputs = tuple[
+    Float[Array, "N T+1 n"], Float[Array, "N T m"] | None, Float[Array, "N T p"]
 ]
 
 
@@ -48,8 +69,23 @@ def make_step(
     return step
 
 
+def _batch_input_axis(inputs, size):
+    """`(inputs for vmap, in_axis)`: a leading axis of 1 broadcasts unmapped."""
+    if inputs is None:
+        return None, None
+    if inputs.shape[0] == size:
+        return inputs, 0
+    return inputs[0], None
+
+
 class AbstractMethod(eqx.Module):
-    """How `rollout` computes one trajectory (batches are vmapped over it)."""
+    """How `rollout` computes trajectories.
+
+    A method implements `rollout` for one trajectory; `rollout_batch` (a batch
+    flattened to one leading axis) defaults to `jax.vmap` over it, and methods that
+    gain from seeing the whole batch (one matrix product over all trajectories)
+    override it. `check` rejects the cases a method cannot handle.
+    """
 
     @abc.abstractmethod
     def check(
@@ -57,6 +93,7 @@ class AbstractMethod(eqx.Module):
         system: AbstractSystem,
         controller: AbstractController | None,
         has_inputs: bool,
+        adjoint: AbstractAdjoint,
     ) -> None:
         """Raise `ValueError` if this method cannot roll out this case."""
 
@@ -70,28 +107,417 @@ class AbstractMethod(eqx.Module):
         inputs: Float[Array, "T m"] | None,
         adjoint: AbstractAdjoint,
     ) -> StepOutputs:
-        """Return `(x_1 … x_T, u_0 … u_{T-1}, y_0 … y_{T-1})` for one trajectory."""
+        """Return `(x_0 … x_T, u_0 … u_{T-1}, y_0 … y_{T-1})` for one trajectory."""
+
+    def rollout_batch(
+        self,
+        system: AbstractSystem,
+        controller: AbstractController | None,
+        x0: Float[Array, "N n"],
+        ts: Real[Array, " T+1"],
+        inputs: Float[Array, "N T m"] | Float[Array, "1 T m"] | None,
+        adjoint: AbstractAdjoint,
+    ) -> BatchOutputs:
+        """`rollout` for `N` trajectories; `inputs` may have a leading axis of 1."""
+        inputs, axis = _batch_input_axis(inputs, x0.shape[0])
+        single = lambda x, u: self.rollout(system, controller, x, ts, u, adjoint)  # noqa: E731
+        return jax.vmap(single, in_axes=(0, axis))(x0, inputs)
+
+
+# --- Solvers of the affine recurrence x_{t+1} = M x_t + b_t (one trajectory) -------
+#
+# Each returns the full trajectory x_0 … x_T, shape (T+1, n). `b_seq` is `(T, n)` or
+# None and `b_const` is `(n,)` or None; b_t = b_seq[t] + b_const.
+
+
+def _add(x, *terms):
+    for term in terms:
+        if term is not None:
+            x = x + term
+    return x
+
+
+def _scan_solve(scan, M, x0, b_seq, b_const, num_steps):
+    def body(x, b):
+        x_next = _add(M @ x, None if b_seq is None else b, b_const)
+        return x_next, x
+
+    xs = b_seq if b_seq is not None else jnp.zeros((num_steps, 0), x0.dtype)
+    final, before = scan(body, x0, xs)
+    return jnp.concatenate([before, final[None]], axis=0)
+
+
+def _parallel_solve(M, x0, b_seq, b_const, num_steps):
+    n = x0.shape[0]
+    b = jnp.zeros((num_steps, n), x0.dtype) if b_seq is None else b_seq
+    if b_const is not None:
+        b = b + b_const[None, :]
+    # Elements (A_t, b_t); the first, (0, x_0), makes the scan yield x_0 … x_T.
+    matrices = jnp.concatenate(
+        [jnp.zeros((1, n, n), M.dtype), jnp.broadcast_to(M, (num_steps, n, n))]
+    )
+    offsets = jnp.concatenate([x0[None], b], axis=0)
+
+    def compose(first, second):
+        a1, b1 = first
+        a2, b2 = second
+        return (
+            jnp.einsum("...ij,...jk->...ik", a2, a1),
+            jnp.einsum("...ij,...j->...i", a2, b1) + b2,
+        )
+
+    _, xs = jax.lax.associative_scan(compose, (matrices, offsets))
+    return xs
+
+
+def _powers(M, count):
+    """`[I, M, M², …, M^count]`, shape `(count+1, n, n)`."""
+    eye = jnp.eye(M.shape[0], dtype=M.dtype)
+
+    def body(P, _):
+        return M @ P, P
+
+    last, powers = jax.lax.scan(body, eye, None, length=count)
+    return jnp.concatenate([powers, last[None]], axis=0)
+
+
+def _chunked_solve_batch(scan, size, M, x0, b_seq, b_const, num_steps):
+    """The chunked solver for a whole batch: `x0 (N, n)`, `b_seq (N or 1, T, n)`.
+
+    Chunk `c` holds positions `c*size … c*size + size-1`; there are enough chunks to
+    cover `x_0 … x_T`. Every large product has the batch and chunk axes leading, so
+    its result is already laid out as `(N, time, n)`.
+    """
+    batch, n = x0.shape
+    num_chunks = -(-(num_steps + 1) // size)
+    padded = num_chunks * size
+    powers = _powers(M, size)  # I, M, …, M^size
+    # x_{k+i} = M^i x_k + sum_{j<i} M^{i-1-j} b_{k+j} for i < size: as one product,
+    # starts (N*C, n) @ to_states (n, size*n), with to_states[b, (i, a)] = M^i[a, b].
+    to_states = powers[:size].transpose(2, 0, 1).reshape(n, size * n)
+    i = jnp.arange(size)
+    lag = i[None, :] - 1 - i[:, None]  # [j, i] -> i - 1 - j
+    # toeplitz[(j, b), (i, a)] = M^{i-1-j}[a, b] where j < i, else 0.
+    blocks = jnp.where(
+        (lag >= 0)[:, :, None, None],
+        powers[jnp.clip(lag, 0, size)].transpose(0, 1, 3, 2),
+        0,
+    )  # [j, i, b, a]
+    toeplitz = blocks.transpose(0, 2, 1, 3).reshape(size * n, size * n)
+    # to_end[(j, b), a] = M^{size-1-j}[a, b]: the next start's input term.
+    to_end = powers[size - 1 :: -1].transpose(0, 2, 1).reshape(size * n, n)
+    within = end = None
+    if b_seq is not None:
+        chunks = jnp.pad(b_seq, ((0, 0), (0, padded - num_steps), (0, 0)))
+        chunks = chunks.reshape(b_seq.shape[0], num_chunks, size * n)
+        within = chunks @ toeplitz  # (N or 1, C, size*n)
+        end = chunks @ to_end  # (N or 1, C, n)
+    if b_const is not None:
+        flat = jnp.tile(b_const, size)
+        within = _add((flat @ toeplitz)[None, None], within)
+        end = _add((flat @ to_end)[None, None], end)
+    jump_t = powers[size].T
+
+    if end is None:
+        free = jnp.zeros((num_chunks, 0), x0.dtype)
+        _, starts = scan(lambda x, _: (x @ jump_t, x), x0, free)
+    else:
+        ends = jnp.broadcast_to(end, (batch,) + end.shape[1:]).transpose(1, 0, 2)
+        _, starts = scan(lambda x, e: (x @ jump_t + e, x), x0, ends)
+    states = starts.transpose(1, 0, 2) @ to_states  # (N, C, size*n)
+    states = _add(states, within).reshape(batch, padded, n)
+    return jax.lax.slice_in_dim(states, 0, num_steps + 1, axis=1)
+
+
+def _batched(single):
+    """A batched solver from a one-trajectory one (vmapped; inputs may broadcast)."""
+
+    def solve(M, x0, b_seq, b_const, num_steps):
+        b_seq, axis = _batch_input_axis(b_seq, x0.shape[0])
+        fn = lambda x, b: single(M, x, b, b_const, num_steps)  # noqa: E731
+        return jax.vmap(fn, in_axes=(0, axis))(x0, b_seq)
+
+    return solve
+
+
+def _reverse_solve(solve, Mt, terminal, c):
+    """Solve $y_t = M^T y_{t+1} + c_t$ backwards from $y_T$; return y_0 … y_T."""
+    flipped = solve(Mt, terminal, c[:, ::-1], None, c.shape[1])
+    return flipped[:, ::-1]
+
+
+# --- The linear path: one affine recurrence for the whole batch -------------------
+
+
+def _closed_loop_matrix(K, B, G):
+    return K if G is None else K - B @ G
+
+
+def _states(solve, num_steps, K, B, offset, G, x0, w):
+    dtype = x0.dtype
+    M = _closed_loop_matrix(K, B, G).astype(dtype)
+    b_seq = None if w is None else jnp.einsum("ntm,am->nta", w, B).astype(dtype)
+    b_const = None if offset is None else offset.astype(dtype)
+    return solve(M, x0, b_seq, b_const, num_steps)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _states_linear_adjoint(solve, num_steps, K, B, offset, G, x0, w):
+    return _states(solve, num_steps, K, B, offset, G, x0, w)
+
+
+def _states_fwd(solve, num_steps, K, B, offset, G, x0, w):
+    xs = _states(solve, num_steps, K, B, offset, G, x0, w)
+    return xs, (K, B, offset, G, xs, w)
+
+
+def _states_bwd(solve, num_steps, residuals, g):
+    K, B, offset, G, xs, w = residuals
+    dtype = xs.dtype
+    Mt = _closed_loop_matrix(K, B, G).astype(dtype).T
+    lambdas = _reverse_solve(solve, Mt, g[:, -1], g[:, :-1])  # lambda_0 … lambda_T
+    later = lambdas[:, 1:]  # lambda_{t+1}, t = 0 … T-1
+    # One matrix product over all trajectories and steps: sum_t lambda_{t+1} x_t^T.
+    dM = jnp.einsum("nta,ntb->ab", later, xs[:, :-1])
+    dK = dM.astype(K.dtype)
+    dB = dG = doffset = dw = None
+    if G is not None:
+        dG = -(B.T.astype(dtype) @ dM).astype(G.dtype)
+    if B is not None:
+        # u_t = w_t - G x_t, so sum_t lambda_{t+1} u_t^T = Lambda^T W - dM G^T.
+        dB = jnp.zeros(B.shape, dtype)
+        if w is not None:
+            if w.shape[0] == later.shape[0]:
+                dB = jnp.einsum("nta,ntm->am", later, w.astype(dtype))
+            else:
+                dB = jnp.einsum("ta,tm->am", later.sum(0), w[0].astype(dtype))
+        if G is not None:
+            dB = dB - dM @ G.T.astype(dtype)
+        dB = dB.astype(B.dtype)
+    if offset is not None:
+        doffset = later.sum((0, 1)).astype(offset.dtype)
+    if w is not None:
+        dw = jnp.einsum("nta,am->ntm", later, B.astype(dtype))
+        if w.shape[0] != dw.shape[0]:
+            dw = dw.sum(0, keepdims=True)
+        dw = dw.astype(w.dtype)
+    dx0 = lambdas[:, 0]
+    return dK, dB, doffset, dG, dx0, dw
+
+
+_states_linear_adjoint.defvjp(_states_fwd, _states_bwd)
+
+
+def _linear_rollout_batch(solve, system, controller, x0, ts, inputs, adjoint):
+    num_steps = ts.shape[0] - 1
+    G = None if controller is None else controller.gain
+    args = (system.K, system.B, system.offset, G, x0, inputs)
+    if isinstance(adjoint, LinearAdjoint):
+        xs = _states_linear_adjoint(solve, num_steps, *args)
+    else:
+        xs = _states(solve, num_steps, *args)
+    # Inputs and outputs of every step at once: vmapped, they are matrix products.
+    before = xs[:, :-1]
+    inputs_b, axis = _batch_input_axis(inputs, x0.shape[0])
+    over_time = jax.vmap(closed_loop_input, in_axes=(None, 0, 0, 0))
+    over_batch = jax.vmap(over_time, in_axes=(None, None, 0, axis))
+    if controller is None and inputs is None:
+        us = None
+    elif controller is None:
+        us = jnp.broadcast_to(inputs, (x0.shape[0],) + inputs.shape[1:])
+    else:
+        us = over_batch(controller, ts[:-1], before, inputs_b)
+    output = jax.vmap(jax.vmap(system.output, in_axes=(0, 0, 0)), in_axes=(None, 0, 0))
+    ys = output(ts[:-1], before, us)
+    return xs, us, ys
+
+
+class _AbstractLinearMethod(AbstractMethod):
+    """A method that solves the affine recurrence of a linear case."""
+
+    @abc.abstractmethod
+    def _solver(self, adjoint: AbstractAdjoint) -> Callable:
+        """`solve(M, x0, b_seq, b_const, num_steps) -> x_0 … x_T` (one trajectory)."""
+
+    def _name(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def check(self, system, controller, has_inputs, adjoint):
+        del has_inputs
+        problem = linear_case_problem(self._name(), system, controller)
+        if problem is not None:
+            raise ValueError(f"rollout(method={self._name()}): {problem}")
+
+    def rollout(self, system, controller, x0, ts, inputs, adjoint):
+        batch_inputs = None if inputs is None else inputs[None]
+        xs, us, ys = self.rollout_batch(
+            system, controller, x0[None], ts, batch_inputs, adjoint
+        )
+        return xs[0], None if us is None else us[0], ys[0]
+
+    def rollout_batch(self, system, controller, x0, ts, inputs, adjoint):
+        solve = self._solver(adjoint)
+        return _linear_rollout_batch(solve, system, controller, x0, ts, inputs, adjoint)
 
 
 class Sequential(AbstractMethod):
     """One `jax.lax.scan` over time: valid for every system and controller.
 
     The scan writes each step's state, input and output into arrays allocated once;
-    compile time does not depend on the number of steps.
+    compile time does not depend on the number of steps. With `LinearAdjoint()` the
+    forward and adjoint recurrences are both plain scans.
+
+    **Example:**
+
+    ```python
+    system = dynsys.LinearSystem(K=jnp.array([[0.9, 0.1], [0.0, 0.8]]))
+    traj = dynsys.rollout(system, jnp.ones(2), 20, method=dynsys.Sequential())
+    ```
     """
 
-    def check(self, system, controller, has_inputs):
-        del system, controller, has_inputs
+    def check(self, system, controller, has_inputs, adjoint):
+        del system, controller, has_inputs, adjoint
 
     def rollout(self, system, controller, x0, ts, inputs, adjoint):
+        if isinstance(adjoint, LinearAdjoint):
+            return _AbstractLinearMethod.rollout(
+                self, system, controller, x0, ts, inputs, adjoint
+            )
         step = make_step(system, controller)
         _, (xs, us, ys) = adjoint.scan(step, x0, (ts[:-1], inputs))
+        xs = jnp.concatenate([x0[None], xs], axis=0)
         return xs, us, ys
+
+    def rollout_batch(self, system, controller, x0, ts, inputs, adjoint):
+        if isinstance(adjoint, LinearAdjoint):
+            solve = _batched(functools.partial(_scan_solve, jax.lax.scan))
+            return _linear_rollout_batch(
+                solve, system, controller, x0, ts, inputs, adjoint
+            )
+        return super().rollout_batch(system, controller, x0, ts, inputs, adjoint)
+
+
+class Parallel(_AbstractLinearMethod):
+    """A parallel prefix scan over affine maps: $O(\\log T)$ sequential depth.
+
+    Step $t$ of a linear case is the affine map $x \\mapsto M x + b_t$ with
+    $M = K - BG$ and $b_t = B w_t + \\mathrm{offset}$. Affine maps compose
+    associatively, $(M_2, b_2) \\circ (M_1, b_1) = (M_2 M_1, M_2 b_1 + b_2)$, so
+    `jax.lax.associative_scan` computes every state in $O(\\log T)$ rounds. The work
+    is $O(T n^3)$ for the matrix products (shared by the whole batch) plus
+    $O(T n^2)$ per trajectory: it pays off on accelerators, for small states and
+    long horizons. Valid for a `LinearSystem` with open-loop inputs and/or a
+    `LinearFeedback`; with `Autodiff()` or `LinearAdjoint()` (whose reverse pass is
+    a parallel scan too).
+
+    **Raises:**
+
+    `ValueError` (at `rollout`) for a non-linear case or `Checkpointed()`.
+
+    **Example:**
+
+    ```python
+    system = dynsys.LinearSystem(K=jnp.array([[0.9, 0.1], [0.0, 0.8]]))
+    traj = dynsys.rollout(system, jnp.ones(2), 1000, method=dynsys.Parallel())
+    ```
+    """
+
+    def check(self, system, controller, has_inputs, adjoint):
+        super().check(system, controller, has_inputs, adjoint)
+        if isinstance(adjoint, Checkpointed):
+            raise ValueError(
+                "rollout(method=Parallel()): Checkpointed() recomputes segments of a "
+                "sequential scan, and an associative scan has none; use "
+                "Parallel() with Autodiff() or LinearAdjoint(), or Chunked() / "
+                "Sequential() with Checkpointed()."
+            )
+
+    def _solver(self, adjoint):
+        del adjoint
+        return _batched(_parallel_solve)
+
+
+class Chunked(_AbstractLinearMethod):
+    """Advance `size` steps at once by one matrix product with stacked powers of $M$.
+
+    For a linear time-invariant case $x_{t+1} = M x_t + b_t$ ($M = K - BG$), the
+    states of a chunk follow from its first state by
+    $x_{k+i} = M^i x_k + \\sum_{j<i} M^{i-1-j} b_{k+j}$, $i < \\text{size}$: one
+    product with the stacked powers $[I, M, \\dots, M^{\\text{size}-1}]$ plus one with
+    a block-Toeplitz matrix of powers for the inputs. A short scan of $T/\\text{size}$
+    steps carries the chunk starts
+    ($x_{k+\\text{size}} = M^{\\text{size}} x_k + \\dots$);
+    the states of all chunks and all trajectories then come from one large matrix
+    product. This turns $T$ small products into $T/\\text{size}$ steps and a few large
+    ones. Works with every adjoint (`Checkpointed()` checkpoints the scan over
+    chunks; `LinearAdjoint()` solves the adjoint recurrence chunked as well).
+
+    Caveat: powers of $M$ up to `size` appear. If $\\|M\\| > 1$ they grow and the
+    rounding error of a state can grow by $\\|M\\|^{\\text{size}}$ relative to
+    `Sequential()`; keep `size` small for unstable systems, or use float64.
+
+    **Arguments:**
+
+    - `size`: steps per chunk (a positive integer). A horizon that is not a multiple
+        of `size` is padded internally.
+
+    **Raises:**
+
+    `ValueError` if `size` is not a positive integer; at `rollout`, for a non-linear
+    case.
+
+    **Example:**
+
+    ```python
+    system = dynsys.LinearSystem(K=jnp.array([[0.9, 0.1], [0.0, 0.8]]))
+    traj = dynsys.rollout(system, jnp.ones(2), 1000, method=dynsys.Chunked(25))
+    ```
+    """
+
+    size: int = eqx.field(static=True)
+
+    def __check_init__(self):
+        s = self.size
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise ValueError(
+                f"Chunked(size=...): size must be a positive integer, got {s!r}."
+            )
+
+    def _name(self) -> str:
+        return f"Chunked({self.size})"
+
+    def _solver(self, adjoint):
+        scan = jax.lax.scan if isinstance(adjoint, LinearAdjoint) else adjoint.scan
+        return functools.partial(_chunked_solve_batch, scan, self.size)
 
 
 def default_method(
-    system: AbstractSystem, controller: AbstractController | None, has_inputs: bool
+    system: AbstractSystem,
+    controller: AbstractController | None,
+    has_inputs: bool,
+    adjoint: AbstractAdjoint,
+    num_steps: int,
 ) -> AbstractMethod:
-    """The method `rollout` uses when none is given."""
-    del system, controller, has_inputs
-    return Sequential()
+    """The method `rollout` uses when none is given (see docs/performance.md).
+
+    - Not a linear case (any other system or controller): `Sequential()`.
+    - Linear case with `num_steps < 64`: `Sequential()` (nothing to gain).
+    - Otherwise `Chunked(size)` with `size` from `default_chunk_size`.
+    """
+    del has_inputs
+    if not is_linear_case(system, controller) or num_steps < 64:
+        return Sequential()
+    del adjoint
+    return Chunked(default_chunk_size(system.state_size, num_steps))
+
+
+def default_chunk_size(state_size: int, num_steps: int) -> int:
+    """The chunk size `Chunked` gets by default: about $\\sqrt{T}$, smaller for large n.
+
+    The scan over chunks has $T/\\text{size}$ steps and each chunk costs
+    $O(\\text{size}\\, n^2)$ per trajectory; $\\sqrt{T}$ balances the two, capped so
+    that the stacked powers stay small (`size * n <= 1024`).
+    """
+    size = max(1, math.isqrt(num_steps))
+    cap = max(1, 1024 // max(state_size, 1))
+    return max(1, min(size, cap, 64))

@@ -1,5 +1,6 @@
 """The rollout engine: record a trajectory into arrays allocated once."""
 
+import math
 import numbers
 
 import equinox as eqx
@@ -138,25 +139,25 @@ def _check_step_shapes(system, controller, x0, t, inputs) -> jnp.dtype:
     return jnp.result_type(x0.dtype, x_next.dtype)
 
 
-def _map_batch(fn, batch_shape: tuple[int, ...], *args):
-    """Apply `fn` over the leading `batch_shape` dims of `args` (each padded to them).
+def _flatten_batch(x0, inputs, batch_shape):
+    """Flatten the batch to one leading axis of size N (inputs may keep size 1).
 
-    An argument whose leading dim is 1 where the batch's is larger is broadcast (not
-    copied): it is passed unmapped to `jax.vmap`.
+    `x0` is broadcast to the full batch (it is small); `inputs` whose batch is a
+    single trajectory keep a leading axis of 1 and are broadcast, not copied, by the
+    method.
     """
-    if not batch_shape:
-        return fn(*args)
-    size = batch_shape[0]
-    in_axes, mapped = [], []
-    for arg in args:
-        if arg is None or arg.shape[0] != size:
-            in_axes.append(None)
-            mapped.append(None if arg is None else arg[0])
+    size = math.prod(batch_shape)
+    n = x0.shape[-1]
+    x0 = jnp.broadcast_to(x0, batch_shape + (n,)).reshape(size, n)
+    if inputs is not None:
+        tail = inputs.shape[-2:]
+        if math.prod(inputs.shape[:-2]) == 1:
+            inputs = inputs.reshape((1,) + tail)
         else:
-            in_axes.append(0)
-            mapped.append(arg)
-    inner = lambda *a: _map_batch(fn, batch_shape[1:], *a)  # noqa: E731
-    return jax.vmap(inner, in_axes=in_axes)(*mapped)
+            inputs = jnp.broadcast_to(inputs, batch_shape + tail).reshape(
+                (size,) + tail
+            )
+    return x0, inputs
 
 
 def rollout(
@@ -242,19 +243,19 @@ def rollout(
     dtype = _check_step_shapes(system, controller, x0, ts[0], inputs)
     x0 = x0.astype(dtype)
     if method is None:
-        method = default_method(system, controller, inputs is not None)
-    method.check(system, controller, inputs is not None)
-
-    def single(x0_single, inputs_single):
-        xs, us, ys = method.rollout(
-            system, controller, x0_single, ts, inputs_single, adjoint
+        method = default_method(
+            system, controller, inputs is not None, adjoint, num_steps
         )
-        xs = jnp.concatenate([x0_single[None], xs], axis=0)
-        return xs, us, ys
+    adjoint.check(system, controller, inputs is not None)
+    method.check(system, controller, inputs is not None, adjoint)
 
-    depth = len(batch_shape)
-    x0 = x0.reshape((1,) * (depth - len(x0_batch)) + x0.shape)
-    if inputs is not None:
-        inputs = inputs.reshape((1,) * (depth - len(inputs_batch)) + inputs.shape)
-    xs, us, ys = _map_batch(single, batch_shape, x0, inputs)
-    return Trajectory(ts=ts, xs=xs, us=us, ys=ys)
+    if not batch_shape:
+        xs, us, ys = method.rollout(system, controller, x0, ts, inputs, adjoint)
+        return Trajectory(ts=ts, xs=xs, us=us, ys=ys)
+    flat_x0, flat_inputs = _flatten_batch(x0, inputs, batch_shape)
+    xs, us, ys = method.rollout_batch(
+        system, controller, flat_x0, ts, flat_inputs, adjoint
+    )
+    unflatten = lambda a: a.reshape(batch_shape + a.shape[1:])  # noqa: E731
+    us = None if us is None else unflatten(us)
+    return Trajectory(ts=ts, xs=unflatten(xs), us=us, ys=unflatten(ys))
