@@ -47,6 +47,7 @@ from ._method import (
 from ._ode import (
     AbstractODE as AbstractODE,
     discretize as discretize,
+    Discretized as Discretized,
     LinearODE as LinearODE,
     Sampled as Sampled,
 )

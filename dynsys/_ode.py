@@ -454,3 +454,86 @@ class Sampled(AbstractSystem):
 
     def output(self, t: Time, x: State, u: Input) -> Output:
         return self.ode.output(t, x, u)
+
+
+class Discretized(AbstractSystem):
+    """A `LinearODE` kept in continuous time and discretised when it steps.
+
+    `step(t, x, u)` is that of `discretize(ode, dt, method)`, so its trainable arrays
+    are the ODE's `A`, `B`, `C`, `D`: fitting it (with `dynsys.fit` or `dynsys.train`)
+    runs gradient descent through the matrix exponential and identifies the
+    continuous-time matrices from sampled data. `to_linear()` gives the equivalent
+    `LinearSystem`; call it once outside a loop when only the discrete system is
+    needed (each `step` recomputes the discretisation).
+
+    **Arguments:**
+
+    - `ode`: a `LinearODE`.
+    - `dt`: the sampling period, a positive finite Python number (static; also the
+        time label for `rollout`).
+    - `method`: `"zoh"` (default), `"bilinear"` or `"euler"`, as in `discretize`.
+
+    **Raises:**
+
+    `TypeError`/`ValueError` as `discretize`.
+
+    **Example:**
+
+    ```python
+    model = dynsys.Discretized(dynsys.LinearODE(-jnp.eye(2), jnp.ones((2, 1))), 0.1)
+    model.to_linear().K  # expm(-0.1 I)
+    ```
+    """
+
+    ode: LinearODE
+    dt: float = eqx.field(static=True)
+    method: str = eqx.field(static=True)
+
+    def __init__(
+        self,
+        ode: LinearODE,
+        dt: float,
+        method: Literal["zoh", "bilinear", "euler"] = "zoh",
+    ):
+        if not isinstance(ode, LinearODE):
+            raise TypeError(
+                "Discretized(ode=...): expected a LinearODE, got "
+                f"{type(ode).__name__}; sample a general AbstractODE with "
+                "Sampled(ode, dt)."
+            )
+        value = _concrete_dt("Discretized", dt)
+        if value is None:
+            raise TypeError(
+                "Discretized(dt=...): dt must be concrete (it is static: a Python "
+                "number); to differentiate with respect to dt, use discretize(ode, dt)."
+            )
+        if method not in _METHODS:
+            raise ValueError(
+                f"Discretized(method=...): method must be one of "
+                f"{', '.join(_METHODS)}, got {method!r}."
+            )
+        self.ode = ode
+        self.dt = value
+        self.method = method
+
+    @property
+    def state_size(self) -> int:
+        return self.ode.state_size
+
+    @property
+    def input_size(self) -> int:
+        return self.ode.input_size
+
+    @property
+    def output_size(self) -> int:
+        return self.ode.output_size
+
+    def to_linear(self) -> LinearSystem:
+        """The equivalent `LinearSystem`, `discretize(ode, dt, method)`."""
+        return discretize(self.ode, self.dt, self.method)
+
+    def step(self, t: Time, x: State, u: Input) -> State:
+        return self.to_linear().step(t, x, u)
+
+    def output(self, t: Time, x: State, u: Input) -> Output:
+        return self.ode.output(t, x, u)
