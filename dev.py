@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Set-up and tasks for dynsys, with nothing but Python 3.11+.
 
-    python3 dev.py demo   # create .venv, install dynsys, simulate a zoo model
+    python3 dev.py demo   # create .venv, install dynsys, run `dynsys fit`: fit a
+                          # linear model to noisy data simulated from a zoo model,
+                          # print true vs fitted, write runs/fit/
     python3 dev.py test   # create .venv, install dynsys with test extras, run pytest
 
 Extra arguments after the task go to the command it runs, e.g.
-`python3 dev.py test -k rollout` or `python3 dev.py demo --steps 500`.
+`python3 dev.py test -k rollout` or `python3 dev.py demo --steps 1000 --model stable`.
 The virtual environment is (re)installed only when pyproject.toml changes.
 """
 
@@ -58,13 +60,7 @@ def ensure_environment() -> None:
 
 def main(argv: list[str]) -> int:
     tasks = {
-        "demo": [
-            str(BIN / "dynsys"),
-            "simulate",
-            "mass_spring_damper",
-            "--out",
-            "runs/demo",
-        ],
+        "demo": [str(BIN / "dynsys"), "fit"],
         "test": [_python(), "-m", "pytest"],
         "setup": None,
     }

@@ -194,9 +194,18 @@ def _step_times(model, num_steps: int, dtype) -> Array:
     return _times(model, 0, num_steps, dtype)
 
 
-def _simulation_loss(model, xs, us, x0):
-    traj = rollout(model, x0, xs.shape[-2] - 1, inputs=us)
-    return jnp.mean((traj.xs - xs) ** 2)
+def _squared_error(predicted, xs, fitted_x0: bool):
+    """Mean squared error over the predicted states $x_1 \\dots$; with a fitted
+    initial state also over $x_0$."""
+    if not fitted_x0:
+        predicted, xs = predicted[..., 1:, :], xs[..., 1:, :]
+    return jnp.mean((predicted - xs) ** 2)
+
+
+def _simulation_loss(model, xs, us, x0=None):
+    start = xs[:, 0] if x0 is None else x0
+    traj = rollout(model, start, xs.shape[-2] - 1, inputs=us)
+    return _squared_error(traj.xs, xs, x0 is not None)
 
 
 def _one_step_predictions(model, xs, us):
@@ -228,12 +237,13 @@ def _windows(shooting: MultipleShooting, xs, us):
 def _shooting_loss(model, shooting: MultipleShooting, xs, us, x0=None):
     starts, x_windows, u_windows = _windows(shooting, xs, us)
     times = _step_times(model, xs.shape[1] - 1, xs.dtype)
+    fitted_x0 = x0 is not None
     if x0 is None:
         x0 = x_windows[:, :, 0]
 
     def window(x0_w, u_w, x_w, t0):
         traj = rollout(model, x0_w, shooting.horizon, inputs=u_w, t0=t0)
-        return jnp.mean((traj.xs - x_w) ** 2)
+        return _squared_error(traj.xs, x_w, fitted_x0)
 
     u_axis = None if u_windows is None else 1
     per_window = jax.vmap(window, in_axes=(1, u_axis, 1, 0))(
@@ -291,7 +301,7 @@ def _loss_value(loss, model, xs, us, x0=None):
     if loss == "one_step":
         return _one_step_loss(model, xs, us)
     if loss == "simulation":
-        return _simulation_loss(model, xs, us, xs[:, 0] if x0 is None else x0)
+        return _simulation_loss(model, xs, us, x0)
     return _shooting_loss(model, loss, xs, us, x0)
 
 

@@ -26,7 +26,7 @@ def _ratio(name: str, y, y_hat, per_channel: bool) -> Array:
     y = y.reshape(-1, y.shape[-1])
     y_hat = y_hat.reshape(-1, y.shape[-1])
     error = jnp.linalg.norm(y - y_hat, axis=0)
-    spread = jnp.linalg.norm(y - jnp.mean(y, axis=0), axis=0)
+    spread = jnp.linalg.norm(y - jnp.mean(y, axis=0, keepdims=True), axis=0)
     ratio = error / spread
     return ratio if per_channel else jnp.mean(ratio)
 

@@ -1,0 +1,100 @@
+"""`dynsys fit`: the default story, a user dataset, bad data, a diverging fit."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import dynsys
+from dynsys import cli
+
+
+FILES = {
+    "model.dynsys",
+    "metrics.json",
+    "loss_history.csv",
+    "trajectories.png",
+    "eigenvalues.png",
+    "loss.png",
+}
+SMALL = ["--trajectories", "4", "--length", "20", "--steps", "20", "--no-progress"]
+
+
+def test_default_fit_writes_the_run_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["fit", *SMALL, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "eigenvalues" in printed and "true" in printed and "fit time" in printed
+    assert "held-out fit % vs noise-free truth" in printed
+    assert set(p.name for p in out.iterdir()) == FILES | {"data.npz"}
+    for name in ("trajectories.png", "eigenvalues.png", "loss.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps_run"] == 20 and metrics["stop_reason"] is None
+    assert len(metrics["eigenvalues"]["true"]) == 4
+    model = dynsys.load(out / "model.dynsys")
+    np.testing.assert_allclose(model.K, metrics["K"])
+    lines = (out / "loss_history.csv").read_text().splitlines()
+    assert lines[0] == "step,train_loss,validation_loss" and len(lines) == 1 + 20 + 1
+    data = dynsys.load_dataset(out / "data.npz")
+    assert data.xs.shape == (4, 21, 4)
+    # A second run replaces the folder whole, leaving nothing else behind.
+    assert cli.main(["fit", *SMALL, "--out", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_fit_a_csv_dataset_with_the_stable_model(tmp_path, capsys):
+    K = np.array([[0.99, 0.1], [-0.1, 0.99]])
+    rng = np.random.default_rng(0)
+    data = dynsys.simulate(dynsys.LinearSystem(K), rng.normal(size=(4, 2)), 15)
+    data.save(tmp_path / "d.csv")
+    out = tmp_path / "run"
+    code = cli.main(
+        [
+            "fit",
+            str(tmp_path / "d.csv"),
+            "--model",
+            "stable",
+            "--loss",
+            "shooting",
+            "--horizon",
+            "5",
+            "--steps",
+            "5",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    assert set(p.name for p in out.iterdir()) == FILES
+    model = dynsys.load(out / "model.dynsys")
+    assert isinstance(model, dynsys.StableLinearSystem)
+    assert dynsys.spectral_radius(model) < 1.0
+    assert "held-out fit % vs measurements" in capsys.readouterr().out
+
+
+def test_bad_csv_is_reported_with_line_and_column(tmp_path, capsys):
+    path = tmp_path / "d.csv"
+    path.write_text("trajectory,time,x0\n0,0,1\n0,1,oops\n")
+    assert cli.main(["fit", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert "line 3: column 3 ('x0'): 'oops' is not a number" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_diverging_fit_reports_and_writes_a_complete_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="non-finite"):
+        assert cli.main(["fit", *SMALL, "--lr", "1e30", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "stopped early: non-finite" in printed
+    assert set(p.name for p in out.iterdir()) == FILES | {"data.npz"}
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps_run"] < 20 and "non-finite" in metrics["stop_reason"]
+    model = dynsys.load(out / "model.dynsys")
+    assert np.all(np.isfinite(model.K))
+    assert all(
+        math.isfinite(v)
+        for v in metrics["fit_percent"]["held-out fit % vs measurements"].values()
+    )

@@ -1,0 +1,98 @@
+"""save / load: round trips, templates, and clear errors for bad files."""
+
+import os
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dynsys
+
+
+def test_linear_system_round_trip_without_template(tmp_path):
+    model = dynsys.LinearSystem(
+        np.array([[0.9, 0.1], [0.0, 0.8]]),
+        np.array([[0.0], [1.0]]),
+        offset=np.array([0.1, -0.1]),
+        dt=0.05,
+    )
+    path = tmp_path / "model.dynsys"
+    dynsys.save(path, model)
+    back = dynsys.load(path)
+    assert type(back) is dynsys.LinearSystem and back.dt == 0.05 and back.C is None
+    for name in ("K", "B", "offset"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(model, name))
+        assert getattr(back, name).dtype == getattr(model, name).dtype
+    assert os.listdir(tmp_path) == ["model.dynsys"]
+
+
+def test_stable_system_round_trip(tmp_path):
+    model = dynsys.StableLinearSystem(3 * np.eye(2), np.eye(2), bound=0.9)
+    dynsys.save(tmp_path / "s.dynsys", model)
+    back = dynsys.load(tmp_path / "s.dynsys")
+    assert type(back) is dynsys.StableLinearSystem and back.bound == 0.9
+    np.testing.assert_array_equal(back.K, model.K)
+
+
+class _Gain(eqx.Module):
+    k: jax.Array
+    name: str = eqx.field(static=True, default="g")
+
+
+def test_user_class_needs_a_template(tmp_path):
+    path = tmp_path / "g.dynsys"
+    dynsys.save(path, _Gain(jnp.arange(3.0)))
+    with pytest.raises(
+        ValueError,
+        match=r"holds a tests\.test_io\._Gain, which is not built into dynsys; pass a template",
+    ):
+        dynsys.load(path)
+    back = dynsys.load(path, like=_Gain(jnp.zeros(3)))
+    np.testing.assert_array_equal(back.k, [0.0, 1.0, 2.0])
+    with pytest.raises(
+        ValueError, match=r"leaf 0 has shape \(3,\) in the file but \(4,\) in like"
+    ):
+        dynsys.load(path, like=_Gain(jnp.zeros(4)))
+    with pytest.raises(
+        ValueError,
+        match=r"the file holds a tests\.test_io\._Gain, but like is a dynsys\.LinearSystem",
+    ):
+        dynsys.load(path, like=dynsys.LinearSystem(np.eye(3)))
+
+
+def test_truncated_foreign_and_damaged_files(tmp_path):
+    path = tmp_path / "m.dynsys"
+    dynsys.save(path, dynsys.LinearSystem(np.eye(3)))
+    content = path.read_bytes()
+    bad = tmp_path / "bad.dynsys"
+    bad.write_bytes(content[:-5])
+    with pytest.raises(ValueError, match="truncated or damaged"):
+        dynsys.load(bad)
+    bad.write_bytes(content[:20])
+    with pytest.raises(ValueError, match="truncated"):
+        dynsys.load(bad)
+    bad.write_bytes(content[:-1] + bytes([content[-1] ^ 0xFF]))
+    with pytest.raises(ValueError, match="checksum"):
+        dynsys.load(bad)
+    np.save(tmp_path / "foreign.npy", np.eye(3))
+    with pytest.raises(ValueError, match="not a dynsys model file"):
+        dynsys.load(tmp_path / "foreign.npy")
+    with pytest.raises(ValueError, match="no such file"):
+        dynsys.load(tmp_path / "missing.dynsys")
+
+
+def test_save_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "m.dynsys"
+    dynsys.save(path, dynsys.LinearSystem(np.eye(2)))
+    before = path.read_bytes()
+
+    def fail(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(OSError, match="disk full"):
+        dynsys.save(path, dynsys.LinearSystem(2 * np.eye(2)))
+    assert path.read_bytes() == before  # the old model is intact
+    assert os.listdir(tmp_path) == ["m.dynsys"]  # and no temporary file is left
