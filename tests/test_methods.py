@@ -1,0 +1,265 @@
+"""Parallel and Chunked agree with Sequential (values and gradients, float64)."""
+
+import dynsys.models as zoo
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dynsys
+from dynsys._method import default_method
+
+from .helpers import python_loop_rollout
+
+
+METHODS = [dynsys.Parallel(), dynsys.Chunked(1), dynsys.Chunked(4), dynsys.Chunked(7)]
+IDS = ["parallel", "chunked1", "chunked4", "chunked7"]
+# Which arrays each case has: K only; inputs; every part; feedback with everything.
+CASES = ["autonomous", "inputs", "affine", "feedback"]
+
+
+def make_case(getkey, case, num_steps, batch=()):
+    n, m, p = 3, 2, 2
+    arrays = dict(
+        K=0.4 * jax.random.normal(getkey(), (n, n)),
+        x0=jax.random.normal(getkey(), batch + (n,)),
+    )
+    if case != "autonomous":
+        arrays["B"] = jax.random.normal(getkey(), (n, m))
+        arrays["inputs"] = jax.random.normal(getkey(), batch + (num_steps, m))
+    if case in ("affine", "feedback"):
+        arrays["C"] = jax.random.normal(getkey(), (p, n))
+        arrays["D"] = jax.random.normal(getkey(), (p, m))
+        arrays["offset"] = jax.random.normal(getkey(), (n,))
+    if case == "feedback":
+        arrays["gain"] = 0.2 * jax.random.normal(getkey(), (m, n))
+    return arrays
+
+
+def run(arrays, num_steps, method, adjoint=dynsys.Autodiff()):
+    system = dynsys.LinearSystem(
+        arrays["K"],
+        arrays.get("B"),
+        arrays.get("C"),
+        arrays.get("D"),
+        arrays.get("offset"),
+    )
+    gain = arrays.get("gain")
+    controller = None if gain is None else dynsys.LinearFeedback(gain)
+    return dynsys.rollout(
+        system,
+        arrays["x0"],
+        num_steps,
+        controller=controller,
+        inputs=arrays.get("inputs"),
+        method=method,
+        adjoint=adjoint,
+    )
+
+
+def loss(arrays, num_steps, method, adjoint=dynsys.Autodiff()):
+    traj = run(arrays, num_steps, method, adjoint)
+    value = jnp.mean(traj.xs**2) + jnp.mean(jnp.sin(traj.ys))
+    if traj.us is not None:
+        value = value + jnp.mean(traj.us**2)
+    return value
+
+
+def assert_trees_close(got, want, rtol=1e-10, atol=1e-12):
+    for (path, a), b in zip(
+        jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want)
+    ):
+        np.testing.assert_allclose(
+            a, b, rtol=rtol, atol=atol, err_msg=jax.tree_util.keystr(path)
+        )
+
+
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
+@pytest.mark.parametrize(
+    "case, num_steps",
+    [("autonomous", 0), ("feedback", 1), *((case, 20) for case in CASES)],
+)
+def test_values_equal_sequential(getkey, method, case, num_steps):
+    arrays = make_case(getkey, case, num_steps)
+    got = run(arrays, num_steps, method)
+    want = run(arrays, num_steps, dynsys.Sequential())
+    assert got.xs.shape == want.xs.shape and got.ys.shape == want.ys.shape
+    assert_trees_close(got, want)
+
+
+@pytest.mark.parametrize(
+    "method, case, batch",
+    [
+        *(
+            (METHODS[i], case, batch)
+            for i in (0, 2)
+            for case in CASES
+            for batch in [(), (2, 2)]
+        ),
+        (METHODS[1], "feedback", (3,)),
+        (METHODS[3], "feedback", (3,)),
+        (METHODS[3], "affine", ()),
+    ],
+)
+def test_gradients_equal_sequential(getkey, method, case, batch):
+    arrays = make_case(getkey, case, 13, batch)
+    got = jax.grad(loss)(arrays, 13, method)
+    want = jax.grad(loss)(arrays, 13, dynsys.Sequential())
+    assert_trees_close(got, want)
+
+
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
+def test_broadcast_inputs_and_batched_x0(getkey, method):
+    """One input sequence shared by a batch of initial states, and the reverse."""
+    arrays = make_case(getkey, "feedback", 11)
+    arrays["x0"] = jax.random.normal(getkey(), (4, 3))
+    assert_trees_close(
+        jax.grad(loss)(arrays, 11, method),
+        jax.grad(loss)(arrays, 11, dynsys.Sequential()),
+    )
+    arrays["x0"] = arrays["x0"][0]
+    arrays["inputs"] = jax.random.normal(getkey(), (4, 11, 2))
+    assert_trees_close(run(arrays, 11, method), run(arrays, 11, dynsys.Sequential()))
+
+
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
+def test_equals_python_loop(getkey, method):
+    arrays = make_case(getkey, "feedback", 17)
+    traj = run(arrays, 17, method)
+    K, B, C, D = (np.asarray(arrays[k]) for k in "KBCD")
+    offset, gain = np.asarray(arrays["offset"]), np.asarray(arrays["gain"])
+    xs, us, ys = python_loop_rollout(
+        lambda t, x, u: K @ x + B @ u + offset,
+        lambda t, x, u: C @ x + D @ u,
+        lambda t, x: -gain @ x,
+        arrays["x0"],
+        17,
+        inputs=np.asarray(arrays["inputs"]),
+    )
+    np.testing.assert_allclose(traj.xs, xs, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(traj.us, us, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(traj.ys, ys, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
+def test_under_jit_and_vmap(getkey, method):
+    arrays = make_case(getkey, "inputs", 9)
+    x0s = jax.random.normal(getkey(), (5, 3))
+    f = jax.jit(jax.vmap(lambda x0: run({**arrays, "x0": x0}, 9, method).xs))
+    np.testing.assert_allclose(
+        f(x0s), run({**arrays, "x0": x0s}, 9, dynsys.Sequential()).xs, rtol=1e-10
+    )
+
+
+@pytest.mark.parametrize("size", [3, 8])
+def test_chunked_unstable_system_float64(getkey, size):
+    """Powers of K with norm > 1: still exact in float64 for a moderate horizon."""
+    K = 1.05 * jnp.linalg.qr(jax.random.normal(getkey(), (4, 4)))[0]
+    x0 = jax.random.normal(getkey(), (4,))
+    system = dynsys.LinearSystem(K)
+    got = dynsys.rollout(system, x0, 60, method=dynsys.Chunked(size)).xs
+    want = dynsys.rollout(system, x0, 60, method=dynsys.Sequential()).xs
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def test_chunked_float32(getkey):
+    K = 0.9 * jnp.linalg.qr(jax.random.normal(getkey(), (4, 4)))[0]
+    x0 = jax.random.normal(getkey(), (2, 4))
+    system32 = dynsys.LinearSystem(K.astype(jnp.float32))
+    got = dynsys.rollout(
+        system32, x0.astype(jnp.float32), 200, method=dynsys.Chunked(16)
+    )
+    want = dynsys.rollout(dynsys.LinearSystem(K), x0, 200, method=dynsys.Sequential())
+    assert got.xs.dtype == jnp.float32
+    np.testing.assert_allclose(got.xs, want.xs, rtol=1e-4, atol=1e-5)
+
+
+def test_default_method_rule():
+    linear = dynsys.LinearSystem(0.5 * jnp.eye(3), jnp.ones((3, 1)))
+    autodiff = dynsys.Autodiff()
+    assert default_method(linear, None, True, autodiff, 10) == dynsys.Sequential()
+    chosen = default_method(linear, None, True, autodiff, 10_000)
+    assert isinstance(chosen, dynsys.Chunked) and 1 < chosen.size <= 100
+    feedback = dynsys.LinearFeedback(jnp.ones((1, 3)))
+    assert isinstance(
+        default_method(linear, feedback, False, autodiff, 1000), dynsys.Chunked
+    )
+    mlp = dynsys.MLPController(3, 1, width_size=4, depth=1, key=jax.random.key(0))
+    assert default_method(linear, mlp, False, autodiff, 1000) == dynsys.Sequential()
+    pendulum = zoo.Pendulum()
+    assert default_method(pendulum, None, True, autodiff, 1000) == dynsys.Sequential()
+
+
+def test_default_method_is_exact_for_a_long_horizon(getkey):
+    """The default (chunked for a long horizon) gives Sequential's gradients."""
+    K = 0.3 * jax.random.normal(getkey(), (3, 3))
+    x0 = jax.random.normal(getkey(), (2, 3))
+
+    def f(K, method):
+        return jnp.sum(
+            dynsys.rollout(dynsys.LinearSystem(K), x0, 500, method=method).xs ** 2
+        )
+
+    np.testing.assert_allclose(
+        jax.grad(f)(K, None), jax.grad(f)(K, dynsys.Sequential()), rtol=1e-10
+    )
+
+
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
+def test_nonlinear_system_is_rejected(method):
+    name = "Parallel" if isinstance(method, dynsys.Parallel) else "Chunked"
+    with pytest.raises(
+        ValueError,
+        match=rf"method={name}\(\d*\)\): {name}\(\d*\) needs a LinearSystem.*got Pendulum",
+    ):
+        dynsys.rollout(
+            zoo.Pendulum(), jnp.zeros(2), 5, inputs=jnp.zeros((5, 1)), method=method
+        )
+
+
+@pytest.mark.parametrize("method", METHODS, ids=IDS)
+def test_nonlinear_controller_is_rejected(method):
+    system = dynsys.LinearSystem(0.5 * jnp.eye(2), jnp.ones((2, 1)))
+    mlp = dynsys.MLPController(2, 1, width_size=4, depth=1, key=jax.random.key(0))
+    with pytest.raises(
+        ValueError,
+        match="needs open-loop inputs or a LinearFeedback.*got MLPController",
+    ):
+        dynsys.rollout(system, jnp.zeros(2), 5, controller=mlp, method=method)
+
+
+def test_parallel_rejects_checkpointed():
+    system = dynsys.LinearSystem(0.5 * jnp.eye(2))
+    with pytest.raises(
+        ValueError, match=r"method=Parallel\(\)\): Checkpointed\(\) recomputes"
+    ):
+        dynsys.rollout(
+            system,
+            jnp.ones(2),
+            5,
+            method=dynsys.Parallel(),
+            adjoint=dynsys.Checkpointed(),
+        )
+
+
+@pytest.mark.parametrize("size", [0, -3, 2.5, True, "4"])
+def test_chunk_size_must_be_positive_integer(size):
+    with pytest.raises(
+        ValueError, match=r"Chunked\(size=...\): size must be a positive integer"
+    ):
+        dynsys.Chunked(size)
+
+
+def test_errors_under_jit():
+    system = dynsys.LinearSystem(0.5 * jnp.eye(2), jnp.ones((2, 1)))
+    mlp = dynsys.MLPController(2, 1, width_size=4, depth=1, key=jax.random.key(0))
+
+    @eqx.filter_jit
+    def f(x0):
+        return dynsys.rollout(
+            system, x0, 5, controller=mlp, method=dynsys.Parallel()
+        ).xs
+
+    with pytest.raises(ValueError, match=r"Parallel\(\) needs open-loop inputs"):
+        f(jnp.zeros(2))
