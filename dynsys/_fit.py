@@ -349,8 +349,9 @@ def fit(
     """Fit the parameters of any `AbstractSystem` to trajectories by gradient descent.
 
     Minimises the mean squared error between the data's states and the model's
-    prediction, with `optax` through `dynsys.train` (one jitted step, progress bar,
-    best-model tracking, a stop at the first non-finite loss or gradient):
+    predictions of them ($x_1 \\dots$; also $x_0$ when it is fitted), with `optax`
+    through `dynsys.train` (one jitted step, progress bar, best-model tracking, a
+    stop at the first non-finite loss or gradient):
 
     - `"simulation"`: the free run from each trajectory's first state over all `T`
         steps, driven by the data's inputs (output error; unbiased under measurement
