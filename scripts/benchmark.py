@@ -1,0 +1,584 @@
+"""Benchmark dynsys rollouts and their gradients against hand-written baselines.
+
+One run measures, side by side, for each workload W0-W4: dynsys's default method, a
+bare `jax.lax.scan` written by hand, PyTorch (an autograd loop that stacks states)
+where `torch` is importable, and for W0 the Python loop that grows the matrix with
+`concatenate` under `jit`. Times are medians of repeats (after compilation);
+memory is the compiled gradient's temporary bytes from `memory_analysis()`, as a
+multiple of the trajectory's bytes. It prints a table and writes the section of
+`docs/benchmarks.md` for the current backend (CPU or GPU), keeping the other one.
+
+    python scripts/benchmark.py                # all workloads; docs/benchmarks.md
+    python scripts/benchmark.py --workloads W0,W2 --no-write
+    python scripts/benchmark.py --quick --output /tmp/bench.md   # smoke test
+
+The same command runs unchanged on a GPU machine (it then fills the GPU section and
+adds W2 with T = 10^6 for Sequential, Parallel and Chunked).
+"""
+
+import argparse
+import dataclasses
+import datetime
+import importlib.metadata
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dynsys
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str
+    batch: int  # 0: one trajectory without a batch axis
+    n: int
+    num_steps: int
+    dtype: str
+    mlp: bool = False  # closed loop with an MLP controller
+
+    def describe(self) -> str:
+        batch = "1 trajectory" if self.batch == 0 else f"{self.batch} trajectories"
+        extra = ", MLP controller (width 64)" if self.mlp else ""
+        return f"{batch}, n = {self.n}, T = {self.num_steps:,}, {self.dtype}{extra}"
+
+
+FULL = [
+    Workload("W0", 0, 3, 9, "float64"),
+    Workload("W1", 1024, 32, 1000, "float32"),
+    Workload("W2", 0, 3, 100_000, "float32"),
+    Workload("W3", 16, 256, 2000, "float32"),
+    Workload("W4", 256, 8, 1000, "float32", mlp=True),
+]
+QUICK = [
+    Workload("W0", 0, 3, 9, "float64"),
+    Workload("W1", 8, 4, 50, "float32"),
+    Workload("W2", 0, 3, 1000, "float32"),
+    Workload("W3", 2, 8, 40, "float32"),
+    Workload("W4", 4, 4, 30, "float32", mlp=True),
+]
+MLP_WIDTH, MLP_DEPTH, MLP_INPUTS = 64, 2, 2
+
+
+# --- timing and memory ------------------------------------------------------------
+
+
+def median_seconds(fn, args, min_repeats, budget):
+    """Median wall time of `fn(*args)` (compiled beforehand), over >= min_repeats."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_repeats or (
+        time.perf_counter() - start < budget and len(times) < 200
+    ):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def temp_bytes(jitted, args):
+    try:
+        analysis = jitted.lower(*args).compile().memory_analysis()
+        return None if analysis is None else analysis.temp_size_in_bytes
+    except Exception:  # some backends give no analysis
+        return None
+
+
+# --- the workloads ----------------------------------------------------------------
+
+
+def make_problem(w: Workload):
+    dtype = jnp.dtype(w.dtype)
+    k1, k2, k3, k4 = jax.random.split(jax.random.key(0), 4)
+    # A stable K: 0.95 times an orthogonal matrix (all eigenvalues on |z| = 0.95).
+    K = (0.95 * jnp.linalg.qr(jax.random.normal(k1, (w.n, w.n)))[0]).astype(dtype)
+    shape = (w.n,) if w.batch == 0 else (w.batch, w.n)
+    x0 = jax.random.normal(k2, shape, dtype)
+    target_shape = shape[:-1] + (w.num_steps + 1, w.n)
+    target = 0.1 * jax.random.normal(k3, target_shape, dtype)
+    if not w.mlp:
+        return dict(K=K, x0=x0, target=target)
+    B = (jax.random.normal(k4, (w.n, MLP_INPUTS)) / w.n).astype(dtype)
+    controller = dynsys.MLPController(
+        w.n, MLP_INPUTS, width_size=MLP_WIDTH, depth=MLP_DEPTH, key=k4, dtype=dtype
+    )
+    return dict(K=K, B=B, x0=x0, target=target, controller=controller)
+
+
+def bare_scan_rollout(K, x0, num_steps):
+    """The hand-written baseline: one lax.scan, states stacked, x0 prepended."""
+
+    def body(x, _):
+        x = x @ K.T
+        return x, x
+
+    _, xs = jax.lax.scan(body, x0, None, length=num_steps)  # (T, ..., n)
+    xs = jnp.concatenate([x0[None], xs], axis=0)
+    return jnp.moveaxis(xs, 0, -2)
+
+
+def bare_scan_closed_loop(K, B, controller, x0, num_steps):
+    def body(x, t):
+        u = jax.vmap(controller, in_axes=(None, 0))(t, x)
+        x = x @ K.T + u @ B.T
+        return x, x
+
+    ts = jnp.arange(num_steps)
+    _, xs = jax.lax.scan(body, x0, ts)
+    xs = jnp.concatenate([x0[None], xs], axis=0)
+    return jnp.moveaxis(xs, 0, -2)
+
+
+def concat_loop_rollout(K, x0, num_steps):
+    """The naive baseline: grow the matrix row by row with concatenate."""
+    xs = x0[None]
+    x = x0
+    for _ in range(num_steps):
+        x = K @ x
+        xs = jnp.concatenate([xs, x[None]], axis=0)
+    return xs
+
+
+def mse(xs, target):
+    return jnp.mean((xs - target) ** 2)
+
+
+def candidates(w: Workload, p):
+    """`{name: (forward(*args), loss(*args), args, argnums)}` for one workload."""
+    T = w.num_steps
+    out = {}
+    if not w.mlp:
+
+        def dyn_fwd(K, x0, method=None):
+            return dynsys.rollout(dynsys.LinearSystem(K), x0, T, method=method).xs
+
+        args = (p["K"], p["x0"], p["target"])
+        out["dynsys"] = (
+            lambda K, x0, tg: dyn_fwd(K, x0),
+            lambda K, x0, tg: mse(dyn_fwd(K, x0), tg),
+            args,
+        )
+        out["bare scan"] = (
+            lambda K, x0, tg: bare_scan_rollout(K, x0, T),
+            lambda K, x0, tg: mse(bare_scan_rollout(K, x0, T), tg),
+            args,
+        )
+        if w.name == "W0":
+            out["concat loop"] = (
+                lambda K, x0, tg: concat_loop_rollout(K, x0, T),
+                lambda K, x0, tg: mse(concat_loop_rollout(K, x0, T), tg),
+                args,
+            )
+        return out, (0, 1)
+
+    params, static = eqx.partition(p["controller"], eqx.is_inexact_array)
+    system = dynsys.LinearSystem(p["K"], p["B"])
+
+    def dyn(params, x0, adjoint):
+        controller = eqx.combine(params, static)
+        return dynsys.rollout(system, x0, T, controller=controller, adjoint=adjoint).xs
+
+    def bare(params, x0):
+        controller = eqx.combine(params, static)
+        return bare_scan_closed_loop(p["K"], p["B"], controller, x0, T)
+
+    args = (params, p["x0"], p["target"])
+    for name, adjoint in [
+        ("dynsys", dynsys.Autodiff()),
+        ("dynsys Checkpointed", dynsys.Checkpointed()),
+    ]:
+        out[name] = (
+            lambda q, x0, tg, a=adjoint: dyn(q, x0, a),
+            lambda q, x0, tg, a=adjoint: mse(dyn(q, x0, a), tg),
+            args,
+        )
+    out["bare scan"] = (
+        lambda q, x0, tg: bare(q, x0),
+        lambda q, x0, tg: mse(bare(q, x0), tg),
+        args,
+    )
+    return out, (0,)
+
+
+def torch_times(w: Workload, p, min_repeats, budget):
+    """(forward, gradient) seconds of an autograd loop in PyTorch, or None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.manual_seed(0)
+    dtype = {"float32": torch.float32, "float64": torch.float64}[w.dtype]
+    K = torch.tensor(np.asarray(p["K"]), dtype=dtype, requires_grad=True)
+    x0 = torch.tensor(np.asarray(p["x0"]), dtype=dtype, requires_grad=True)
+    target = torch.tensor(np.asarray(p["target"]), dtype=dtype)
+    params = [K, x0]
+    if w.mlp:
+        B = torch.tensor(np.asarray(p["B"]), dtype=dtype)
+        net = torch.nn.Sequential(
+            torch.nn.Linear(w.n + 1, MLP_WIDTH),
+            torch.nn.Tanh(),
+            torch.nn.Linear(MLP_WIDTH, MLP_WIDTH),
+            torch.nn.Tanh(),
+            torch.nn.Linear(MLP_WIDTH, MLP_INPUTS),
+        ).to(dtype)
+        params = list(net.parameters())
+
+    def forward():
+        x, xs = x0, [x0]
+        for t in range(w.num_steps):
+            if w.mlp:
+                time_feature = torch.full(x.shape[:-1] + (1,), float(t), dtype=dtype)
+                u = net(torch.cat([x, time_feature], dim=-1))
+                x = x @ K.T + u @ B.T
+            else:
+                x = x @ K.T
+            xs.append(x)
+        return torch.stack(xs, dim=-2)
+
+    def gradient():
+        loss = torch.mean((forward() - target) ** 2)
+        return torch.autograd.grad(loss, params)
+
+    def timed(fn):
+        fn()
+        times, start = [], time.perf_counter()
+        while len(times) < min_repeats or (
+            time.perf_counter() - start < budget and len(times) < 50
+        ):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    with torch.no_grad():
+        fwd = timed(forward)
+    return fwd, timed(gradient)
+
+
+def run_workload(w: Workload, min_repeats, budget):
+    p = make_problem(w)
+    cands, argnums = candidates(w, p)
+    traj_bytes = (
+        (max(w.batch, 1)) * (w.num_steps + 1) * w.n * jnp.dtype(w.dtype).itemsize
+    )
+    rows = {}
+    for name, (fwd, loss, args) in cands.items():
+        fwd_j = jax.jit(fwd)
+        grad_j = jax.jit(jax.grad(loss, argnums=argnums))
+        rows[name] = dict(
+            forward=median_seconds(fwd_j, args, min_repeats, budget),
+            gradient=median_seconds(grad_j, args, min_repeats, budget),
+            memory=temp_bytes(grad_j, args),
+        )
+    torch_result = torch_times(w, p, min_repeats, budget)
+    if torch_result is not None:
+        rows["PyTorch"] = dict(
+            forward=torch_result[0], gradient=torch_result[1], memory=None
+        )
+    return rows, traj_bytes
+
+
+def compile_seconds(num_steps):
+    """Seconds to lower and compile dynsys's default gradient (n = 3, unbatched)."""
+    K = 0.9 * jnp.eye(3, dtype=jnp.float32)
+    x0 = jnp.ones(3, jnp.float32)
+
+    def loss(K, x0):
+        return jnp.mean(dynsys.rollout(dynsys.LinearSystem(K), x0, num_steps).xs ** 2)
+
+    start = time.perf_counter()
+    jax.jit(jax.grad(loss, argnums=(0, 1))).lower(K, x0).compile()
+    return time.perf_counter() - start
+
+
+def method_comparison(num_steps, min_repeats, budget):
+    """W2 at a long horizon: gradient seconds per method (for the GPU section)."""
+    w = Workload("W2", 0, 3, num_steps, "float32")
+    p = make_problem(w)
+    out = {}
+    for method in [dynsys.Sequential(), dynsys.Parallel(), dynsys.Chunked(1000)]:
+
+        def loss(K, x0, tg, method=method):
+            xs = dynsys.rollout(dynsys.LinearSystem(K), x0, num_steps, method=method).xs
+            return mse(xs, tg)
+
+        grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+        out[repr(method)] = median_seconds(
+            grad, (p["K"], p["x0"], p["target"]), min_repeats, budget
+        )
+    return out
+
+
+# --- report -------------------------------------------------------------------------
+
+
+def fmt_time(seconds):
+    if seconds is None:
+        return "—"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def fmt_ratio(x):
+    return "—" if x is None else f"{x:.2f}×"
+
+
+def versions():
+    out = {"python": platform.python_version()}
+    for package in ["jax", "jaxlib", "equinox", "numpy", "torch"]:
+        try:
+            out[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            out[package] = "not installed"
+    return out
+
+
+def machine():
+    device = jax.devices()[0]
+    kind = getattr(device, "device_kind", str(device))
+    return (
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores "
+        f"visible, JAX backend `{jax.default_backend()}` ({len(jax.devices())} × "
+        f"{kind})"
+    )
+
+
+def results_table(workloads, results):
+    lines = [
+        "| workload | candidate | forward | gradient | gradient vs bare scan "
+        "| temp memory / trajectory |",
+        "|---|---|---|---|---|---|",
+    ]
+    for w in workloads:
+        rows, traj_bytes = results[w.name]
+        bare = rows["bare scan"]["gradient"]
+        for name, row in rows.items():
+            memory = row["memory"]
+            mem = "—" if memory is None else f"{memory / traj_bytes:.2f}×"
+            lines.append(
+                f"| {w.name} | {name} | {fmt_time(row['forward'])} | "
+                f"{fmt_time(row['gradient'])} | {fmt_ratio(row['gradient'] / bare)} | "
+                f"{mem} |"
+            )
+    return lines
+
+
+def targets(results, compile_times, quick):
+    """`[(target, measured, met)]` for each target of the issue that was measured."""
+    out = []
+
+    def ratio(workload, name, key, base="bare scan"):
+        rows = results[workload][0]
+        return rows[name][key] / rows[base][key]
+
+    def mem(workload, name):
+        rows, traj = results[workload]
+        m = rows[name]["memory"]
+        return None if m is None else m / traj
+
+    if "W0" in results:
+        f, g = ratio("W0", "dynsys", "forward"), ratio("W0", "dynsys", "gradient")
+        out.append(
+            (
+                "W0: dynsys within 1.15× of the bare scan (forward and gradient)",
+                f"forward {f:.2f}×, gradient {g:.2f}×",
+                max(f, g) <= 1.15,
+            )
+        )
+    for name, goal in [("W1", 2.0), ("W3", 2.0), ("W2", 5.0)]:
+        if name in results:
+            speedup = 1 / ratio(name, "dynsys", "gradient")
+            out.append(
+                (
+                    f"{name}: gradient at least {goal:g}× faster than bare scan "
+                    "autodiff",
+                    f"{speedup:.2f}× faster",
+                    speedup >= goal,
+                )
+            )
+    if "W1" in results:
+        m, b = mem("W1", "dynsys"), mem("W1", "bare scan")
+        out.append(
+            (
+                "W1: gradient temp memory at most 1.5× the trajectory (bare: 3×)",
+                f"{m:.2f}× (bare scan {b:.2f}×)" if m is not None else "—",
+                m is not None and m <= 1.5,
+            )
+        )
+    if "W4" in results:
+        m, b = mem("W4", "dynsys Checkpointed"), mem("W4", "bare scan")
+        t = ratio("W4", "dynsys Checkpointed", "gradient")
+        out.append(
+            (
+                "W4: Checkpointed temp memory at most 3× the trajectory (bare: 11×) "
+                "at no more than 1.6× the bare scan's gradient time",
+                f"memory {m:.2f}× (bare scan {b:.2f}×), time {t:.2f}×"
+                if m is not None
+                else f"memory —, time {t:.2f}×",
+                m is not None and m <= 3.0 and t <= 1.6,
+            )
+        )
+    if compile_times:
+        (short, t_short), (long, t_long) = compile_times
+        out.append(
+            (
+                f"compile time of the default gradient for T = {long:,} within 2× "
+                f"of T = {short}",
+                f"{t_long:.2f} s vs {t_short:.2f} s ({t_long / t_short:.2f}×)",
+                t_long <= 2 * t_short,
+            )
+        )
+    return out
+
+
+def section(backend, workloads, results, compile_times, target_rows, extra, args):
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"## {backend.upper()}",
+        "",
+        f"Measured {now} with `{' '.join(['python', *sys.argv])}`"
+        + (
+            " (quick mode: tiny sizes, not meaningful as figures)."
+            if args.quick
+            else "."
+        ),
+        "",
+        f"- Machine: {machine()}.",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()) + ".",
+        "- Workloads: "
+        + "; ".join(f"{w.name}: {w.describe()}" for w in workloads)
+        + ".",
+        "- Times are medians over repeats after compilation; the gradient is that "
+        "of the mean squared error to a fixed target trajectory, with respect to "
+        "`K` and `x0` (W0-W3) or the controller's parameters (W4). Memory is "
+        "`memory_analysis().temp_size_in_bytes` of the compiled gradient divided by "
+        "the bytes of the trajectory `xs`.",
+        "",
+        *results_table(workloads, results),
+        "",
+        "### Targets",
+        "",
+        "| target | measured | met |",
+        "|---|---|---|",
+        *(f"| {t} | {m} | {'yes' if ok else 'no'} |" for t, m, ok in target_rows),
+        "",
+    ]
+    if extra:
+        lines += [
+            "### W2 at T = 1,000,000: gradient per method",
+            "",
+            "| method | gradient |",
+            "|---|---|",
+            *(f"| `{name}` | {fmt_time(t)} |" for name, t in extra.items()),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+HEADER = """# Benchmarks
+
+Written by `scripts/benchmark.py` (rerun it to refresh a section; each backend
+writes its own section and keeps the other). How the default method is chosen and
+what each method costs: [Performance](performance.md).
+"""
+GPU_PENDING = """## GPU
+
+The GPU figures are still to be measured: run `python scripts/benchmark.py`
+unchanged on a machine with a GPU (`jax.default_backend() == "gpu"`); it fills this
+section, including W2 with T = 10⁶ for `Sequential`, `Parallel` and `Chunked`.
+"""
+
+
+def write_report(path, backend, text):
+    """Replace this backend's section of the report, keep the other; atomically."""
+    sections = {}
+    if os.path.exists(path):
+        old = open(path, encoding="utf-8").read()
+        for other in ("cpu", "gpu"):
+            b, e = f"<!-- {other} begin -->", f"<!-- {other} end -->"
+            if b in old and e in old:
+                sections[other] = old[old.index(b) + len(b) : old.index(e)].strip("\n")
+    sections[backend] = text
+    sections.setdefault("gpu", GPU_PENDING)
+    sections.setdefault("cpu", "## CPU\n\nNot measured yet.\n")
+    parts = [HEADER]
+    for name in ("cpu", "gpu"):
+        parts += [
+            f"<!-- {name} begin -->",
+            sections[name].rstrip("\n"),
+            f"<!-- {name} end -->",
+            "",
+        ]
+    content = "\n".join(parts)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".benchmarks-", suffix=".md")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(content)
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--workloads", default="W0,W1,W2,W3,W4", help="comma-separated, e.g. W0,W2"
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--repeats", type=int, default=5, help="minimum repeats")
+    parser.add_argument(
+        "--budget", type=float, default=1.0, help="seconds of repeats per measurement"
+    )
+    parser.add_argument("--output", default=None, help="default: docs/benchmarks.md")
+    parser.add_argument("--no-write", action="store_true", help="only print")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="skip the compile-time measurement"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats, args.budget = 2, 0.05
+    jax.config.update("jax_enable_x64", True)  # W0 is float64; others ask float32
+
+    chosen = {name.strip().upper() for name in args.workloads.split(",") if name}
+    table = QUICK if args.quick else FULL
+    unknown = chosen - {w.name for w in table}
+    if unknown:
+        parser.error(f"unknown workloads {sorted(unknown)}; choose from W0-W4")
+    workloads = [w for w in table if w.name in chosen]
+    backend = "gpu" if jax.default_backend() == "gpu" else "cpu"
+
+    results = {}
+    for w in workloads:
+        print(f"{w.name}: {w.describe()} …", flush=True)
+        results[w.name] = run_workload(w, args.repeats, args.budget)
+    compile_times = None
+    if not args.no_compile:
+        long = 1000 if args.quick else 100_000
+        compile_times = ((10, compile_seconds(10)), (long, compile_seconds(long)))
+    extra = None
+    if backend == "gpu" and not args.quick:
+        extra = method_comparison(1_000_000, args.repeats, args.budget)
+    target_rows = targets(results, compile_times, args.quick)
+
+    text = section(backend, workloads, results, compile_times, target_rows, extra, args)
+    print()
+    print(text)
+    if not args.no_write:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = args.output or os.path.join(root, "docs", "benchmarks.md")
+        write_report(path, backend, text)
+        print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
