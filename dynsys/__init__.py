@@ -52,6 +52,10 @@ from ._ode import (
     Sampled as Sampled,
 )
 from ._rollout import rollout as rollout, Trajectory as Trajectory
+from ._sharding import (
+    batch_sharding as batch_sharding,
+    shard_batch as shard_batch,
+)
 from ._stable import StableLinearSystem as StableLinearSystem
 from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
 from ._train import train as train, TrainResult as TrainResult

@@ -13,6 +13,8 @@ import numpy as np
 import optax
 from jaxtyping import Array, PRNGKeyArray, PyTree, Scalar
 
+from ._sharding import constrain_batch, leading_axis_shardings
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
@@ -227,6 +229,9 @@ def train(
         model = eqx.combine(params, static)
         return loss_fn(model) if data is None else loss_fn(model, batch)
 
+    # Minibatches of data sharded over devices stay sharded (see shard_batch).
+    shardings = None if data is None else leading_axis_shardings(data)
+
     @eqx.filter_jit
     def step(params, opt_state, data, indices):
         batch = data
@@ -234,6 +239,7 @@ def train(
             batch = jax.tree.map(
                 lambda leaf: leaf[indices] if eqx.is_array(leaf) else leaf, data
             )
+            batch = constrain_batch(batch, shardings)
         loss, grads = eqx.filter_value_and_grad(compute_loss)(params, batch)
         finite = jnp.isfinite(loss) & _all_finite(grads)
         updates, new_opt_state = optimizer.update(grads, opt_state, params)
