@@ -171,14 +171,17 @@ def _parallel_solve(M, x0, b_seq, b_const, num_steps):
 
 
 def _powers(M, count):
-    """`[I, M, M², …, M^count]`, shape `(count+1, n, n)`."""
-    eye = jnp.eye(M.shape[0], dtype=M.dtype)
+    """`[I, M, M², …, M^count]`, shape `(count+1, n, n)`, by doubling.
 
-    def body(P, _):
-        return M @ P, P
-
-    last, powers = jax.lax.scan(body, eye, None, length=count)
-    return jnp.concatenate([powers, last[None]], axis=0)
+    $\lceil\log_2(\text{count}+1)\rceil$ batched products instead of `count`
+    sequential ones: `[P_0 … P_{k-1}]` extends to `[P_0 … P_{2k-1}]` with
+    `M^k P_j`.
+    """
+    powers = jnp.eye(M.shape[0], dtype=M.dtype)[None]
+    while powers.shape[0] < count + 1:
+        top = powers[-1] @ M  # M^k
+        powers = jnp.concatenate([powers, top @ powers], axis=0)
+    return powers[: count + 1]
 
 
 def _chunked_solve_batch(scan, size, M, x0, b_seq, b_const, num_steps):
@@ -195,18 +198,19 @@ def _chunked_solve_batch(scan, size, M, x0, b_seq, b_const, num_steps):
     # x_{k+i} = M^i x_k + sum_{j<i} M^{i-1-j} b_{k+j} for i < size: as one product,
     # starts (N*C, n) @ to_states (n, size*n), with to_states[b, (i, a)] = M^i[a, b].
     to_states = powers[:size].transpose(2, 0, 1).reshape(n, size * n)
-    i = jnp.arange(size)
-    lag = i[None, :] - 1 - i[:, None]  # [j, i] -> i - 1 - j
-    # toeplitz[(j, b), (i, a)] = M^{i-1-j}[a, b] where j < i, else 0.
-    blocks = jnp.where(
-        (lag >= 0)[:, :, None, None],
-        powers[jnp.clip(lag, 0, size)].transpose(0, 1, 3, 2),
-        0,
-    )  # [j, i, b, a]
-    toeplitz = blocks.transpose(0, 2, 1, 3).reshape(size * n, size * n)
-    # to_end[(j, b), a] = M^{size-1-j}[a, b]: the next start's input term.
-    to_end = powers[size - 1 :: -1].transpose(0, 2, 1).reshape(size * n, n)
     within = end = None
+    if b_seq is not None or b_const is not None:
+        i = jnp.arange(size)
+        lag = i[None, :] - 1 - i[:, None]  # [j, i] -> i - 1 - j
+        # toeplitz[(j, b), (i, a)] = M^{i-1-j}[a, b] where j < i, else 0.
+        blocks = jnp.where(
+            (lag >= 0)[:, :, None, None],
+            powers[jnp.clip(lag, 0, size)].transpose(0, 1, 3, 2),
+            0,
+        )  # [j, i, b, a]
+        toeplitz = blocks.transpose(0, 2, 1, 3).reshape(size * n, size * n)
+        # to_end[(j, b), a] = M^{size-1-j}[a, b]: the next start's input term.
+        to_end = powers[size - 1 :: -1].transpose(0, 2, 1).reshape(size * n, n)
     if b_seq is not None:
         chunks = jnp.pad(b_seq, ((0, 0), (0, padded - num_steps), (0, 0)))
         chunks = chunks.reshape(b_seq.shape[0], num_chunks, size * n)
@@ -497,27 +501,39 @@ def default_method(
     has_inputs: bool,
     adjoint: AbstractAdjoint,
     num_steps: int,
+    batch_size: int = 1,
 ) -> AbstractMethod:
     """The method `rollout` uses when none is given (see docs/performance.md).
 
     - Not a linear case (any other system or controller): `Sequential()`.
-    - Linear case with `num_steps < 64`: `Sequential()` (nothing to gain).
-    - Otherwise `Chunked(size)` with `size` from `default_chunk_size`.
+    - A linear case with `num_steps < 64`: `Sequential()` (nothing to gain).
+    - A linear case whose per-step work is small, `batch_size * n**2 <= 65536`
+        multiply-adds: `Chunked(size)` with `size` from `default_chunk_size`. There
+        a scan step costs mostly overhead, which chunking removes.
+    - Otherwise `Sequential()`: each step is already a large matrix product.
     """
-    del has_inputs
+    del adjoint
     if not is_linear_case(system, controller) or num_steps < 64:
         return Sequential()
-    del adjoint
-    return Chunked(default_chunk_size(system.state_size, num_steps))
+    n = system.state_size
+    if batch_size * n * n > 65536:
+        return Sequential()
+    has_b = has_inputs or getattr(system, "offset", None) is not None
+    return Chunked(default_chunk_size(n, num_steps, has_b))
 
 
-def default_chunk_size(state_size: int, num_steps: int) -> int:
-    """The chunk size `Chunked` gets by default: about $\\sqrt{T}$, smaller for large n.
+def default_chunk_size(state_size: int, num_steps: int, has_inputs: bool = True) -> int:
+    """The chunk size `Chunked` gets by default.
 
-    The scan over chunks has $T/\\text{size}$ steps and each chunk costs
-    $O(\\text{size}\\, n^2)$ per trajectory; $\\sqrt{T}$ balances the two, capped so
-    that the stacked powers stay small (`size * n <= 1024`).
+    With inputs, about $\sqrt{T}$: the scan over chunks has $T/\text{size}$ steps
+    and the block-Toeplitz input term costs $O(\text{size}\, n^2)$ per step, and
+    $\sqrt{T}$ balances the two; capped so that `size * n <= 1024`. Without
+    inputs a chunk costs the same per step whatever its size, so chunks are longer:
+    about $T/16$, capped so that `size * n <= 4096`.
     """
-    size = max(1, math.isqrt(num_steps))
-    cap = max(1, 1024 // max(state_size, 1))
-    return max(1, min(size, cap, 64))
+    n = max(state_size, 1)
+    if has_inputs:
+        size, cap = math.isqrt(num_steps), 1024 // n
+    else:
+        size, cap = num_steps // 16, 4096 // n
+    return max(1, min(size, cap))

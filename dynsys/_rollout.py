@@ -244,7 +244,12 @@ def rollout(
     x0 = x0.astype(dtype)
     if method is None:
         method = default_method(
-            system, controller, inputs is not None, adjoint, num_steps
+            system,
+            controller,
+            inputs is not None,
+            adjoint,
+            num_steps,
+            math.prod(batch_shape),
         )
     adjoint.check(system, controller, inputs is not None)
     method.check(system, controller, inputs is not None, adjoint)

@@ -187,6 +187,12 @@ def test_default_method_rule():
     )
     mlp = dynsys.MLPController(3, 1, width_size=4, depth=1, key=jax.random.key(0))
     assert default_method(linear, mlp, False, autodiff, 1000) == dynsys.Sequential()
+    # Large per-step products (batch * n^2 > 65536): the plain scan.
+    big = dynsys.LinearSystem(jnp.eye(32))
+    assert default_method(big, None, False, autodiff, 1000, 1024) == dynsys.Sequential()
+    assert isinstance(
+        default_method(big, None, False, autodiff, 1000, 16), dynsys.Chunked
+    )
     pendulum = zoo.Pendulum()
     assert default_method(pendulum, None, True, autodiff, 1000) == dynsys.Sequential()
 
