@@ -8,6 +8,7 @@ from ._adjoint import (
     Checkpointed as Checkpointed,
     LinearAdjoint as LinearAdjoint,
 )
+from ._config import ConfigError as ConfigError
 from ._controller import (
     AbstractController as AbstractController,
     LinearFeedback as LinearFeedback,
@@ -18,6 +19,11 @@ from ._data import (
     Dataset as Dataset,
     load_dataset as load_dataset,
     simulate as simulate,
+)
+from ._experiment import (
+    ExperimentResult as ExperimentResult,
+    resolve_config as resolve_config,
+    run_experiment as run_experiment,
 )
 from ._fit import (
     fit as fit,

@@ -2,6 +2,7 @@
 
 import copy
 import dataclasses
+import math
 import pathlib
 import tomllib
 from typing import Any
@@ -13,12 +14,19 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Option:
-    """One config key: its type(s), default and (optionally) the allowed values."""
+    """One config key: its type(s), default, and what values are allowed.
+
+    `choices` lists the allowed values; `low`/`high` bound numbers (inclusive);
+    `items` is the type of a list's elements (ints are accepted as floats).
+    """
 
     types: tuple[type, ...]
     default: Any
     choices: tuple[Any, ...] | None = None
     help: str = ""
+    low: float | None = None
+    high: float | None = None
+    items: type | None = None
 
     def check(self, key: str, value: Any) -> Any:
         if (
@@ -38,10 +46,45 @@ class Option:
             raise ConfigError(
                 f"config key '{key}': expected one of {allowed}, got {value!r}."
             )
+        if isinstance(value, list) and self.items is not None:
+            value = [self._check_item(key, k, item) for k, item in enumerate(value)]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            self._check_range(key, value)
         return value
 
+    def _check_item(self, key: str, k: int, item: Any) -> Any:
+        assert self.items is not None
+        if self.items is float and isinstance(item, int) and not isinstance(item, bool):
+            item = float(item)
+        if isinstance(item, bool) or not isinstance(item, self.items):
+            raise ConfigError(
+                f"config key '{key}': expected a list of {self.items.__name__}, but "
+                f"item {k} is {type(item).__name__} {item!r}."
+            )
+        if isinstance(item, int | float):
+            self._check_range(f"{key}[{k}]", item)
+        return item
+
+    def _check_range(self, key: str, value: float) -> None:
+        if not math.isfinite(value) or (
+            (self.low is not None and value < self.low)
+            or (self.high is not None and value > self.high)
+        ):
+            if self.low is not None and self.high is not None:
+                wanted = f"a finite value in [{self.low:g}, {self.high:g}]"
+            elif self.low is not None:
+                wanted = f"a finite value >= {self.low:g}"
+            elif self.high is not None:
+                wanted = f"a finite value <= {self.high:g}"
+            else:
+                wanted = "a finite value"
+            raise ConfigError(f"config key '{key}': expected {wanted}, got {value!r}.")
+
     def _type_message(self, key: str, value: Any) -> str:
-        names = " or ".join(t.__name__ for t in self.types)
+        names = " or ".join(
+            "table" if t is dict else t.__name__ if t is not list else "list"
+            for t in self.types
+        )
         return (
             f"config key '{key}': expected {names}, got {type(value).__name__} "
             f"{value!r}."
@@ -78,6 +121,12 @@ def resolve(raw: dict, schema: Schema) -> dict:
     what is allowed.
     """
     sections = {s for s in schema if s}
+    for name in sorted(sections & set(raw)):
+        if not isinstance(raw[name], dict):
+            raise ConfigError(
+                f"config key '{name}': expected a table [{name}], got "
+                f"{type(raw[name]).__name__} {raw[name]!r}."
+            )
     top_level = {k: v for k, v in raw.items() if not isinstance(v, dict)}
     tables = {k: v for k, v in raw.items() if isinstance(v, dict)}
     unknown = sorted(set(tables) - sections - {"sweep"})
@@ -112,7 +161,12 @@ def _check_sweep(sweep: dict, schema: Schema) -> dict:
         )
     section, name = key.split(".", 1)
     if section not in schema or name not in schema[section] or not section:
-        raise ConfigError(f"config key 'sweep.key': {key!r} is not a config key.")
+        allowed = ", ".join(
+            f"{sec}.{k}" for sec in sorted(schema) if sec for k in schema[sec]
+        )
+        raise ConfigError(
+            f"config key 'sweep.key': {key!r} is not a config key; allowed: {allowed}."
+        )
     if not isinstance(values, list) or not values:
         raise ConfigError(
             f"config key 'sweep.values': expected a non-empty list, got {values!r}."
@@ -141,6 +195,44 @@ def load_config(path: str | pathlib.Path, schema: Schema) -> dict:
     return resolve(raw, schema)
 
 
+def parse_override(text: str) -> tuple[str, Any]:
+    """`"fit.steps=10"` -> `("fit.steps", 10)`; the value is read as TOML, else kept
+    as a string (`"system.model=pendulum"`)."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(
+            f"override {text!r}: expected KEY=VALUE, e.g. 'fit.steps=100'."
+        )
+    try:
+        parsed = tomllib.loads(f"value = {value.strip()}")["value"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()
+    return key, parsed
+
+
+def apply_overrides(raw: dict, overrides) -> dict:
+    """A copy of the raw config with `overrides` set: a mapping `"section.key"` ->
+    value, or a sequence of `"section.key=value"` strings."""
+    raw = copy.deepcopy(raw)
+    if isinstance(overrides, dict):
+        items = list(overrides.items())
+    else:
+        items = [parse_override(text) for text in overrides]
+    for key, value in items:
+        section, dot, name = key.partition(".")
+        if not dot:
+            raw[key] = value
+            continue
+        table = raw.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(
+                f"override {key!r}: config key '{section}' is not a table."
+            )
+        table[name] = value
+    return raw
+
+
 def expand_sweep(config: dict) -> list[tuple[str, dict]]:
     """The runs of a config: `[("", config)]`, or one `(label, config)` per value."""
     if "sweep" not in config:
@@ -155,6 +247,12 @@ def expand_sweep(config: dict) -> list[tuple[str, dict]]:
     return runs
 
 
+def _toml_key(key: str) -> str:
+    if key and all(c.isalnum() or c in "_-" for c in key):
+        return key
+    return _toml_value(str(key))
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -165,23 +263,31 @@ def _toml_value(value: Any) -> str:
         return f'"{escaped}"'
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = ", ".join(
+            f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()
+        )
+        return "{" + (f" {items} " if items else "") + "}"
     raise TypeError(f"cannot write {type(value).__name__} {value!r} to TOML")
 
 
 def dump_toml(config: dict) -> str:
-    """Write a resolved config (scalars, lists, one level of tables) as TOML.
+    """Write a resolved config (scalars, lists, one level of tables whose values may
+    be inline tables) as TOML; `tomllib.loads(dump_toml(c)) == c` up to the `None`s.
 
     Keys whose value is `None` are left out (TOML has no null).
     """
     lines = [
-        f"{k} = {_toml_value(v)}"
+        f"{_toml_key(k)} = {_toml_value(v)}"
         for k, v in config.items()
         if not isinstance(v, dict) and v is not None
     ]
     for section, table in config.items():
         if isinstance(table, dict):
-            lines += ["", f"[{section}]"]
+            lines += ["", f"[{_toml_key(section)}]"]
             lines += [
-                f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None
+                f"{_toml_key(k)} = {_toml_value(v)}"
+                for k, v in table.items()
+                if v is not None
             ]
     return "\n".join(lines) + "\n"

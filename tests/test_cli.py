@@ -46,3 +46,40 @@ def test_simulate_writes_figure_and_data(tmp_path):
 def test_simulate_unknown_model(tmp_path, capsys):
     assert cli.main(["simulate", "nope", "--out", str(tmp_path)]) == 2
     assert "unknown model 'nope'" in capsys.readouterr().err
+
+
+def test_run_a_config_with_overrides(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text(
+        'kind = "fit"\nname = "tiny"\n[data]\ntrajectories = 3\nlength = 10\n'
+        "[fit]\nsteps = 50\n"
+    )
+    code = cli.main(
+        [
+            "run",
+            str(config),
+            "--out-root",
+            str(tmp_path / "runs"),
+            "--set",
+            "fit.steps=5",
+            "--set",
+            "fit.loss=one_step",
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert folder.name.startswith("tiny-") and "wrote" in capsys.readouterr().out
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["steps_run"] == 5 and metrics["loss"] == "one_step"
+
+
+def test_run_reports_config_errors(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text('kind = "fit"\n[fit]\nstep = 5\n')
+    assert cli.main(["run", str(config), "--out-root", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "dynsys run: unknown config key 'fit.step'" in err and "steps" in err
+    assert cli.main(["run", str(tmp_path / "missing.toml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -11,9 +11,11 @@ from dynsys import cli
 
 
 FILES = {
+    "config.toml",
     "model.dynsys",
     "metrics.json",
-    "loss_history.csv",
+    "history.csv",
+    "summary.md",
     "trajectories.png",
     "eigenvalues.png",
     "loss.png",
@@ -35,13 +37,20 @@ def test_default_fit_writes_the_run_folder(tmp_path, capsys):
     assert len(metrics["eigenvalues"]["true"]) == 4
     model = dynsys.load(out / "model.dynsys")
     np.testing.assert_allclose(model.K, metrics["K"])
-    lines = (out / "loss_history.csv").read_text().splitlines()
+    lines = (out / "history.csv").read_text().splitlines()
     assert lines[0] == "step,train_loss,validation_loss" and len(lines) == 1 + 20 + 1
     data = dynsys.load_dataset(out / "data.npz")
     assert data.xs.shape == (4, 21, 4)
+    # The folder is an experiment: its config reruns it, with the same metrics.
+    config = dynsys.resolve_config(out / "config.toml")
+    assert config["data"]["trajectories"] == 4 and config["fit"]["steps"] == 20
+    rerun = dynsys.run_experiment(
+        config, out=tmp_path / "rerun" / "run", progress=False, echo=None
+    )
+    assert rerun.metrics["fit_percent"] == metrics["fit_percent"]
     # A second run replaces the folder whole, leaving nothing else behind.
     assert cli.main(["fit", *SMALL, "--out", str(out)]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rerun", "run"]
 
 
 def test_fit_a_csv_dataset_with_the_stable_model(tmp_path, capsys):
@@ -80,6 +89,12 @@ def test_bad_csv_is_reported_with_line_and_column(tmp_path, capsys):
     path.write_text("trajectory,time,x0\n0,0,1\n0,1,oops\n")
     assert cli.main(["fit", str(path), "--out", str(tmp_path / "run")]) == 2
     assert "line 3: column 3 ('x0'): 'oops' is not a number" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_option_names_the_option(tmp_path, capsys):
+    assert cli.main(["fit", "--steps", "0", "--out", str(tmp_path / "run")]) == 2
+    assert "--steps: expected a finite value >= 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 

@@ -1,0 +1,476 @@
+"""Experiments: run a validated config into a run folder.
+
+A run folder holds the resolved `config.toml`, `metrics.json`, `history.csv`, the
+model file `model.dynsys`, PNG figures and a short `summary.md`; a sweep holds one
+such folder per swept value, with a summary figure and table. The kinds of experiment
+("fit", "train_controller") live in `_experiment_kinds.py`; this file holds what they
+share: the schema, the run folder, sweeps and the entry point `run_experiment`.
+"""
+
+import copy
+import dataclasses
+import inspect
+import json
+import os
+import pathlib
+import shutil
+import time
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ._config import (
+    apply_overrides,
+    ConfigError,
+    dump_toml,
+    expand_sweep,
+    Option,
+    resolve,
+    Schema,
+)
+
+
+KINDS = ("fit", "train_controller")
+
+
+def _zoo():
+    import dynsys.models as zoo  # lazily: the zoo imports dynsys
+
+    return zoo
+
+
+def _schema(kind: str) -> Schema:
+    """The config schema of an experiment kind (section -> key -> Option)."""
+    models = tuple(sorted(_zoo().ZOO))
+    default_model = "mass_spring_damper" if kind == "fit" else "pendulum"
+    schema: Schema = {
+        "": {
+            "kind": Option((str,), kind, KINDS, "the kind of experiment"),
+            "name": Option((str,), None, help="run folder prefix (default: kind)"),
+            "seed": Option((int,), 0, low=0, help="the one seed of the run"),
+            "description": Option((str,), "", help="one line for summary.md"),
+        },
+        "system": {
+            "model": Option((str,), default_model, models, "a zoo model"),
+            "params": Option((dict,), {}, help="the zoo model's parameters"),
+            "state_names": Option((list,), None, items=str),
+            "input_names": Option((list,), None, items=str),
+        },
+    }
+    if kind == "fit":
+        schema["data"] = {
+            "file": Option((str,), None, help=".npz/.csv dataset; else simulated"),
+            "trajectories": Option((int,), 16, low=1),
+            "length": Option((int,), 100, low=1, help="steps per trajectory"),
+            "measurement_noise": Option((float,), 0.1, low=0),
+            "process_noise": Option((float,), 0.0, low=0),
+            "input_scale": Option((float,), 1.0, low=0),
+            "validation": Option((float,), 0.25, low=0, high=0.9),
+        }
+        schema["fit"] = {
+            "model": Option((str,), "linear", ("linear", "stable")),
+            "loss": Option(
+                (str,), "simulation", ("simulation", "one_step", "shooting")
+            ),
+            "horizon": Option((int,), 20, low=1, help="shooting window"),
+            "steps": Option((int,), 400, low=1),
+            "lr": Option((float,), 3e-3, low=0),
+            "batch_size": Option((int,), None, low=1),
+            "ridge": Option((float,), 0.0, low=0),
+        }
+    else:
+        schema["controller"] = {
+            "type": Option((str,), "stacked", ("linear", "mlp", "stacked")),
+            "width": Option((int,), 16, low=1),
+            "depth": Option((int,), 4, low=0),
+            "bound": Option((float,), None, low=0, help="actuator limit"),
+            "use_time": Option((bool,), False),
+        }
+        schema["cost"] = {
+            "target": Option((list,), None, items=float, help="default: zeros"),
+            "Q": Option((float, list), 1.0, items=float, low=0),
+            "R": Option((float, list), 0.01, items=float, low=0),
+            "Q_final": Option((float, list), None, items=float, low=0),
+        }
+        schema["train"] = {
+            "horizon": Option((int,), 60, low=1),
+            "initial_states": Option((int,), 64, low=1),
+            "test_states": Option((int,), 8, low=1),
+            "spread": Option((float, list), 1.0, items=float, low=0),
+            "batch_size": Option((int,), None, low=1),
+            "steps": Option((int,), 400, low=1),
+            "lr": Option((float,), 1e-2, low=0),
+            "schedule": Option((str,), "cosine", ("constant", "cosine")),
+            "clip": Option((float,), None, low=0, help="global gradient-norm clip"),
+        }
+    return schema
+
+
+def _read_toml(path: pathlib.Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist.") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(
+            f"config file {str(path)!r} is not valid TOML: {error}"
+        ) from None
+
+
+def resolve_config(
+    config: "str | os.PathLike | Mapping[str, Any]",
+    overrides: "Mapping[str, Any] | Sequence[str] | None" = None,
+) -> dict:
+    """Validate an experiment config and fill in every default.
+
+    **Arguments:**
+
+    - `config`: a TOML file's path, or the parsed TOML as a dict.
+    - `overrides`: keys to set before validation: `{"fit.steps": 10}` or
+        `["fit.steps=10"]` (values read as TOML).
+
+    **Returns:**
+
+    The resolved config: a dict of the top-level keys and one dict per section,
+    every key present (`None` where unset and optional).
+
+    **Raises:**
+
+    `ConfigError` (a `ValueError`) naming the key and what is allowed: a missing or
+    unknown `kind`, an unknown section or key, a value of the wrong type or out of
+    range, an unknown zoo model or model parameter.
+
+    **Example:**
+
+    ```python
+    config = dynsys.resolve_config({"kind": "fit", "fit": {"steps": 50}})
+    config["fit"]["loss"], config["data"]["measurement_noise"]  # 'simulation', 0.1
+    ```
+    """
+    if isinstance(config, str | os.PathLike):
+        raw = _read_toml(pathlib.Path(config))
+    elif isinstance(config, Mapping):
+        raw = copy.deepcopy(dict(config))
+    else:
+        raise TypeError(
+            "resolve_config(config=...): expected a path or a dict, got "
+            f"{type(config)}."
+        )
+    if overrides:
+        raw = apply_overrides(raw, overrides)
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        allowed = ", ".join(repr(k) for k in KINDS)
+        got = "nothing" if kind is None else repr(kind)
+        raise ConfigError(f"config key 'kind': expected one of {allowed}, got {got}.")
+    resolved = resolve(raw, _schema(kind))
+    if resolved["name"] is None:
+        resolved["name"] = kind
+    name = resolved["name"]
+    if not name or not all(c.isalnum() or c in "_.-" for c in name) or name[0] == ".":
+        raise ConfigError(
+            f"config key 'name': expected letters, digits, '_', '-' and '.' (a folder "
+            f"name), got {name!r}."
+        )
+    _check_params(resolved["system"]["model"], resolved["system"]["params"])
+    return resolved
+
+
+def _check_params(model: str, params: dict) -> None:
+    builder = _zoo().ZOO[model]
+    allowed = sorted(
+        name
+        for name, p in inspect.signature(builder).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
+    for name, value in params.items():
+        if name not in allowed:
+            raise ConfigError(
+                f"config key 'system.params': unknown parameter {name!r} of model "
+                f"{model!r}; allowed: {', '.join(allowed)}."
+            )
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(
+                f"config key 'system.params.{name}': expected a number, got "
+                f"{type(value).__name__} {value!r}."
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentResult:
+    """What `run_experiment` returns.
+
+    **Fields:**
+
+    - `path`: the run folder.
+    - `config`: the resolved config (as written to `config.toml`).
+    - `metrics`: the contents of `metrics.json`.
+    - `figures`: the PNG files written, in the order they were made.
+    - `runs`: for a sweep, one `ExperimentResult` per swept value; else empty.
+    """
+
+    path: pathlib.Path
+    config: dict
+    metrics: dict
+    figures: tuple[pathlib.Path, ...]
+    runs: tuple["ExperimentResult", ...] = ()
+
+    def copy_figures(
+        self, folder: "str | os.PathLike", prefix: str | None = None
+    ) -> list[pathlib.Path]:
+        """Copy the figures to `folder` as `<prefix>_<name>.png` (default prefix:
+        the config's `name`), each written atomically; returns the new paths."""
+        folder = pathlib.Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        prefix = self.config["name"] if prefix is None else prefix
+        written = []
+        for figure in self.figures:
+            target = folder / f"{prefix}_{figure.name}"
+            temporary = target.with_name(f".{target.name}.partial-{os.getpid()}")
+            shutil.copyfile(figure, temporary)
+            os.replace(temporary, target)
+            written.append(target)
+        return written
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What one kind of experiment hands back to be written into its run folder."""
+
+    metrics: dict
+    summary: dict[str, float]  # the headline metrics, also plotted by a sweep
+    summary_label: str  # what the headline metrics are (the sweep figure's y label)
+    history: list[str]  # CSV lines, header first
+    model: Any
+    figures: dict[str, Any]  # file name -> matplotlib Figure
+    notes: list[str] = dataclasses.field(default_factory=list)  # lines for summary.md
+    files: dict[str, Callable[[pathlib.Path], None]] = dataclasses.field(
+        default_factory=dict
+    )  # extra files: name -> writer(path)
+
+
+def _unique_folder(root: pathlib.Path, name: str) -> pathlib.Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder = root / f"{name}-{stamp}"
+    k = 2
+    while folder.exists():
+        folder = root / f"{name}-{stamp}-{k}"
+        k += 1
+    return folder
+
+
+def _replace_folder(staging: pathlib.Path, out: pathlib.Path) -> None:
+    """Move the finished `staging` folder to `out`, replacing an earlier run."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(staging, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _markdown_number(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _write_single(
+    config: dict, folder: pathlib.Path, outcome: Outcome, seconds: float
+) -> ExperimentResult:
+    from ._io import save
+
+    metrics = dict(outcome.metrics)
+    metrics["summary"] = outcome.summary
+    metrics["timing"] = {**metrics.get("timing", {}), "total_seconds": seconds}
+    (folder / "config.toml").write_text(dump_toml(config))
+    (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (folder / "history.csv").write_text("\n".join(outcome.history) + "\n")
+    save(folder / "model.dynsys", outcome.model)
+    for name, writer in outcome.files.items():
+        writer(folder / name)
+    figures = []
+    for name, figure in outcome.figures.items():
+        figure.savefig(folder / name, dpi=100)
+        figures.append(folder / name)
+    lines = [f"# {config['name']}", ""]
+    if config["description"]:
+        lines += [config["description"], ""]
+    lines += [
+        f"A `{config['kind']}` experiment, seed {config['seed']}. Rerun it with "
+        "`dynsys run config.toml` (same config and seed, same metrics).",
+        "",
+        *outcome.notes,
+        "",
+        f"| {outcome.summary_label} | value |",
+        "| --- | --- |",
+        *(f"| {k} | {_markdown_number(v)} |" for k, v in outcome.summary.items()),
+        "",
+        "Files: `config.toml` (the resolved config), `metrics.json`, `history.csv` "
+        "(loss per step), `model.dynsys` (`dynsys.load`), and the figures:",
+        "",
+        *(f"![{p.stem}]({p.name})" for p in figures),
+        "",
+    ]
+    (folder / "summary.md").write_text("\n".join(lines))
+    return ExperimentResult(folder, config, metrics, tuple(figures))
+
+
+def _run_single(
+    config: dict, folder: pathlib.Path, progress: bool, echo
+) -> ExperimentResult:
+    from ._experiment_kinds import RUNNERS
+
+    start = time.perf_counter()
+    outcome = RUNNERS[config["kind"]](config, progress=progress, echo=echo)
+    return _write_single(config, folder, outcome, time.perf_counter() - start)
+
+
+def _run_sweep(
+    config: dict, folder: pathlib.Path, progress: bool, echo
+) -> ExperimentResult:
+    from . import plot
+
+    key, values = config["sweep"]["key"], config["sweep"]["values"]
+    runs = []
+    for (label, single), value in zip(expand_sweep(config), values):
+        echo(f"sweep {key} = {value!r} -> {label}/")
+        sub = folder / label
+        sub.mkdir()
+        runs.append(_run_single(single, sub, progress, echo))
+    labels = list(runs[0].metrics["summary"])
+    table = {label: [r.metrics["summary"][label] for r in runs] for label in labels}
+    figure = plot.sweep(
+        key, values, table, ylabel=_summary_label(config), title=config["name"]
+    )
+    figure.savefig(folder / "sweep.png", dpi=100)
+    metrics = {
+        "sweep": {"key": key, "values": values},
+        "runs": [
+            {"value": v, "folder": r.path.name, "summary": r.metrics["summary"]}
+            for v, r in zip(values, runs)
+        ],
+    }
+    (folder / "config.toml").write_text(dump_toml(config))
+    (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    lines = [f"# {config['name']}: sweep of `{key}`", ""]
+    if config["description"]:
+        lines += [config["description"], ""]
+    lines += [
+        f"One `{config['kind']}` run per value of `{key}` (seed {config['seed']}); "
+        "each sub-folder is a complete run folder.",
+        "",
+        f"| {key} | " + " | ".join(labels) + " | run |",
+        "|" + " --- |" * (len(labels) + 2),
+    ]
+    for value, run in zip(values, runs):
+        cells = " | ".join(_markdown_number(run.metrics["summary"][k]) for k in labels)
+        lines.append(f"| {value} | {cells} | [{run.path.name}]({run.path.name}/) |")
+    lines += ["", "![sweep](sweep.png)", ""]
+    (folder / "summary.md").write_text("\n".join(lines))
+    return ExperimentResult(
+        folder, config, metrics, (folder / "sweep.png",), tuple(runs)
+    )
+
+
+def _summary_label(config: dict) -> str:
+    from ._experiment_kinds import SUMMARY_LABELS
+
+    return SUMMARY_LABELS[config["kind"]]
+
+
+def _rebase(result: ExperimentResult, old: pathlib.Path, new: pathlib.Path):
+    def move(path: pathlib.Path) -> pathlib.Path:
+        return new / path.relative_to(old)
+
+    return dataclasses.replace(
+        result,
+        path=move(result.path),
+        figures=tuple(move(p) for p in result.figures),
+        runs=tuple(_rebase(r, old, new) for r in result.runs),
+    )
+
+
+def run_experiment(
+    config: "str | os.PathLike | Mapping[str, Any]",
+    *,
+    out_root: "str | os.PathLike" = "runs",
+    out: "str | os.PathLike | None" = None,
+    overrides: "Mapping[str, Any] | Sequence[str] | None" = None,
+    progress: bool = True,
+    echo: Callable[[str], None] | None = print,
+) -> ExperimentResult:
+    """Run an experiment from a config and write its run folder.
+
+    The kinds:
+
+    - `kind = "fit"`: data simulated from a zoo model (`[system]`, `[data]`: noise,
+        trajectories, length) or read from `data.file`; a linear (or stable linear)
+        model fitted by least squares and then gradient descent (`[fit]`: loss,
+        horizon, steps, lr, batch size).
+    - `kind = "train_controller"`: a controller (`[controller]`: linear, mlp or
+        stacked, width, depth, bound) trained to drive a zoo system (`[system]`) to
+        `cost.target` through batched closed-loop rollouts (`[cost]`, `[train]`).
+
+    The folder (`out`, or `out_root/<name>-<timestamp>/`) holds `config.toml` (the
+    resolved config), `metrics.json`, `history.csv`, `model.dynsys`, PNG figures and
+    `summary.md`. It is built aside and moved into place whole; a failed run leaves
+    nothing behind. A `[sweep]` table (`key = "section.key"`, `values = [...]`) runs
+    once per value into sub-folders and adds `sweep.png` and a summary table. Same
+    config and seed, same metrics (except `metrics["timing"]`).
+
+    **Arguments:**
+
+    - `config`: a TOML file's path or the parsed TOML as a dict (see
+        `resolve_config` and the experiments guide for every key).
+    - `out_root`: where the timestamped run folder is made.
+    - `out`: an exact folder to write instead (an earlier run there is replaced).
+    - `overrides`: config keys to set first, `{"fit.steps": 10}` or
+        `["fit.steps=10"]` (as `dynsys run --set`).
+    - `progress`: show progress bars.
+    - `echo`: where progress lines and tables go (`None`: nowhere).
+
+    **Returns:**
+
+    An `ExperimentResult` (the folder, resolved config, metrics, figures, sub-runs).
+
+    **Raises:**
+
+    `ConfigError` (a `ValueError`) naming the key and what is allowed, for an
+    invalid config, an unreadable `data.file`, or values that do not fit the model
+    (e.g. a `cost.target` of the wrong length).
+
+    **Example:**
+
+    ```python
+    result = dynsys.run_experiment(
+        {"kind": "fit", "data": {"trajectories": 4, "length": 20},
+         "fit": {"steps": 10}},
+        out_root="runs", progress=False, echo=None)
+    sorted(p.name for p in result.figures)  # eigenvalues, loss, trajectories
+    ```
+    """
+    resolved = resolve_config(config, overrides)
+    echo = echo if echo is not None else (lambda line: None)
+    if out is None:
+        root = pathlib.Path(out_root)
+        root.mkdir(parents=True, exist_ok=True)
+        folder = _unique_folder(root, resolved["name"])
+    else:
+        folder = pathlib.Path(out)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = folder.with_name(f".{folder.name}.partial-{os.getpid()}")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    try:
+        if "sweep" in resolved:
+            result = _run_sweep(resolved, staging, progress, echo)
+        else:
+            result = _run_single(resolved, staging, progress, echo)
+        _replace_folder(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return _rebase(result, staging, folder)
