@@ -365,7 +365,8 @@ def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
     controller = _controller(config, n, m, k_init)
 
     def initial_states(key, count):
-        return target + spread * jax.random.uniform(key, (count, n), minval=-1)
+        unit = jax.random.uniform(key, (count, n), minval=-1)
+        return target[None] + spread[None] * unit
 
     x0_train = initial_states(k_x0, train_cfg["initial_states"])
     x0_test = initial_states(k_test, train_cfg["test_states"])
@@ -406,7 +407,9 @@ def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
     traj_after = dynsys.rollout(system, x0_test, horizon, controller=result.model)
 
     def final_error(traj):
-        return float(jnp.median(jnp.linalg.norm(traj.xs[:, -1] - target, axis=-1)))
+        return float(
+            jnp.median(jnp.linalg.norm(traj.xs[:, -1] - target[None], axis=-1))
+        )
 
     echo(
         f"  held-out cost: before {before:.4g}, after {after:.4g}; median final "
