@@ -147,6 +147,20 @@ def _scan_solve(scan, M, x0, b_seq, b_const, num_steps):
     return jnp.concatenate([before, final[None]], axis=0)
 
 
+def _scan_solve_batch(scan, M, x0, b_seq, b_const, num_steps):
+    """The sequential solver for a whole batch: the carry is `(N, n)`."""
+    Mt = M.T
+    b_const = None if b_const is None else b_const[None]
+    if b_seq is None:
+        xs = jnp.zeros((num_steps, 0), x0.dtype)
+        body = lambda x, _: (_add(x @ Mt, b_const), x)  # noqa: E731
+    else:
+        xs = jnp.moveaxis(b_seq, 1, 0)  # (T, N or 1, n)
+        body = lambda x, b: (_add(x @ Mt, b, b_const), x)  # noqa: E731
+    final, before = scan(body, x0, xs)
+    return jnp.moveaxis(jnp.concatenate([before, final[None]], axis=0), 0, 1)
+
+
 def _parallel_solve(M, x0, b_seq, b_const, num_steps):
     n = x0.shape[0]
     b = jnp.zeros((num_steps, n), x0.dtype) if b_seq is None else b_seq
@@ -173,7 +187,7 @@ def _parallel_solve(M, x0, b_seq, b_const, num_steps):
 def _powers(M, count):
     """`[I, M, M², …, M^count]`, shape `(count+1, n, n)`, by doubling.
 
-    $\lceil\log_2(\text{count}+1)\rceil$ batched products instead of `count`
+    $\\lceil\\log_2(\\text{count}+1)\\rceil$ batched products instead of `count`
     sequential ones: `[P_0 … P_{k-1}]` extends to `[P_0 … P_{2k-1}]` with
     `M^k P_j`.
     """
@@ -393,12 +407,23 @@ class Sequential(AbstractMethod):
         return xs, us, ys
 
     def rollout_batch(self, system, controller, x0, ts, inputs, adjoint):
-        if isinstance(adjoint, LinearAdjoint):
-            solve = _batched(functools.partial(_scan_solve, jax.lax.scan))
+        if is_linear_case(system, controller):
+            scan = jax.lax.scan if isinstance(adjoint, LinearAdjoint) else adjoint.scan
+            solve = functools.partial(_scan_solve_batch, scan)
             return _linear_rollout_batch(
                 solve, system, controller, x0, ts, inputs, adjoint
             )
-        return super().rollout_batch(system, controller, x0, ts, inputs, adjoint)
+        # One scan over time whose carry is the whole batch (each step vmapped):
+        # every step is one batched product, and the stacked outputs are moved to
+        # the batch-first layout once at the end.
+        inputs_b, axis = _batch_input_axis(inputs, x0.shape[0])
+        if axis == 0:
+            inputs_b = jnp.moveaxis(inputs_b, 1, 0)  # time first, for the scan
+        step = jax.vmap(make_step(system, controller), in_axes=(0, (None, axis)))
+        _, (xs, us, ys) = adjoint.scan(step, x0, (ts[:-1], inputs_b))
+        xs = jnp.concatenate([x0[None], xs], axis=0)
+        move = lambda a: None if a is None else jnp.moveaxis(a, 0, 1)  # noqa: E731
+        return move(xs), move(us), move(ys)
 
 
 class Parallel(_AbstractLinearMethod):
@@ -525,9 +550,9 @@ def default_method(
 def default_chunk_size(state_size: int, num_steps: int, has_inputs: bool = True) -> int:
     """The chunk size `Chunked` gets by default.
 
-    With inputs, about $\sqrt{T}$: the scan over chunks has $T/\text{size}$ steps
-    and the block-Toeplitz input term costs $O(\text{size}\, n^2)$ per step, and
-    $\sqrt{T}$ balances the two; capped so that `size * n <= 1024`. Without
+    With inputs, about $\\sqrt{T}$: the scan over chunks has $T/\\text{size}$ steps
+    and the block-Toeplitz input term costs $O(\\text{size}\\, n^2)$ per step, and
+    $\\sqrt{T}$ balances the two; capped so that `size * n <= 1024`. Without
     inputs a chunk costs the same per step whatever its size, so chunks are longer:
     about $T/16$, capped so that `size * n <= 4096`.
     """
