@@ -39,16 +39,16 @@ from ._layered import (
     LayeredController as LayeredController,
     StackedController as StackedController,
 )
-from ._metrics import (
-    fit_percent as fit_percent,
-    nrmse as nrmse,
-    spectral_radius as spectral_radius,
-)
 from ._method import (
     AbstractMethod as AbstractMethod,
     Chunked as Chunked,
     Parallel as Parallel,
     Sequential as Sequential,
+)
+from ._metrics import (
+    fit_percent as fit_percent,
+    nrmse as nrmse,
+    spectral_radius as spectral_radius,
 )
 from ._ode import (
     AbstractODE as AbstractODE,

@@ -14,6 +14,7 @@ from jaxtyping import Array, PRNGKeyArray
 
 from ._data import Dataset
 from ._metrics import nrmse, spectral_radius
+from ._ode import Discretized
 from ._rollout import _times, rollout
 from ._stable import StableLinearSystem
 from ._system import AbstractSystem, LinearSystem
@@ -184,8 +185,13 @@ class FitResult:
 
 
 def _materialise(model: AbstractSystem) -> AbstractSystem:
-    """Compute derived matrices once per loss evaluation, not once per step."""
-    if isinstance(model, StableLinearSystem):
+    """Compute derived matrices once per loss evaluation, not once per step.
+
+    A `StableLinearSystem` builds `K` from its parameters and a `Discretized` ODE
+    takes a matrix exponential: both are turned into the equivalent `LinearSystem`
+    (differentiably) before the rollout.
+    """
+    if isinstance(model, StableLinearSystem | Discretized):
         return model.to_linear()
     return model
 
