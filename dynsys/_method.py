@@ -184,47 +184,51 @@ def _parallel_solve(M, x0, b_seq, b_const, num_steps):
     return xs
 
 
-def _powers(M, count):
-    """`[I, M, M², …, M^count]`, shape `(count+1, n, n)`, by doubling.
+def _transposed_powers(M, count):
+    """`[I, M^T, (M^T)², …, (M^T)^(count-1)]`, shape `(count, n, n)`, by a scan.
 
-    $\\lceil\\log_2(\\text{count}+1)\\rceil$ batched products instead of `count`
-    sequential ones: `[P_0 … P_{k-1}]` extends to `[P_0 … P_{2k-1}]` with
-    `M^k P_j`.
+    A scan (not a loop unrolled in Python, nor doubling) keeps the number of
+    compiled operations, and so the compile time, independent of `count`.
     """
-    powers = jnp.eye(M.shape[0], dtype=M.dtype)[None]
-    while powers.shape[0] < count + 1:
-        top = powers[-1] @ M  # M^k
-        powers = jnp.concatenate([powers, top @ powers], axis=0)
-    return powers[: count + 1]
+    eye = jnp.eye(M.shape[0], dtype=M.dtype)
+    Mt = M.T
+
+    def body(P, _):
+        return P @ Mt, P
+
+    _, powers = jax.lax.scan(body, eye, None, length=count)
+    return powers
 
 
 def _chunked_solve_batch(scan, size, M, x0, b_seq, b_const, num_steps):
     """The chunked solver for a whole batch: `x0 (N, n)`, `b_seq (N or 1, T, n)`.
 
     Chunk `c` holds positions `c*size … c*size + size-1`; there are enough chunks to
-    cover `x_0 … x_T`. Every large product has the batch and chunk axes leading, so
-    its result is already laid out as `(N, time, n)`.
+    cover `x_0 … x_T`. The large products have the batch and chunk axes folded into
+    the rows, `(N*C, n) @ (n, size*n)`, so their result is already laid out as
+    `(N, time, n)`: no large array is transposed, and when `size` divides `T+1`
+    none is padded or sliced either.
     """
     batch, n = x0.shape
     num_chunks = -(-(num_steps + 1) // size)
     padded = num_chunks * size
-    powers = _powers(M, size)  # I, M, …, M^size
+    # powers[i] = (M^T)^i for i = 0 … size-1 (M^size comes from the last one).
+    powers = _transposed_powers(M, size)
+    jump_t = powers[-1] @ M.T  # (M^size)^T
     # x_{k+i} = M^i x_k + sum_{j<i} M^{i-1-j} b_{k+j} for i < size: as one product,
     # starts (N*C, n) @ to_states (n, size*n), with to_states[b, (i, a)] = M^i[a, b].
-    to_states = powers[:size].transpose(2, 0, 1).reshape(n, size * n)
+    to_states = powers.transpose(1, 0, 2).reshape(n, size * n)
     within = end = None
     if b_seq is not None or b_const is not None:
         i = jnp.arange(size)
         lag = i[None, :] - 1 - i[:, None]  # [j, i] -> i - 1 - j
         # toeplitz[(j, b), (i, a)] = M^{i-1-j}[a, b] where j < i, else 0.
         blocks = jnp.where(
-            (lag >= 0)[:, :, None, None],
-            powers[jnp.clip(lag, 0, size)].transpose(0, 1, 3, 2),
-            0,
+            (lag >= 0)[:, :, None, None], powers[jnp.clip(lag, 0, size - 1)], 0
         )  # [j, i, b, a]
         toeplitz = blocks.transpose(0, 2, 1, 3).reshape(size * n, size * n)
         # to_end[(j, b), a] = M^{size-1-j}[a, b]: the next start's input term.
-        to_end = powers[size - 1 :: -1].transpose(0, 2, 1).reshape(size * n, n)
+        to_end = powers[::-1].reshape(size * n, n)
     if b_seq is not None:
         chunks = jnp.pad(b_seq, ((0, 0), (0, padded - num_steps), (0, 0)))
         chunks = chunks.reshape(b_seq.shape[0], num_chunks, size * n)
@@ -234,7 +238,6 @@ def _chunked_solve_batch(scan, size, M, x0, b_seq, b_const, num_steps):
         flat = jnp.tile(b_const, size)
         within = _add((flat @ toeplitz)[None, None], within)
         end = _add((flat @ to_end)[None, None], end)
-    jump_t = powers[size].T
 
     if end is None:
         free = jnp.zeros((num_chunks, 0), x0.dtype)
@@ -242,8 +245,12 @@ def _chunked_solve_batch(scan, size, M, x0, b_seq, b_const, num_steps):
     else:
         ends = jnp.broadcast_to(end, (batch,) + end.shape[1:]).transpose(1, 0, 2)
         _, starts = scan(lambda x, e: (x @ jump_t + e, x), x0, ends)
-    states = starts.transpose(1, 0, 2) @ to_states  # (N, C, size*n)
+    # starts (C, N, n) is 1/size of the trajectory: moving its axes is cheap.
+    starts = starts.transpose(1, 0, 2).reshape(batch * num_chunks, n)
+    states = (starts @ to_states).reshape(batch, num_chunks, size * n)
     states = _add(states, within).reshape(batch, padded, n)
+    if padded == num_steps + 1:
+        return states
     return jax.lax.slice_in_dim(states, 0, num_steps + 1, axis=1)
 
 
@@ -516,8 +523,21 @@ class Chunked(_AbstractLinearMethod):
         return f"Chunked({self.size})"
 
     def _solver(self, adjoint):
-        scan = jax.lax.scan if isinstance(adjoint, LinearAdjoint) else adjoint.scan
-        return functools.partial(_chunked_solve_batch, scan, self.size)
+        if isinstance(adjoint, LinearAdjoint):
+            return functools.partial(_chunked_or_scan_solve, self.size)
+        return functools.partial(_chunked_solve_batch, adjoint.scan, self.size)
+
+
+def _chunked_or_scan_solve(size, M, x0, b_seq, b_const, num_steps):
+    """`Chunked`'s solver under `LinearAdjoint`, which also solves the adjoint
+    recurrence with it; that recurrence is driven at every step (by the cotangent of
+    every state), where the block-Toeplitz term costs `size` times a scan step. So a
+    driven recurrence with large steps, `N * n**2 > 65536` multiply-adds (the rule of
+    `default_method`), is solved by the batched scan instead."""
+    batch, n = x0.shape
+    if b_seq is not None and batch * n * n > 65536:
+        return _scan_solve_batch(jax.lax.scan, M, x0, b_seq, b_const, num_steps)
+    return _chunked_solve_batch(jax.lax.scan, size, M, x0, b_seq, b_const, num_steps)
 
 
 def default_method(
@@ -532,33 +552,58 @@ def default_method(
 
     - Not a linear case (any other system or controller): `Sequential()`.
     - A linear case with `num_steps < 64`: `Sequential()` (nothing to gain).
-    - A linear case whose per-step work is small, `batch_size * n**2 <= 65536`
-        multiply-adds: `Chunked(size)` with `size` from `default_chunk_size`. There
-        a scan step costs mostly overhead, which chunking removes.
-    - Otherwise `Sequential()`: each step is already a large matrix product.
+    - A linear case without open-loop inputs (autonomous, offset and/or linear
+        feedback): `Chunked(size)` with `size` from `default_chunk_size`, unless that
+        is below 4 (a large state and few trajectories, where the powers of $M$
+        would cost more than the rollout): then `Sequential()`. Chunking does the
+        same multiply-adds as the scan, in a few large products instead of $T$
+        small ones.
+    - A linear case with open-loop inputs: `Chunked(size)` if the per-step work is
+        small, `batch_size * n**2 <= 65536` multiply-adds (a scan step then costs
+        mostly overhead, and the block-Toeplitz input term, `size` times a step's
+        work, is cheap); otherwise `Sequential()`.
     """
     del adjoint
     if not is_linear_case(system, controller) or num_steps < 64:
         return Sequential()
     n = system.state_size
-    if batch_size * n * n > 65536:
+    if has_inputs and batch_size * n * n > 65536:
         return Sequential()
-    has_b = has_inputs or getattr(system, "offset", None) is not None
-    return Chunked(default_chunk_size(n, num_steps, has_b))
+    size = default_chunk_size(n, num_steps, has_inputs, batch_size)
+    return Chunked(size) if size >= 4 else Sequential()
 
 
-def default_chunk_size(state_size: int, num_steps: int, has_inputs: bool = True) -> int:
+def default_chunk_size(
+    state_size: int, num_steps: int, has_inputs: bool = True, batch_size: int = 1
+) -> int:
     """The chunk size `Chunked` gets by default.
 
-    With inputs, about $\\sqrt{T}$: the scan over chunks has $T/\\text{size}$ steps
-    and the block-Toeplitz input term costs $O(\\text{size}\\, n^2)$ per step, and
-    $\\sqrt{T}$ balances the two; capped so that `size * n <= 1024`. Without
-    inputs a chunk costs the same per step whatever its size, so chunks are longer:
-    about $T/16$, capped so that `size * n <= 4096`.
+    First an ideal size:
+
+    - with inputs, about $\\sqrt{T}$ (the scan over chunks has $T/\\text{size}$
+        steps and the block-Toeplitz input term costs $O(\\text{size}\\, n^2)$ per
+        step; $\\sqrt{T}$ balances the two), capped so that `size * n <= 1024`;
+    - without inputs, about $\\sqrt{(T+1) N / n}$ for $N$ trajectories: this
+        balances the scan over chunks ($N n^2$ per chunk) against the powers of $M$
+        ($n^3$ per power), capped so that the stacked powers hold at most $2^{21}$
+        numbers.
+
+    Then, if a divisor of $T+1$ lies within a factor of 4 of it, the nearest such
+    divisor: the chunks then tile $x_0 \\dots x_T$ exactly and the trajectory is
+    never padded and sliced (a copy of the whole trajectory).
     """
     n = max(state_size, 1)
+    length = num_steps + 1
     if has_inputs:
-        size, cap = math.isqrt(num_steps), 1024 // n
+        ideal, cap = math.isqrt(num_steps), 1024 // n
     else:
-        size, cap = num_steps // 16, 4096 // n
-    return max(1, min(size, cap))
+        ideal = math.isqrt(length * max(batch_size, 1) // n)
+        cap = 2**21 // (n * n)
+    cap = max(1, min(cap, length))
+    ideal = max(1, min(ideal, cap))
+    divisors = [
+        d for d in range(max(1, ideal // 4), min(4 * ideal, cap) + 1) if length % d == 0
+    ]
+    if not divisors:
+        return ideal
+    return min(divisors, key=lambda d: abs(math.log(d / ideal)))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dynsys
-from dynsys._method import default_method
+from dynsys._method import default_chunk_size, default_method
 
 from .helpers import python_loop_rollout
 
@@ -187,14 +187,56 @@ def test_default_method_rule():
     )
     mlp = dynsys.MLPController(3, 1, width_size=4, depth=1, key=jax.random.key(0))
     assert default_method(linear, mlp, False, autodiff, 1000) == dynsys.Sequential()
-    # Large per-step products (batch * n^2 > 65536): the plain scan.
+    # Without inputs: chunked, also for large batches (the same multiply-adds in a
+    # few large products), with a size that divides T+1 = 1001 = 7 * 11 * 13.
     big = dynsys.LinearSystem(jnp.eye(32))
-    assert default_method(big, None, False, autodiff, 1000, 1024) == dynsys.Sequential()
-    assert isinstance(
-        default_method(big, None, False, autodiff, 1000, 16), dynsys.Chunked
+    assert default_method(big, None, False, autodiff, 1000, 1024) == dynsys.Chunked(143)
+    assert default_method(big, None, False, autodiff, 1000, 16) == dynsys.Chunked(13)
+    # With inputs and large per-step products (batch * n^2 > 65536): the plain scan.
+    big_b = dynsys.LinearSystem(jnp.eye(32), jnp.ones((32, 1)))
+    assert (
+        default_method(big_b, None, True, autodiff, 1000, 1024) == dynsys.Sequential()
     )
+    # A large state and one trajectory: the powers would cost more than the scan.
+    huge = dynsys.LinearSystem(jnp.eye(256))
+    assert default_method(huge, None, False, autodiff, 1000) == dynsys.Sequential()
     pendulum = zoo.Pendulum()
     assert default_method(pendulum, None, True, autodiff, 1000) == dynsys.Sequential()
+
+
+@pytest.mark.parametrize(
+    "n, num_steps, has_inputs, batch, want",
+    [
+        (32, 1000, False, 1024, 143),  # ideal 179; divisors of 1001: 77, 91, 143
+        (256, 2000, False, 16, 23),  # ideal 11; divisors of 2001: 3, 23, 29
+        (3, 100_000, False, 1, 182),  # ideal 182; 100001 = 11 * 9091: padded
+        (3, 10_000, True, 1, 73),  # ideal 100; 10001 = 73 * 137
+        (300, 100, True, 1, 1),  # capped at 1024 // 300 = 3; 101 is prime, 1 divides it
+    ],
+)
+def test_default_chunk_size(n, num_steps, has_inputs, batch, want):
+    assert default_chunk_size(n, num_steps, has_inputs, batch) == want
+
+
+def test_default_gradient_memory_below_sequential(getkey):
+    """Chunked autodiff keeps only the chunk starts and the powers of K for the
+    reverse pass, not the trajectory: less temporary memory than the scan."""
+    K = 0.3 * jax.random.normal(getkey(), (4, 4))
+    x0 = jax.random.normal(getkey(), (64, 4))
+    target = jnp.zeros((64, 200, 4))
+
+    def temp_bytes(method):
+        def f(K, x0, target):
+            traj = dynsys.rollout(dynsys.LinearSystem(K), x0, 199, method=method)
+            return jnp.mean((traj.xs - target) ** 2)
+
+        grad = jax.jit(jax.grad(f, argnums=(0, 1)))
+        return grad.lower(K, x0, target).compile().memory_analysis().temp_size_in_bytes
+
+    assert default_method(dynsys.LinearSystem(K), None, False, None, 199, 64) == (
+        dynsys.Chunked(50)
+    )
+    assert temp_bytes(None) < 0.75 * temp_bytes(dynsys.Sequential())
 
 
 def test_default_method_is_exact_for_a_long_horizon(getkey):
