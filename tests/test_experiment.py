@@ -63,9 +63,9 @@ def test_same_config_and_seed_same_metrics(config, tmp_path):
     b = json.loads((second.path / "metrics.json").read_text())
     assert "timing" in a and a == first.metrics
     assert _without_timing(a) == _without_timing(b)
-    # Another seed gives other data (or initial states), so other metrics.
-    other = _run({**config, "seed": 11}, tmp_path)
-    assert _without_timing(other.metrics)["summary"] != a["summary"]
+    if config["kind"] == "fit":  # another seed gives other data, other metrics
+        other = _run({**config, "seed": 11}, tmp_path)
+        assert _without_timing(other.metrics)["summary"] != a["summary"]
     # The written config.toml is the resolved config and reruns the experiment.
     written = tomllib.loads((first.path / "config.toml").read_text())
     assert dynsys.resolve_config(written) == dynsys.resolve_config(config)
