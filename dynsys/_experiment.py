@@ -64,6 +64,8 @@ def _schema(kind: str) -> Schema:
             "length": Option((int,), 100, low=1, help="steps per trajectory"),
             "measurement_noise": Option((float,), 0.1, low=0),
             "process_noise": Option((float,), 0.0, low=0),
+            "x0_mean": Option((float, list), 0.0, items=float),
+            "x0_scale": Option((float,), 1.0, low=0),
             "input_scale": Option((float,), 1.0, low=0),
             "validation": Option((float,), 0.25, low=0, high=0.9),
         }

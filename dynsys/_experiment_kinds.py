@@ -98,7 +98,8 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
         true_system = _system(config)
         n, m = true_system.state_size, true_system.input_size
         N, T = data_cfg["trajectories"], data_cfg["length"]
-        x0s = jax.random.normal(key_x0, (N, n))
+        mean = _vector(config, "data", "x0_mean", n, "state")
+        x0s = mean[None] + data_cfg["x0_scale"] * jax.random.normal(key_x0, (N, n))
         inputs = None
         if m:
             inputs = data_cfg["input_scale"] * jax.random.normal(key_u, (N, T, m))

@@ -193,6 +193,10 @@ def test_sweep_writes_one_run_per_value_and_a_summary(tmp_path):
             r"unknown config section '\[controller\]'; allowed sections: data, fit, sweep, system",
         ),
         ({"name": "a/b"}, r"config key 'name': expected letters, digits"),
+        (
+            {"data": {"x0_mean": [1.0]}},
+            r"config key 'data.x0_mean': expected a number or a list of 4 numbers \(one per state\), got 1",
+        ),
     ],
 )
 def test_invalid_fit_configs(change, message, tmp_path):
