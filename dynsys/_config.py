@@ -9,7 +9,21 @@ from typing import Any
 
 
 class ConfigError(ValueError):
-    """An invalid experiment config; the message names the key and what is allowed."""
+    """An invalid experiment config; the message names the key and what is allowed.
+
+    Raised by `dynsys.resolve_config` and `dynsys.run_experiment` before anything
+    runs (or, for values that must fit the model, such as the length of
+    `cost.target`, before any training). A `ValueError`.
+
+    **Example:**
+
+    ```python
+    try:
+        dynsys.resolve_config({"kind": "fit", "fit": {"loss": "l1"}})
+    except dynsys.ConfigError as error:
+        print(error)  # config key 'fit.loss': expected one of 'simulation', ...
+    ```
+    """
 
 
 @dataclasses.dataclass(frozen=True)

@@ -305,7 +305,9 @@ def _write_single(
         "",
         *outcome.notes,
         "",
-        f"| {outcome.summary_label} | value |",
+        f"Headline ({outcome.summary_label}):",
+        "",
+        "| metric | value |",
         "| --- | --- |",
         *(f"| {k} | {_markdown_number(v)} |" for k, v in outcome.summary.items()),
         "",
@@ -315,7 +317,10 @@ def _write_single(
         *(f"![{p.stem}]({p.name})" for p in figures),
         "",
     ]
-    (folder / "summary.md").write_text("\n".join(lines))
+    text = "\n".join(lines)
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    (folder / "summary.md").write_text(text)
     return ExperimentResult(folder, config, metrics, tuple(figures))
 
 
