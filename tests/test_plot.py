@@ -241,3 +241,29 @@ def test_sweep(tmp_path):
     ]
     with pytest.raises(ValueError, match=r"sweep\(metrics=...\): 'a' has 1 values"):
         plot.sweep("k", [1, 2], {"a": [1.0]})
+
+
+def test_headless_without_pyplot(tmp_path):
+    """No pyplot, so no display is needed whatever the configured backend."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, jax.numpy as jnp, dynsys\n"
+        "from dynsys import plot\n"
+        "s = dynsys.LinearSystem(K=jnp.array([[0.9, 0.2], [-0.2, 0.9]]))\n"
+        "traj = dynsys.rollout(s, jnp.ones((3, 2)), 10)\n"
+        "figures = [plot.trajectory(traj), plot.phase_portrait(traj, system=s),\n"
+        "           plot.eigenvalues({'K': s}), plot.loss_history([1.0, 0.5]),\n"
+        "           plot.sweep('k', [1, 2], {'m': [1.0, 2.0]})]\n"
+        "for k, fig in enumerate(figures):\n"
+        f"    fig.savefig(r'{tmp_path}' + f'/{{k}}.png')\n"
+        "assert 'matplotlib.pyplot' not in sys.modules\n"
+    )
+    env = {**os.environ, "MPLBACKEND": "TkAgg", "DISPLAY": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{k}.png" for k in range(5)]
