@@ -251,14 +251,27 @@ class Outcome:
     )  # extra files: name -> writer(path)
 
 
-def _unique_folder(root: pathlib.Path, name: str) -> pathlib.Path:
+def _reserve_folder(root: pathlib.Path, name: str) -> pathlib.Path:
+    """Create (so no other run can take it) an empty `root/<name>-<timestamp>`."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    folder = root / f"{name}-{stamp}"
-    k = 2
-    while folder.exists():
-        folder = root / f"{name}-{stamp}-{k}"
-        k += 1
-    return folder
+    k = 1
+    while True:
+        folder = root / (f"{name}-{stamp}" + (f"-{k}" if k > 1 else ""))
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            k += 1
+
+
+def _folder_label(label: str, taken: set[str]) -> str:
+    """A sweep sub-run's folder name: `key=value`, made safe and unique."""
+    safe = "".join(c if c.isalnum() or c in "_.=+-" else "_" for c in label)
+    candidate, k = safe, 2
+    while candidate in taken:
+        candidate, k = f"{safe}-{k}", k + 1
+    taken.add(candidate)
+    return candidate
 
 
 def _replace_folder(staging: pathlib.Path, out: pathlib.Path) -> None:
@@ -341,7 +354,9 @@ def _run_sweep(
 
     key, values = config["sweep"]["key"], config["sweep"]["values"]
     runs = []
+    taken: set[str] = set()
     for (label, single), value in zip(expand_sweep(config), values):
+        label = _folder_label(label, taken)
         echo(f"sweep {key} = {value!r} -> {label}/")
         sub = folder / label
         sub.mkdir()
@@ -463,10 +478,12 @@ def run_experiment(
     if out is None:
         root = pathlib.Path(out_root)
         root.mkdir(parents=True, exist_ok=True)
-        folder = _unique_folder(root, resolved["name"])
+        folder = _reserve_folder(root, resolved["name"])
+        reserved = True
     else:
         folder = pathlib.Path(out)
         folder.parent.mkdir(parents=True, exist_ok=True)
+        reserved = False
     staging = folder.with_name(f".{folder.name}.partial-{os.getpid()}")
     if staging.exists():
         shutil.rmtree(staging)
@@ -476,8 +493,13 @@ def run_experiment(
             result = _run_sweep(resolved, staging, progress, echo)
         else:
             result = _run_single(resolved, staging, progress, echo)
-        _replace_folder(staging, folder)
+        if reserved:  # an empty folder of ours: renaming onto it is atomic
+            os.replace(staging, folder)
+        else:
+            _replace_folder(staging, folder)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        if reserved:
+            shutil.rmtree(folder, ignore_errors=True)
         raise
     return _rebase(result, staging, folder)

@@ -337,3 +337,15 @@ def test_scripts_run_their_configs_and_copy_figures(script, overrides, tmp_path)
     assert copied == sorted(f"{prefix}_{p.name}" for p in result.figures)
     for p in result.figures:
         assert (tmp_path / "fig" / f"{prefix}_{p.name}").read_bytes() == p.read_bytes()
+
+
+def test_folder_names_are_reserved_and_safe(tmp_path):
+    from dynsys._experiment import _folder_label, _reserve_folder
+
+    first = _reserve_folder(tmp_path, "x")
+    second = _reserve_folder(tmp_path, "x")
+    assert first != second and first.is_dir() and second.is_dir()
+    taken: set[str] = set()
+    assert _folder_label("Q=[1.0, 0.1]", taken) == "Q=_1.0__0.1_"
+    assert _folder_label("Q=[1.0, 0.1]", taken) == "Q=_1.0__0.1_-2"
+    assert _folder_label("loss=one_step", taken) == "loss=one_step"
