@@ -30,6 +30,11 @@ def _python() -> str:
     return str(BIN / ("python.exe" if os.name == "nt" else "python"))
 
 
+def _test_workers() -> int:
+    """pytest-xdist workers: one per core, at most 4 (each holds a JAX runtime)."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
 def ensure_environment() -> None:
     """Create `.venv` and install dynsys (editable, with test extras) if needed."""
     if sys.version_info < (3, 11):  # noqa: UP036 (dev.py runs before the check of pip)
@@ -61,7 +66,7 @@ def ensure_environment() -> None:
 def main(argv: list[str]) -> int:
     tasks = {
         "demo": [str(BIN / "dynsys"), "fit"],
-        "test": [_python(), "-m", "pytest"],
+        "test": [_python(), "-m", "pytest", "-n", str(_test_workers())],
         "setup": None,
     }
     if not argv or argv[0] not in tasks:

@@ -1,5 +1,16 @@
-import jax
-import pytest
+import os
+
+
+# The tests are dominated by XLA compilation of small programs, not by running them:
+# skip LLVM's optimisations (results are the same, compiled code slower). Set before
+# JAX creates its CPU backend; a user's own XLA_FLAGS are kept.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+    ).strip()
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 
 # float64 is needed for exactness checks; float32 tests ask for it explicitly.

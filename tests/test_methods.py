@@ -37,6 +37,7 @@ def make_case(getkey, case, num_steps, batch=()):
     return arrays
 
 
+@eqx.filter_jit
 def run(arrays, num_steps, method, adjoint=dynsys.Autodiff()):
     system = dynsys.LinearSystem(
         arrays["K"],
@@ -64,6 +65,11 @@ def loss(arrays, num_steps, method, adjoint=dynsys.Autodiff()):
     if traj.us is not None:
         value = value + jnp.mean(traj.us**2)
     return value
+
+
+# Jitted (num_steps, method and adjoint are static): one compilation per case
+# instead of op-by-op dispatch of every primitive.
+grad_loss = eqx.filter_jit(jax.grad(loss))
 
 
 def assert_trees_close(got, want, rtol=1e-10, atol=1e-12):
@@ -104,8 +110,8 @@ def test_values_equal_sequential(getkey, method, case, num_steps):
 )
 def test_gradients_equal_sequential(getkey, method, case, batch):
     arrays = make_case(getkey, case, 13, batch)
-    got = jax.grad(loss)(arrays, 13, method)
-    want = jax.grad(loss)(arrays, 13, dynsys.Sequential())
+    got = grad_loss(arrays, 13, method)
+    want = grad_loss(arrays, 13, dynsys.Sequential())
     assert_trees_close(got, want)
 
 
@@ -115,8 +121,8 @@ def test_broadcast_inputs_and_batched_x0(getkey, method):
     arrays = make_case(getkey, "feedback", 11)
     arrays["x0"] = jax.random.normal(getkey(), (4, 3))
     assert_trees_close(
-        jax.grad(loss)(arrays, 11, method),
-        jax.grad(loss)(arrays, 11, dynsys.Sequential()),
+        grad_loss(arrays, 11, method),
+        grad_loss(arrays, 11, dynsys.Sequential()),
     )
     arrays["x0"] = arrays["x0"][0]
     arrays["inputs"] = jax.random.normal(getkey(), (4, 11, 2))
