@@ -319,6 +319,10 @@ def _write_atomic(path: pathlib.Path, content: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        # mkstemp creates the file 0600; give it the usual umask-based mode.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
         with os.fdopen(handle, "wb") as file:
             file.write(content)
             file.flush()

@@ -96,3 +96,19 @@ def test_save_is_atomic(tmp_path, monkeypatch):
         dynsys.save(path, dynsys.LinearSystem(2 * np.eye(2)))
     assert path.read_bytes() == before  # the old model is intact
     assert os.listdir(tmp_path) == ["m.dynsys"]  # and no temporary file is left
+
+
+def test_saved_files_get_the_usual_permissions(tmp_path):
+    """Atomic writes go through a 0600 temporary file; the result follows the umask."""
+    import os
+    import stat
+
+    import jax.numpy as jnp
+
+    import dynsys
+
+    path = tmp_path / "model.dynsys"
+    dynsys.save(path, dynsys.LinearSystem(jnp.eye(2)))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
