@@ -24,13 +24,27 @@ def _simulate(args: argparse.Namespace) -> int:
         print(f"dynsys simulate: {error}", file=sys.stderr)
         return 2
     key_x0, key_u = jax.random.split(jax.random.key(args.seed))
-    x0 = jax.random.normal(key_x0, (args.batch, system.state_size))
+    x0 = args.x0_mean + args.x0_scale * jax.random.normal(
+        key_x0, (args.batch, system.state_size)
+    )
     inputs = None
     if system.input_size > 0:
         inputs = 0.5 * jax.random.normal(
             key_u, (args.batch, args.steps, system.input_size)
         )
-    traj = dynsys.rollout(system, x0, args.steps, inputs=inputs)
+    try:
+        traj = dynsys.rollout(system, x0, args.steps, inputs=inputs)
+        jax.block_until_ready(traj)
+    except Exception as error:  # a solver failure is raised at run time
+        reason = str(error).strip().splitlines()[0]
+        print(
+            f"dynsys simulate: the rollout of {args.model} failed: {reason}\n"
+            "  Initial states are --x0-mean + --x0-scale * N(0, 1); models whose "
+            "states must stay positive (e.g. lotka_volterra) need a positive mean, "
+            "e.g. --x0-mean 2 --x0-scale 0.3.",
+            file=sys.stderr,
+        )
+        return 2
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     unit = " (s)" if getattr(system, "dt", None) else " (steps)"
@@ -164,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--steps", type=int, default=200, help="number of steps")
     simulate.add_argument("--batch", type=int, default=16, help="trajectories")
     simulate.add_argument("--seed", type=int, default=0)
+    simulate.add_argument(
+        "--x0-mean", type=float, default=0.0, help="mean of the initial states"
+    )
+    simulate.add_argument(
+        "--x0-scale", type=float, default=1.0, help="spread of the initial states"
+    )
     simulate.add_argument("--out", default="runs/simulate", help="output folder")
     simulate.set_defaults(handler=_simulate)
     fit = commands.add_parser(

@@ -83,3 +83,17 @@ def test_run_reports_config_errors(tmp_path, capsys):
     assert cli.main(["run", str(tmp_path / "missing.toml")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_simulate_a_model_that_needs_positive_states(tmp_path, capsys):
+    """Lotka-Volterra from states around 0 fails in the solver: a clear error and a
+    hint; from positive states it simulates."""
+    from dynsys import cli
+
+    bad = ["simulate", "lotka_volterra", "--steps", "60", "--batch", "8"]
+    assert cli.main([*bad, "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "the rollout of lotka_volterra failed" in err and "--x0-mean 2" in err
+    good = [*bad, "--x0-mean", "2", "--x0-scale", "0.3", "--out", str(tmp_path / "ok")]
+    assert cli.main(good) == 0
+    assert (tmp_path / "ok" / "trajectory.png").exists()
