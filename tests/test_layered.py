@@ -150,19 +150,30 @@ def test_gradient_through_rollout_matches_finite_differences(getkey):
     )
 
 
-def _compile_seconds(controller, repeats=3):
-    """Min over repeats of lowering + compiling the gradient of a closed-loop loss."""
-    best = np.inf
-    for _ in range(repeats):
-        # A fresh function each time, so that nothing is served from a cache.
-        def loss(c):
-            return _closed_loop_loss(c)
+def _compile_once(controller) -> float:
+    """Seconds to lower and compile the gradient of a closed-loop loss."""
 
-        grad = eqx.filter_jit(eqx.filter_grad(loss))
-        start = time.perf_counter()
-        grad.lower(controller).compile()
-        best = min(best, time.perf_counter() - start)
-    return best
+    # A fresh function each time, so that nothing is served from a cache.
+    def loss(c):
+        return _closed_loop_loss(c)
+
+    grad = eqx.filter_jit(eqx.filter_grad(loss))
+    start = time.perf_counter()
+    grad.lower(controller).compile()
+    return time.perf_counter() - start
+
+
+def _compile_ratio(deep, shallow, rounds=5) -> float:
+    """min(deep) / min(shallow) over interleaved rounds.
+
+    Interleaving exposes both to the same machine load (other test workers may be
+    compiling at the same time), so the ratio is stable where single times are not.
+    """
+    deep_best = shallow_best = np.inf
+    for _ in range(rounds):
+        shallow_best = min(shallow_best, _compile_once(shallow))
+        deep_best = min(deep_best, _compile_once(deep))
+    return deep_best / shallow_best
 
 
 @pytest.mark.slow
@@ -170,7 +181,7 @@ def test_depth_64_compiles_like_depth_2_and_matches_tuple_form(getkey):
     key = getkey()
     shallow = dynsys.StackedController.mlp(2, 1, 8, 2, bound=2.0, key=key)
     deep = dynsys.StackedController.mlp(2, 1, 8, 64, bound=2.0, key=key)
-    ratio = _compile_seconds(deep) / _compile_seconds(shallow)
+    ratio = _compile_ratio(deep, shallow)
     # The issue's requirement: at most twice (the scan body is the same at any
     # depth; measured ratio ~1).
     assert ratio <= 2.0, f"depth 64 took {ratio:.2f}x the compile time of depth 2"
