@@ -11,7 +11,14 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from ._custom_types import Input, Output, State, Time
-from ._system import _as_float_arrays, AbstractSystem, LinearSystem
+from ._system import (
+    _as_float_arrays,
+    AbstractSystem,
+    affine_map,
+    check_state_space_shapes,
+    LinearSystem,
+    state_space_output,
+)
 
 
 class AbstractODE(eqx.Module):
@@ -68,13 +75,6 @@ class AbstractODE(eqx.Module):
         return self.state_size
 
 
-def _shape_error(argument: str, expected: str, actual: tuple[int, ...]) -> ValueError:
-    return ValueError(
-        f"LinearODE({argument}=...): {argument} must have shape {expected}, "
-        f"got {tuple(actual)}."
-    )
-
-
 class LinearODE(AbstractODE):
     """A linear time-invariant continuous-time system.
 
@@ -118,21 +118,7 @@ class LinearODE(AbstractODE):
         self.A, self.B, self.C, self.D = _as_float_arrays(A, B, C, D)
 
     def __check_init__(self):
-        if self.A.ndim != 2 or self.A.shape[0] != self.A.shape[1]:
-            raise _shape_error("A", "(n, n) (a square matrix)", self.A.shape)
-        n = self.A.shape[0]
-        if self.B is not None and (self.B.ndim != 2 or self.B.shape[0] != n):
-            raise _shape_error("B", f"(n, m) = ({n}, m)", self.B.shape)
-        if self.C is not None and (self.C.ndim != 2 or self.C.shape[1] != n):
-            raise _shape_error("C", f"(p, n) = (p, {n})", self.C.shape)
-        if self.D is not None:
-            if self.B is None:
-                raise ValueError(
-                    "LinearODE(D=...): D needs an input matrix B, but B is None."
-                )
-            p, m = self.output_size, self.input_size
-            if self.D.shape != (p, m):
-                raise _shape_error("D", f"(p, m) = ({p}, {m})", self.D.shape)
+        check_state_space_shapes("LinearODE", "A", self.A, self.B, self.C, self.D)
 
     @property
     def state_size(self) -> int:
@@ -148,17 +134,11 @@ class LinearODE(AbstractODE):
 
     def vector_field(self, t: Time, x: State, u: Input) -> State:
         del t
-        dx = self.A @ x
-        if self.B is not None and u is not None:
-            dx = dx + self.B @ u
-        return dx
+        return affine_map(self.A, x, self.B, u)
 
     def output(self, t: Time, x: State, u: Input) -> Output:
         del t
-        y = x if self.C is None else self.C @ x
-        if self.D is not None and u is not None:
-            y = y + self.D @ u
-        return y
+        return state_space_output(self.C, self.D, x, u)
 
 
 def _concrete_dt(call: str, dt) -> float | None:

@@ -6,17 +6,16 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from ._custom_types import Input, State, Time
-from ._system import AbstractSystem, LinearSystem
+from ._system import (
+    _as_float_arrays,
+    AbstractSystem,
+    check_state_space_shapes,
+    LinearSystem,
+    shape_error,
+)
 
 
 _EPS = 1e-6  # S = L L^T + _EPS I is positive definite whatever L is.
-
-
-def _shape_error(argument: str, expected: str, actual) -> ValueError:
-    return ValueError(
-        f"StableLinearSystem({argument}=...): {argument} must have shape {expected}, "
-        f"got {tuple(actual)}."
-    )
 
 
 class StableLinearSystem(AbstractSystem):
@@ -69,25 +68,16 @@ class StableLinearSystem(AbstractSystem):
         bound: float = 1.0,
         dt: float | None = None,
     ):
-        arrays = [jnp.asarray(a) for a in (W, L, B, offset) if a is not None]
-        dtype = jnp.result_type(*arrays)
-        if not jnp.issubdtype(dtype, jnp.inexact):
-            dtype = jnp.result_type(float)
-        convert = lambda a: None if a is None else jnp.asarray(a, dtype)  # noqa: E731
-        self.W, self.L, self.B, self.offset = map(convert, (W, L, B, offset))
+        self.W, self.L, self.B, self.offset = _as_float_arrays(W, L, B, offset)
         self.bound = float(bound)
         self.dt = None if dt is None else float(dt)
 
     def __check_init__(self):
-        if self.W.ndim != 2 or self.W.shape[0] != self.W.shape[1]:
-            raise _shape_error("W", "(n, n) (a square matrix)", self.W.shape)
+        call = "StableLinearSystem"
+        check_state_space_shapes(call, "W", self.W, self.B, offset=self.offset)
         n = self.W.shape[0]
         if self.L.shape != (n, n):
-            raise _shape_error("L", f"(n, n) = ({n}, {n})", self.L.shape)
-        if self.B is not None and (self.B.ndim != 2 or self.B.shape[0] != n):
-            raise _shape_error("B", f"(n, m) = ({n}, m)", self.B.shape)
-        if self.offset is not None and self.offset.shape != (n,):
-            raise _shape_error("offset", f"(n,) = ({n},)", self.offset.shape)
+            raise shape_error(call, "L", f"(n, n) = ({n}, {n})", self.L.shape)
         if not (np.isfinite(self.bound) and self.bound > 0):
             raise ValueError(
                 "StableLinearSystem(bound=...): bound must be a positive number, "

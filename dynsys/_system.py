@@ -71,11 +71,71 @@ def _as_float_arrays(*arrays: ArrayLike | None) -> list[Array | None]:
     return [None if a is None else jnp.asarray(a, dtype=dtype) for a in arrays]
 
 
-def _shape_error(argument: str, expected: str, actual: tuple[int, ...]) -> ValueError:
+def shape_error(
+    call: str, argument: str, expected: str, actual: tuple[int, ...]
+) -> ValueError:
+    """`call(argument=...): argument must have shape expected, got actual.`"""
     return ValueError(
-        f"LinearSystem({argument}=...): {argument} must have shape {expected}, "
+        f"{call}({argument}=...): {argument} must have shape {expected}, "
         f"got {tuple(actual)}."
     )
+
+
+def check_state_space_shapes(
+    call: str,
+    square_name: str,
+    square: Array,
+    B: Array | None = None,
+    C: Array | None = None,
+    D: Array | None = None,
+    offset: Array | None = None,
+) -> None:
+    """Check the shapes of a state-space model: `square (n, n)` (`K` or `A`),
+    `B (n, m)`, `C (p, n)`, `D (p, m)` (needs `B`; `p = n` without `C`),
+    `offset (n,)`; raise `ValueError` naming `call` and the argument."""
+    if square.ndim != 2 or square.shape[0] != square.shape[1]:
+        raise shape_error(call, square_name, "(n, n) (a square matrix)", square.shape)
+    n = square.shape[0]
+    if B is not None and (B.ndim != 2 or B.shape[0] != n):
+        raise shape_error(call, "B", f"(n, m) = ({n}, m)", B.shape)
+    if C is not None and (C.ndim != 2 or C.shape[1] != n):
+        raise shape_error(call, "C", f"(p, n) = (p, {n})", C.shape)
+    if D is not None:
+        if B is None:
+            raise ValueError(
+                f"{call}(D=...): D needs an input matrix B, but B is None."
+            )
+        p, m = (n if C is None else C.shape[0]), B.shape[1]
+        if D.shape != (p, m):
+            raise shape_error(call, "D", f"(p, m) = ({p}, {m})", D.shape)
+    if offset is not None and offset.shape != (n,):
+        raise shape_error(call, "offset", f"(n,) = ({n},)", offset.shape)
+
+
+def affine_map(
+    square: Float[Array, "n n"],
+    x: State,
+    B: Float[Array, "n m"] | None,
+    u: Input,
+    offset: Float[Array, " n"] | None = None,
+) -> State:
+    """`square @ x + B @ u + offset`, each optional term skipped when absent."""
+    result = square @ x
+    if B is not None and u is not None:
+        result = result + B @ u
+    if offset is not None:
+        result = result + offset
+    return result
+
+
+def state_space_output(
+    C: Float[Array, "p n"] | None, D: Float[Array, "p m"] | None, x: State, u: Input
+) -> Output:
+    """`y = C x + D u`, with `C = I` when `None` and the `D` term when present."""
+    y = x if C is None else C @ x
+    if D is not None and u is not None:
+        y = y + D @ u
+    return y
 
 
 class LinearSystem(AbstractSystem):
@@ -131,23 +191,9 @@ class LinearSystem(AbstractSystem):
         self.dt = None if dt is None else float(dt)
 
     def __check_init__(self):
-        if self.K.ndim != 2 or self.K.shape[0] != self.K.shape[1]:
-            raise _shape_error("K", "(n, n) (a square matrix)", self.K.shape)
-        n = self.K.shape[0]
-        if self.B is not None and (self.B.ndim != 2 or self.B.shape[0] != n):
-            raise _shape_error("B", f"(n, m) = ({n}, m)", self.B.shape)
-        if self.C is not None and (self.C.ndim != 2 or self.C.shape[1] != n):
-            raise _shape_error("C", f"(p, n) = (p, {n})", self.C.shape)
-        if self.D is not None:
-            if self.B is None:
-                raise ValueError(
-                    "LinearSystem(D=...): D needs an input matrix B, but B is None."
-                )
-            p, m = self.output_size, self.input_size
-            if self.D.shape != (p, m):
-                raise _shape_error("D", f"(p, m) = ({p}, {m})", self.D.shape)
-        if self.offset is not None and self.offset.shape != (n,):
-            raise _shape_error("offset", f"(n,) = ({n},)", self.offset.shape)
+        check_state_space_shapes(
+            "LinearSystem", "K", self.K, self.B, self.C, self.D, self.offset
+        )
         if self.dt is not None and not self.dt > 0:
             raise ValueError(
                 f"LinearSystem(dt=...): dt must be positive, got {self.dt}."
@@ -167,16 +213,8 @@ class LinearSystem(AbstractSystem):
 
     def step(self, t: Time, x: State, u: Input) -> State:
         del t
-        x_next = self.K @ x
-        if self.B is not None and u is not None:
-            x_next = x_next + self.B @ u
-        if self.offset is not None:
-            x_next = x_next + self.offset
-        return x_next
+        return affine_map(self.K, x, self.B, u, self.offset)
 
     def output(self, t: Time, x: State, u: Input) -> Output:
         del t
-        y = x if self.C is None else self.C @ x
-        if self.D is not None and u is not None:
-            y = y + self.D @ u
-        return y
+        return state_space_output(self.C, self.D, x, u)
