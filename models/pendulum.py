@@ -7,6 +7,16 @@ from jaxtyping import Array, ArrayLike, Float
 import dynsys
 
 
+def angular_acceleration(gravity, length, mass, damping, theta, omega, torque):
+    """The pendulum's $\\dot\\omega = -\\tfrac{g}{l}\\sin\\theta - c\\,\\omega
+    + \\tfrac{u}{m l^2}$, shared by the discrete `Pendulum` and `PendulumODE`."""
+    return (
+        -gravity / length * jnp.sin(theta)
+        - damping * omega
+        + torque / (mass * length**2)
+    )
+
+
 class Pendulum(dynsys.AbstractSystem):
     """A damped, torque-driven pendulum as a nonlinear difference system.
 
@@ -55,10 +65,8 @@ class Pendulum(dynsys.AbstractSystem):
         del t
         theta, omega = x[0], x[1]
         torque = 0.0 if u is None else u[0]
-        acceleration = (
-            -self.gravity / self.length * jnp.sin(theta)
-            - self.damping * omega
-            + torque / (self.mass * self.length**2)
+        acceleration = angular_acceleration(
+            self.gravity, self.length, self.mass, self.damping, theta, omega, torque
         )
         omega_next = omega + self.dt * acceleration
         theta_next = theta + self.dt * omega_next

@@ -6,6 +6,8 @@ from jaxtyping import Array, ArrayLike, Float
 
 import dynsys
 
+from .pendulum import angular_acceleration
+
 
 class PendulumODE(dynsys.AbstractODE):
     """A damped, torque-driven pendulum in continuous time.
@@ -48,10 +50,8 @@ class PendulumODE(dynsys.AbstractODE):
         del t
         theta, omega = x[0], x[1]
         torque = 0.0 if u is None else u[0]
-        acceleration = (
-            -self.gravity / self.length * jnp.sin(theta)
-            - self.damping * omega
-            + torque / (self.mass * self.length**2)
+        acceleration = angular_acceleration(
+            self.gravity, self.length, self.mass, self.damping, theta, omega, torque
         )
         return jnp.stack([omega, acceleration])
 
