@@ -190,23 +190,22 @@ def _check_sweep(sweep: dict, schema: Schema) -> dict:
     return {"key": key, "values": checked}
 
 
-def load_config(path: str | pathlib.Path, schema: Schema) -> dict:
-    """Read a TOML experiment config and `resolve` it.
+def read_toml(path: str | pathlib.Path) -> dict:
+    """Read a TOML config file (not yet validated).
 
     **Raises:**
 
-    `ConfigError` for a missing file, invalid TOML, or an invalid key or value.
+    `ConfigError` for a missing file or invalid TOML.
     """
     path = pathlib.Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {str(path)!r} does not exist.") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(
             f"config file {str(path)!r} is not valid TOML: {error}"
         ) from None
-    return resolve(raw, schema)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -15,7 +15,6 @@ import os
 import pathlib
 import shutil
 import time
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ from ._config import (
     dump_toml,
     expand_sweep,
     Option,
+    read_toml,
     resolve,
     Schema,
 )
@@ -108,17 +108,6 @@ def _schema(kind: str) -> Schema:
     return schema
 
 
-def _read_toml(path: pathlib.Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} does not exist.") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(
-            f"config file {str(path)!r} is not valid TOML: {error}"
-        ) from None
-
-
 def resolve_config(
     config: "str | os.PathLike | Mapping[str, Any]",
     overrides: "Mapping[str, Any] | Sequence[str] | None" = None,
@@ -150,7 +139,7 @@ def resolve_config(
     ```
     """
     if isinstance(config, str | os.PathLike):
-        raw = _read_toml(pathlib.Path(config))
+        raw = read_toml(config)
     elif isinstance(config, Mapping):
         raw = copy.deepcopy(dict(config))
     else:
