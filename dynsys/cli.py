@@ -140,18 +140,10 @@ def _option_names(message: str) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     """`dynsys run CONFIG.toml`: one experiment (or sweep) into a run folder."""
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
     import dynsys
 
     try:
-        result = dynsys.run_experiment(
-            args.config,
-            out_root=args.out_root,
-            overrides=args.set,
-            progress=not args.no_progress,
-        )
+        result = _run_experiment(args)
     except dynsys.ConfigError as error:
         print(f"dynsys run: {error}", file=sys.stderr)
         return 2
@@ -160,8 +152,53 @@ def _run(args: argparse.Namespace) -> int:
             f"  {run.path.name}: "
             + ", ".join(f"{k} {v:.4g}" for k, v in run.metrics["summary"].items())
         )
-    print(f"wrote {result.path}/ (summary.md, metrics.json, figures)")
     return 0
+
+
+def _run_experiment(args: argparse.Namespace):
+    """Run `args.config` with the run options; copy figures to `args.figures`."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import dynsys
+
+    result = dynsys.run_experiment(
+        args.config,
+        out_root=args.out_root,
+        overrides=args.set,
+        progress=not args.no_progress,
+    )
+    print(f"wrote {result.path}/ (summary.md, metrics.json, figures)")
+    if args.figures is not None:
+        for path in result.copy_figures(args.figures):
+            print(f"wrote {path}")
+    return result
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out-root", default="runs", help="where run folders go")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set fit.steps=50 (repeatable)",
+    )
+    parser.add_argument(
+        "--figures",
+        type=pathlib.Path,
+        help="also copy the figures here as <name>_<figure>.png",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run_script(default_config: pathlib.Path, argv: list[str] | None, description: str):
+    """The body of an experiment script in `scripts/`: `dynsys run` with a default
+    config (`--config` to change it). Returns the `ExperimentResult`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--config", default=default_config, help="a TOML config")
+    _add_run_options(parser)
+    return _run_experiment(parser.parse_args(argv))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -233,15 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
         "model.dynsys, PNG figures and summary.md.",
     )
     run.add_argument("config", help="the experiment's TOML config")
-    run.add_argument("--out-root", default="runs", help="where run folders go")
-    run.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set fit.steps=50 (repeatable)",
-    )
-    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_run_options(run)
     run.set_defaults(handler=_run)
     return parser
 
