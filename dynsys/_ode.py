@@ -266,7 +266,29 @@ _DEFAULT_RTOL = 1e-6
 _DEFAULT_ATOL = 1e-8
 
 
-class Sampled(AbstractSystem):
+class _AbstractSampledODE(AbstractSystem):
+    """A discrete-time system made from an ODE sampled every `dt`: its sizes and
+    output are the ODE's."""
+
+    ode: eqx.AbstractVar[AbstractODE]
+
+    @property
+    def state_size(self) -> int:
+        return self.ode.state_size
+
+    @property
+    def input_size(self) -> int:
+        return self.ode.input_size
+
+    @property
+    def output_size(self) -> int:
+        return self.ode.output_size
+
+    def output(self, t: Time, x: State, u: Input) -> Output:
+        return self.ode.output(t, x, u)
+
+
+class Sampled(_AbstractSampledODE):
     """An ODE sampled every `dt`, the input held constant between samples.
 
     `step(t, x, u)` integrates $\\dot x = f(s, x, u)$ over $s \\in [t, t + dt]$ with
@@ -385,18 +407,6 @@ class Sampled(AbstractSystem):
                 f"{self.dt0}."
             )
 
-    @property
-    def state_size(self) -> int:
-        return self.ode.state_size
-
-    @property
-    def input_size(self) -> int:
-        return self.ode.input_size
-
-    @property
-    def output_size(self) -> int:
-        return self.ode.output_size
-
     def step(self, t: Time, x: State, u: Input) -> State:
         dtype = jnp.result_type(x.dtype, float)
         t = jnp.asarray(t, dtype=dtype)
@@ -432,11 +442,8 @@ class Sampled(AbstractSystem):
             "from that sample on.",
         )
 
-    def output(self, t: Time, x: State, u: Input) -> Output:
-        return self.ode.output(t, x, u)
 
-
-class Discretized(AbstractSystem):
+class Discretized(_AbstractSampledODE):
     """A `LinearODE` kept in continuous time and discretised when it steps.
 
     `step(t, x, u)` is that of `discretize(ode, dt, method)`, so its trainable arrays
@@ -496,24 +503,9 @@ class Discretized(AbstractSystem):
         self.dt = value
         self.method = method
 
-    @property
-    def state_size(self) -> int:
-        return self.ode.state_size
-
-    @property
-    def input_size(self) -> int:
-        return self.ode.input_size
-
-    @property
-    def output_size(self) -> int:
-        return self.ode.output_size
-
     def to_linear(self) -> LinearSystem:
         """The equivalent `LinearSystem`, `discretize(ode, dt, method)`."""
         return discretize(self.ode, self.dt, self.method)
 
     def step(self, t: Time, x: State, u: Input) -> State:
         return self.to_linear().step(t, x, u)
-
-    def output(self, t: Time, x: State, u: Input) -> Output:
-        return self.ode.output(t, x, u)
