@@ -68,6 +68,14 @@ def _schema(kind: str) -> Schema:
             "x0_scale": Option((float,), 1.0, low=0),
             "input_scale": Option((float,), 1.0, low=0),
             "validation": Option((float,), 0.25, low=0, high=0.9),
+            "states": Option((list,), None, items=str, help="state columns"),
+            "inputs": Option((list,), None, items=str, help="input columns"),
+            "outputs": Option((list,), None, items=str, help="output columns"),
+            "trajectory_column": Option((str,), "trajectory", help="CSV column"),
+            "time_column": Option((str,), "time", help="CSV column"),
+            "measured_states": Option(
+                (list,), None, items=int, help="simulated outputs: these states"
+            ),
         }
         schema["fit"] = {
             "model": Option((str,), "linear", ("linear", "stable")),
@@ -75,10 +83,16 @@ def _schema(kind: str) -> Schema:
                 (str,), "simulation", ("simulation", "one_step", "shooting")
             ),
             "horizon": Option((int,), 20, low=1, help="shooting window"),
-            "steps": Option((int,), 400, low=1),
-            "lr": Option((float,), 3e-3, low=0),
+            "optimizer": Option(
+                (str,), "default", ("default", "adam", "lbfgs"), "see fit()"
+            ),
+            "steps": Option((int,), None, low=1, help="default: the optimiser's"),
+            "lr": Option((float,), 3e-3, low=0, help="Adam's learning rate"),
             "batch_size": Option((int,), None, low=1),
             "ridge": Option((float,), 0.0, low=0),
+            "order": Option((int,), None, low=1, help="default: from the data"),
+            "subspace_horizon": Option((int,), None, low=1),
+            "feedthrough": Option((bool,), False, help="fit D (y = C x + D u)"),
         }
     else:
         schema["controller"] = {
