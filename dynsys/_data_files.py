@@ -12,6 +12,7 @@ import re
 import stat
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -91,26 +92,45 @@ def write_npz(path: pathlib.Path, data) -> None:
     write_atomic(path, buffer.getvalue())
 
 
+# What a damaged archive raises while it is read (wrapped into one-line ValueErrors).
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    EOFError,
+    OSError,
+    NotImplementedError,  # an unknown compression method
+    RuntimeError,  # an encrypted member
+)
+
+
+def _npy_header(path, member, key: str):
+    """`(shape, fortran_order, dtype)` from the start of a `.npy` member."""
+    try:
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(member)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(member)
+    except ValueError as error:
+        raise file_error(
+            path, f"array {key!r} is not a .npy array ({error})."
+        ) from None
+    raise file_error(path, f"array {key!r}: unsupported .npy version {version}.")
+
+
 def _read_member(path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int):
-    """One `.npy` member, its header's size checked before any data is read."""
+    """One `.npy` member, its declared and header sizes checked before any data is
+    read or allocated."""
     key = info.filename[: -len(".npy")]
     if info.file_size > limit:
         raise file_error(
             path,
             f"array {key!r} declares {info.file_size} bytes uncompressed, more than "
-            f"{limit} allowed for a {archive.fp_size} byte file; refused (a damaged "
-            "or hostile file).",
+            f"the {limit} allowed for this file; refused (a damaged or hostile file).",
         )
     with archive.open(info) as member:
-        version = np.lib.format.read_magic(member)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(member)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(member)
-        else:
-            raise file_error(
-                path, f"array {key!r}: unsupported .npy version {version}."
-            )
+        shape, fortran, dtype = _npy_header(path, member, key)
         if dtype.hasobject:
             raise file_error(
                 path, f"array {key!r} holds Python objects; only numbers and text load."
@@ -139,7 +159,6 @@ def read_npz(path: pathlib.Path, size: int) -> dict[str, np.ndarray]:
     limit = max(_MAX_EXPANSION * size, _MIN_ALLOWANCE)
     try:
         with zipfile.ZipFile(path) as archive:
-            archive.fp_size = size  # type: ignore[attr-defined]  (for messages)
             members = {
                 info.filename[: -len(".npy")]: info
                 for info in archive.infolist()
@@ -151,11 +170,7 @@ def read_npz(path: pathlib.Path, size: int) -> dict[str, np.ndarray]:
                 if key in members
             }
             found = sorted(members)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as error:
-        raise file_error(path, f"not a readable .npz file ({error}).") from None
-    except ValueError as error:
-        if str(error).startswith("load_dataset("):
-            raise
+    except _ZIP_ERRORS as error:
         raise file_error(path, f"not a readable .npz file ({error}).") from None
     arrays["_found"] = np.asarray(found, dtype=str)
     return arrays

@@ -394,17 +394,15 @@ class Dataset(eqx.Module):
 
     @property
     def dt(self) -> float | None:
-        """The sampling period when `ts` is given and uniformly spaced, else `None`."""
+        """The sampling period when `ts` is given and uniformly spaced (up to the
+        rounding of the stored times), else `None`."""
         if self.ts is None or self.ts.shape[0] < 2:
             return None
-        steps = np.diff(np.asarray(self.ts, dtype=np.float64))
-        if np.allclose(
-            steps,
-            steps[0],
-            rtol=1e-6 if self.ts.dtype == np.float32 else 1e-9,
-            atol=0.0,
-        ):
-            return float(steps[0])
+        ts = np.asarray(self.ts, dtype=np.float64)
+        steps = np.diff(ts)
+        rounding = 4 * np.finfo(self.ts.dtype).eps * np.abs(ts).max()
+        if np.allclose(steps, steps[0], rtol=1e-9, atol=rounding):
+            return float((ts[-1] - ts[0]) / (len(ts) - 1))
         return None
 
     def _names_kwargs(self) -> dict:

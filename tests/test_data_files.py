@@ -156,6 +156,12 @@ def test_broken_npz_and_special_files_give_one_line(tmp_path):
     cases["garbage.npz"] = "not a readable .npz file"
     (tmp_path / "cut.npz").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     cases["cut.npz"] = "not a readable .npz file"
+    packed = tmp_path / "packed.npz"
+    np.savez_compressed(packed, xs=np.random.default_rng(0).normal(size=(4, 50, 3)))
+    damaged = bytearray(packed.read_bytes())
+    damaged[len(damaged) // 2 : len(damaged) // 2 + 64] = bytes(64)
+    (tmp_path / "damaged.npz").write_bytes(bytes(damaged))
+    cases["damaged.npz"] = "not a readable .npz file"
     (tmp_path / "folder.npz").mkdir()
     cases["folder.npz"] = "is a directory"
     os.mkfifo(tmp_path / "fifo.npz")
