@@ -67,6 +67,10 @@ from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSys
 from ._train import train as train, TrainResult as TrainResult
 
 # System identification (branch sysid)
+from ._subspace import (
+    fit_subspace as fit_subspace,
+    subspace_singular_values as subspace_singular_values,
+)
 from ._x0 import estimate_x0 as estimate_x0
 
 
