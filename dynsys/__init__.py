@@ -67,6 +67,13 @@ from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSys
 from ._train import train as train, TrainResult as TrainResult
 
 # System identification (branch sysid)
+from ._response import (
+    frequency_response as frequency_response,
+    impulse_response as impulse_response,
+    modes as modes,
+    Modes as Modes,
+    step_response as step_response,
+)
 from ._subspace import (
     fit_subspace as fit_subspace,
     subspace_singular_values as subspace_singular_values,
