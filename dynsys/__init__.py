@@ -78,6 +78,12 @@ from ._subspace import (
     fit_subspace as fit_subspace,
     subspace_singular_values as subspace_singular_values,
 )
+from ._validation import (
+    compare as compare,
+    Comparison as Comparison,
+    residual_analysis as residual_analysis,
+    Residuals as Residuals,
+)
 from ._x0 import estimate_x0 as estimate_x0
 
 
