@@ -1,5 +1,3 @@
-import types
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -23,12 +21,7 @@ def _data(system, lengths, getkey, noise=0.0):
     x0s = jax.random.normal(getkey(), (N, system.state_size))
     ys = dynsys.rollout(system, x0s, T, inputs=us).ys
     ys = ys + noise * jax.random.normal(getkey(), ys.shape)
-    mask = (np.arange(T)[None] < np.asarray(lengths)[:, None])[..., None]
-    data = types.SimpleNamespace(
-        ys=jnp.where(mask, ys, 0.0), us=jnp.where(mask, us, 0.0), xs=None,
-        lengths=tuple(lengths), input_names=("u0",),
-    )
-    return data, x0s
+    return dynsys.Dataset(us=us, ys=ys, lengths=lengths), x0s
 
 
 @pytest.mark.parametrize("horizon", [None, 1, 4])
@@ -177,7 +170,7 @@ def test_bad_input(getkey):
     with pytest.raises(ValueError, match="2 output channels, but the model's "
                        "output_size is 1"):
         dynsys.compare(other, data)
-    logistic_data = types.SimpleNamespace(ys=jnp.zeros((2, 5, 1)), us=None, xs=None)
+    logistic_data = dynsys.Dataset(ys=jnp.zeros((2, 5, 1)))
     with pytest.raises(ValueError, match="needs a linear model"):
         dynsys.compare(_Logistic(jnp.array(3.0)), logistic_data, horizon=2,
                        x0=jnp.zeros((2, 1)))
