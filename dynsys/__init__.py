@@ -65,6 +65,7 @@ from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSys
 from ._train import train as train, TrainResult as TrainResult
 
 # System identification (branch sysid)
+from ._control import from_control as from_control, to_control as to_control
 from ._response import (
     frequency_response as frequency_response,
     impulse_response as impulse_response,
