@@ -64,5 +64,26 @@ from ._stable import StableLinearSystem as StableLinearSystem
 from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
 from ._train import train as train, TrainResult as TrainResult
 
+# System identification (branch sysid)
+from ._control import from_control as from_control, to_control as to_control
+from ._response import (
+    frequency_response as frequency_response,
+    impulse_response as impulse_response,
+    modes as modes,
+    Modes as Modes,
+    step_response as step_response,
+)
+from ._subspace import (
+    fit_subspace as fit_subspace,
+    subspace_singular_values as subspace_singular_values,
+)
+from ._validation import (
+    compare as compare,
+    Comparison as Comparison,
+    residual_analysis as residual_analysis,
+    Residuals as Residuals,
+)
+from ._x0 import estimate_x0 as estimate_x0
+
 
 __version__ = importlib.metadata.version("dynsys")
