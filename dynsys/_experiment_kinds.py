@@ -35,6 +35,50 @@ def _names(config: dict, which: str, count: int, default=None):
     return names
 
 
+# Figure roles of the models a run draws (see `dynsys.plot.STYLES`).
+ROLES = {"least squares": "estimate", "fitted": "fit"}
+
+# The physical quantity behind a swept config key (the sweep figure's x label).
+SWEEP_QUANTITIES = {
+    "data.measurement_noise": "std of the noise added to each measured state",
+    "data.process_noise": "std of the noise added to each state per step",
+    "data.trajectories": "number of simulated trajectories",
+    "data.length": "steps per trajectory",
+    "data.x0_scale": "std of the initial states around their mean",
+    "data.input_scale": "std of the random inputs",
+    "fit.steps": "optimiser steps",
+    "fit.lr": "learning rate",
+    "fit.horizon": "shooting window (steps)",
+    "train.steps": "optimiser steps",
+    "train.lr": "learning rate",
+    "train.horizon": "horizon (steps)",
+}
+
+
+def zoo_names(config: dict):
+    """The zoo model's channel names with units (`dynsys.models.names`)."""
+    section = config["system"]
+    return _zoo().names(section["model"], **section["params"])
+
+
+def sweep_label(config: dict, key: str) -> str:
+    """The x label of a sweep: the physical quantity, with its unit when the key
+    is a noise level on the states (the units of the states' names)."""
+    from .plot._style import unit_of
+
+    quantity = SWEEP_QUANTITIES.get(key)
+    if quantity is None:
+        return key
+    if key in ("data.measurement_noise", "data.process_noise", "data.x0_scale"):
+        names = config["system"]["state_names"]
+        if names is None and config["data"].get("file") is None:
+            names = zoo_names(config).states
+        units = list(dict.fromkeys(u for u in map(unit_of, names or []) if u))
+        if units:
+            quantity += f" ({', '.join(units)})"
+    return f"{quantity} [{key}]"
+
+
 def _vector(config: dict, section: str, key: str, size: int, what: str):
     """A scalar or list config value as an array of `size`, or `None`."""
     import jax.numpy as jnp
@@ -131,6 +175,8 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
             f"{data.num_steps} steps"
         )
     state_names = _names(config, "state_names", data.state_size, data.state_names)
+    if state_names is None and true_system is not None:
+        state_names = zoo_names(config).states
     clean_val = None
     if data_cfg["validation"] > 0 and data.num_trajectories >= 2:
         train_data, val_data = data.split(data_cfg["validation"])
@@ -267,24 +313,36 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     times = np.asarray(report.ts) if report.ts is not None else None
     if times is None:
         times = np.arange(report.num_steps + 1)
-    predictions = {}
-    if clean_val is not None:
-        predictions["true (noise-free)"] = np.asarray(clean_val.xs[0])
-    predictions["least squares"] = runs["least squares"][0]
-    predictions["fitted"] = runs["fitted"][0]
+    predictions = {
+        "least squares": runs["least squares"][0],
+        "fitted": runs["fitted"][0],
+    }
     unit = " (s)" if report.dt not in (None, 1.0) else " (steps)"
+    per_channel = {
+        label: np.asarray(
+            dynsys.fit_percent(report.xs[0, 1:], xs[0, 1:], per_channel=True)
+        )
+        for label, xs in runs.items()
+    }
     figures = {
         "trajectories.png": plot.comparison(
             times,
             np.asarray(report.xs[0]),
             predictions,
-            state_names=state_names,
+            truth=None if clean_val is None else np.asarray(clean_val.xs[0]),
+            roles=ROLES,
+            fit_percent=per_channel,
+            names=state_names,
+            channels=None if data.state_size <= 12 else range(12),
             time_label="t" + unit,
-            title=f"{which} trajectory 0: free run from its first state",
+            title=f"{which} trajectory 0: free run from its first state "
+            "(fit % vs measurements)",
         ),
         "eigenvalues.png": plot.eigenvalues(
-            ({"true": true_linear} if true_linear is not None else {})
-            | {"least squares": estimate, "fitted": fitted_linear},
+            {"least squares": estimate, "fitted": fitted_linear},
+            truth=true_linear,
+            roles=ROLES,
+            dt=report.dt if report.dt not in (None, 1.0) else None,
             title="eigenvalues of K",
         ),
         "loss.png": plot.loss_history(
@@ -358,8 +416,9 @@ def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
     R = _vector(config, "cost", "R", m, "input")
     Q_final = _vector(config, "cost", "Q_final", n, "state")
     spread = _vector(config, "train", "spread", n, "state")
-    state_names = _names(config, "state_names", n)
-    input_names = _names(config, "input_names", m)
+    known = zoo_names(config)
+    state_names = _names(config, "state_names", n, list(known.states))
+    input_names = _names(config, "input_names", m, list(known.inputs))
     horizon = train_cfg["horizon"]
 
     k_init, k_x0, k_test, k_batch = jax.random.split(jax.random.key(config["seed"]), 4)
@@ -440,8 +499,9 @@ def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
             state_names=state_names,
             input_names=input_names,
             reference=target,
+            input_bound=c["bound"],
             title=f"{name}, {len(x0_test)} held-out initial states: {label} "
-            "training (dashed: target)",
+            "training",
         )
     figures["loss.png"] = plot.loss_history(
         result,
