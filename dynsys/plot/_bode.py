@@ -144,8 +144,9 @@ def bode(
             for a in (mag, phase):
                 a.axvline(nyquist, label="Nyquist frequency", color="0.5", lw=0.9,
                           ls=(0, (1, 2)))  # fmt: skip
+        mag.tick_params(labelbottom=False)
         for a in (mag, phase):
-            a.grid(True, which="both", alpha=0.3)
+            a.grid(True, alpha=0.3)
     for cell in grid.ravel():
         if cell not in used:
             fig.delaxes(cell)

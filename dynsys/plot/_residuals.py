@@ -116,7 +116,7 @@ def residuals(
     nrows = math.ceil(len(chosen) / blocks_per_row)
     ncols = per_block * blocks_per_row
     width = 4.2 * ncols if ncols > 1 else 7.0
-    height = min(0.9 + 1.7 * nrows, 2.0 * width)
+    height = min(0.9 + (1.7 if nrows <= 6 else 1.45) * nrows, 2.0 * width)
     fig, grid = _layout.new_figure(nrows, ncols, figsize=(width, height), fig=fig)
     used = []
     bound_style = style("bound")
