@@ -76,13 +76,19 @@ def fit_least_squares(
             f"fit_least_squares(ridge=...): expected a finite number >= 0, got "
             f"{ridge!r}."
         )
+    if data.xs is None:
+        raise ValueError(
+            "fit_least_squares(data=...): the data have measured outputs ys but no "
+            "states xs; use dynsys.fit_subspace(data) for input-output data."
+        )
     n, m = data.state_size, data.input_size
-    X = data.xs[:, :-1].reshape(-1, n)
-    Y = data.xs[:, 1:].reshape(-1, n)
+    real = np.asarray(data.step_mask)  # the transitions of ragged data, no padding
+    X = data.xs[:, :-1][real]
+    Y = data.xs[:, 1:][real]
     columns = [X]
     if m:
         assert data.us is not None
-        columns.append(data.us.reshape(-1, m))
+        columns.append(data.us[real])
     if offset:
         columns.append(jnp.ones((X.shape[0], 1), X.dtype))
     Z = jnp.concatenate(columns, axis=1)
