@@ -119,15 +119,21 @@ def _simulated(config: dict) -> _Data:
     return _Data(data, source, true_system=system, clean=clean)
 
 
-def _zoo_names(system, which: str):
-    names = getattr(system, which, None)
-    return list(names) if names else None
+# Figure roles of the models a fit run draws (see `dynsys.plot.STYLES`).
+ROLES = {"least squares": "estimate", "subspace": "estimate", "fitted": "fit"}
+
+
+def _zoo_names(config: dict, which: str):
+    """The zoo model's channel names with units (`dynsys.models.names`)."""
+    section = config["system"]
+    known = _zoo().names(section["model"], **section["params"])
+    return list(getattr(known, which)) or None
 
 
 def _state_names(config: dict, n: int, system=None):
     names = config["system"]["state_names"]
     if names is None:
-        return _zoo_names(system, "state_names")
+        return _zoo_names(config, "states")
     if len(names) != n:
         raise ConfigError(
             f"config key 'system.state_names': expected {n} names, got {len(names)}."
@@ -138,7 +144,7 @@ def _state_names(config: dict, n: int, system=None):
 def _input_names(config: dict, m: int, system=None):
     names = config["system"]["input_names"]
     if names is None:
-        return _zoo_names(system, "input_names")
+        return _zoo_names(config, "inputs")
     if len(names) != m:
         raise ConfigError(
             f"config key 'system.input_names': expected {m} names, got {len(names)}."
@@ -511,7 +517,15 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         "timing": timing,
     }
     figures = _output_figures(
-        report, comparisons, models, singular_values, order, residuals, result, which
+        report,
+        comparisons,
+        models,
+        None if clean_val is None else np.asarray(clean_val.ys[0]),
+        singular_values,
+        order,
+        residuals,
+        result,
+        which,
     )
     files = {"data.npz": run.data.save} if run.true_system is not None else {}
     return Outcome(
@@ -539,23 +553,56 @@ def _fit_percent_masked(reference, predicted, mask) -> list[float]:
 
 
 def _output_figures(
-    report, comparisons, models, singular_values, order, residuals, result, which
+    report, comparisons, models, truth, singular_values, order, residuals, result, which
 ):
     from dynsys import plot
 
+    estimated = {k: v for k, v in models.items() if k != "true"}
+    true_system = models.get("true")
+    T0 = report.lengths[0]
+    dt = report.dt if report.dt not in (None, 1.0) else None
+    p = report.output_size
     return {
         "comparison.png": plot.comparison(
-            comparisons,
+            {k: v for k, v in comparisons.items() if k != "true"},
             experiment=0,
-            data=report,
-            title=f"{which} experiment 0: free run, x0 estimated",
+            truth=None if truth is None else truth[:T0],
+            roles=ROLES,
+            channels=None if p <= 12 else range(12),
+            dt=dt,
+            title=f"{which} experiment 0: free run from the estimated initial state "
+            "(fit % over all held-out experiments)",
         ),
         "singular_values.png": plot.singular_values(singular_values, order=order),
-        "bode.png": plot.bode(models),
-        "residuals.png": plot.residuals(residuals),
-        "eigenvalues.png": plot.eigenvalues(models, title="eigenvalues of K"),
-        "loss.png": plot.loss_history(result, title="output-error loss"),
+        "bode.png": plot.bode(
+            estimated,
+            truth=true_system,
+            roles=ROLES,
+            dt=dt,
+            output_names=list(report.output_names),
+            input_names=list(report.input_names) or None,
+            outputs=None if p <= 4 else range(4),
+        ),
+        "residuals.png": plot.residuals(
+            residuals, channels=None if p <= 8 else range(8)
+        ),
+        "eigenvalues.png": plot.eigenvalues(
+            estimated, truth=true_system, roles=ROLES, dt=dt, title="eigenvalues of K"
+        ),
+        "loss.png": _loss_figure(result, "output-error loss (per-channel normalised)"),
     }
+
+
+def _loss_figure(result, title):
+    from dynsys import plot
+
+    return plot.loss_history(
+        result.losses,
+        result.val_losses,
+        best_step=result.best_step,
+        stop_reason=result.stop_reason,
+        title=title,
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -648,23 +695,38 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
         "B": None if fitted.B is None else np.asarray(fitted.B).tolist(),
         "timing": {"fit_seconds": fit_seconds},
     }
-    predictions = {}
-    if clean_val is not None:
-        predictions["true (noise-free)"] = np.asarray(clean_val.xs[0])
-    predictions["least squares"] = runs["least squares"][0]
-    predictions["fitted"] = runs["fitted"][0]
+    predictions = {label: xs[0] for label, xs in runs.items()}
+    per_channel = {
+        label: np.asarray(
+            dynsys.fit_percent(report.xs[0, 1:], xs[0, 1:], per_channel=True)
+        )
+        for label, xs in runs.items()
+    }
+    estimated = {k: v for k, v in models.items() if k != "true"}
+    dt = report.dt if report.dt not in (None, 1.0) else None
     figures = {
         "trajectories.png": plot.comparison(
             _times(report),
             np.asarray(report.xs[0]),
             predictions,
-            state_names=list(report.state_names),
+            truth=None if clean_val is None else np.asarray(clean_val.xs[0]),
+            roles=ROLES,
+            fit_percent=per_channel,
+            names=list(report.state_names),
+            channels=None if report.state_size <= 12 else range(12),
             time_label=_time_label(report),
-            title=f"{which} trajectory 0: free run from its first state",
+            title=f"{which} trajectory 0: free run from its first state "
+            "(fit % vs measurements)",
         ),
-        "eigenvalues.png": plot.eigenvalues(models, title="eigenvalues of K"),
-        "loss.png": plot.loss_history(
-            result, title=f"{fit_cfg['loss']} loss ({fit_cfg['model']} model)"
+        "eigenvalues.png": plot.eigenvalues(
+            estimated,
+            truth=models.get("true"),
+            roles=ROLES,
+            dt=dt,
+            title="eigenvalues of K",
+        ),
+        "loss.png": _loss_figure(
+            result, f"{fit_cfg['loss']} loss ({fit_cfg['model']} model)"
         ),
     }
     files = {"data.npz": run.data.save} if run.true_system is not None else {}

@@ -37,6 +37,50 @@ def _names(config: dict, which: str, count: int, default=None):
     return names
 
 
+# Figure roles of the models a run draws (see `dynsys.plot.STYLES`).
+ROLES = {"least squares": "estimate", "fitted": "fit"}
+
+# The physical quantity behind a swept config key (the sweep figure's x label).
+SWEEP_QUANTITIES = {
+    "data.measurement_noise": "std of the noise added to each measured state",
+    "data.process_noise": "std of the noise added to each state per step",
+    "data.trajectories": "number of simulated trajectories",
+    "data.length": "steps per trajectory",
+    "data.x0_scale": "std of the initial states around their mean",
+    "data.input_scale": "std of the random inputs",
+    "fit.steps": "optimiser steps",
+    "fit.lr": "learning rate",
+    "fit.horizon": "shooting window (steps)",
+    "train.steps": "optimiser steps",
+    "train.lr": "learning rate",
+    "train.horizon": "horizon (steps)",
+}
+
+
+def zoo_names(config: dict):
+    """The zoo model's channel names with units (`dynsys.models.names`)."""
+    section = config["system"]
+    return _zoo().names(section["model"], **section["params"])
+
+
+def sweep_label(config: dict, key: str) -> str:
+    """The x label of a sweep: the physical quantity, with its unit when the key
+    is a noise level on the states (the units of the states' names)."""
+    from .plot._style import unit_of
+
+    quantity = SWEEP_QUANTITIES.get(key)
+    if quantity is None:
+        return key
+    if key in ("data.measurement_noise", "data.process_noise", "data.x0_scale"):
+        names = config["system"]["state_names"]
+        if names is None and config["data"].get("file") is None:
+            names = zoo_names(config).states
+        units = list(dict.fromkeys(u for u in map(unit_of, names or []) if u))
+        if units:
+            quantity += f" ({', '.join(units)})"
+    return f"{quantity} [{key}]"
+
+
 def _vector(config: dict, section: str, key: str, size: int, what: str):
     """A scalar or list config value as an array of `size`, or `None`."""
     import jax.numpy as jnp
@@ -114,8 +158,9 @@ def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
     R = _vector(config, "cost", "R", m, "input")
     Q_final = _vector(config, "cost", "Q_final", n, "state")
     spread = _vector(config, "train", "spread", n, "state")
-    state_names = _names(config, "state_names", n)
-    input_names = _names(config, "input_names", m)
+    known = zoo_names(config)
+    state_names = _names(config, "state_names", n, list(known.states))
+    input_names = _names(config, "input_names", m, list(known.inputs))
     horizon = train_cfg["horizon"]
 
     k_init, k_x0, k_test, k_batch = jax.random.split(jax.random.key(config["seed"]), 4)
@@ -196,8 +241,9 @@ def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
             state_names=state_names,
             input_names=input_names,
             reference=target,
+            input_bound=c["bound"],
             title=f"{name}, {len(x0_test)} held-out initial states: {label} "
-            "training (dashed: target)",
+            "training",
         )
     figures["loss.png"] = plot.loss_history(
         result,

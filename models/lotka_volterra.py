@@ -6,6 +6,8 @@ from jaxtyping import Array, ArrayLike, Float
 
 import dynsys
 
+from ._names import Names
+
 
 class LotkaVolterra(dynsys.AbstractODE):
     """Predator–prey dynamics, a nonlinear ODE without input.
@@ -62,3 +64,11 @@ def lotka_volterra(
 ) -> dynsys.Sampled:
     """The `LotkaVolterra` model sampled every `dt`."""
     return dynsys.Sampled(LotkaVolterra(alpha, beta, gamma, delta), dt)
+
+
+def lotka_volterra_names(**params) -> Names:
+    """Names of the Lotka–Volterra channels: prey and predator populations (in
+    one arbitrary population unit); no input; the output is the state."""
+    del params
+    states = ("prey (population)", "predator (population)")
+    return Names(states=states, inputs=(), outputs=states)

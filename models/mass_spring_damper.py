@@ -5,6 +5,8 @@ from jaxtyping import Array, Float
 
 import dynsys
 
+from ._names import Names
+
 
 def mass_spring_damper_matrices(
     num_masses: int = 2,
@@ -55,3 +57,14 @@ def mass_spring_damper(
     """
     A, B = mass_spring_damper_matrices(num_masses, mass, stiffness, damping)
     return dynsys.discretize(dynsys.LinearODE(A, B), dt)
+
+
+def mass_spring_damper_names(num_masses: int = 2, **params) -> Names:
+    """Names and units of the chain's channels: positions `p1 (m)` … then
+    velocities `v1 (m/s)` …, the force on the last mass (N); output = state."""
+    del params
+    states = tuple(f"p{i} (m)" for i in range(1, num_masses + 1)) + tuple(
+        f"v{i} (m/s)" for i in range(1, num_masses + 1)
+    )
+    force = f"force on mass {num_masses} (N)"
+    return Names(states=states, inputs=(force,), outputs=states)

@@ -6,6 +6,8 @@ from jaxtyping import Array, ArrayLike, Float
 
 import dynsys
 
+from ._names import Names
+
 
 def angular_acceleration(gravity, length, mass, damping, theta, omega, torque):
     """The pendulum's $\\dot\\omega = -\\tfrac{g}{l}\\sin\\theta - c\\,\\omega
@@ -71,3 +73,11 @@ class Pendulum(dynsys.AbstractSystem):
         omega_next = omega + self.dt * acceleration
         theta_next = theta + self.dt * omega_next
         return jnp.stack([theta_next, omega_next])
+
+
+def pendulum_names(**params) -> Names:
+    """Names and units of the pendulum's channels (the parameters do not change
+    them): θ (rad), ω (rad/s), torque (N m); the output is the state."""
+    del params
+    states = ("θ (rad)", "ω (rad/s)")
+    return Names(states=states, inputs=("torque (N m)",), outputs=states)

@@ -6,6 +6,8 @@ from jaxtyping import Array, ArrayLike, Float
 
 import dynsys
 
+from ._names import Names
+
 
 class VanDerPol(dynsys.AbstractODE):
     """The forced van der Pol oscillator, a nonlinear ODE with a stable limit cycle.
@@ -38,3 +40,12 @@ class VanDerPol(dynsys.AbstractODE):
 def van_der_pol(mu: float = 1.0, dt: float = 0.1) -> dynsys.Sampled:
     """The `VanDerPol` oscillator sampled every `dt` (forcing held between samples)."""
     return dynsys.Sampled(VanDerPol(mu), dt)
+
+
+def van_der_pol_names(**params) -> Names:
+    """Names of the van der Pol channels. The oscillator is dimensionless, so
+    its position is in arbitrary units (a.u.) and time in s (as sampled):
+    x (a.u.), dx/dt (a.u./s), forcing u (a.u./s²); the output is the state."""
+    del params
+    states = ("x (a.u.)", "dx/dt (a.u./s)")
+    return Names(states=states, inputs=("forcing u (a.u./s²)",), outputs=states)

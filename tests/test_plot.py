@@ -61,39 +61,66 @@ def test_trajectory_batch_with_outputs(tmp_path, rotation, getkey):
         traj,
         outputs=True,
         state_names=["p (m)", "v (m/s)"],
+        input_names=["F (N)"],
         reference=[0.0, 0.0],
+        input_bound=2.0,
         title="batch",
     )
     assert isinstance(fig, Figure)
     axes = fig.get_axes()
-    assert len(axes) == 3  # states, inputs, outputs
-    # Each state: a median line and a dashed reference; a band per column.
-    assert len(axes[0].get_lines()) == 2 * 2 and len(axes[0].collections) == 2
-    assert len(axes[1].get_lines()) == 1 and len(axes[2].get_lines()) == 2
-    np.testing.assert_allclose(
-        axes[0].get_lines()[0].get_ydata(), np.median(np.asarray(traj.xs[..., 0]), 0)
-    )
-    assert axes[0].get_ylabel().startswith("state (median")
+    # Different units never share an axis: p, v, F, then the outputs y0, y1
+    # (no unit stated, so one axis each).
+    assert [a.get_ylabel() for a in axes] == ["p (m)", "v (m/s)", "F (N)", "y0", "y1"]
+    # 12 trajectories: one thin line each (no band), plus the dashed target.
+    drawn = [line for line in axes[0].get_lines() if len(line.get_xdata())]
+    assert len(drawn) == 12 + 1 and not axes[0].collections
+    np.testing.assert_allclose(drawn[3].get_ydata(), np.asarray(traj.xs[3, :, 0]))
+    bounds = sorted(line.get_ydata()[0] for line in axes[2].get_lines()[12:])
+    assert bounds == [-2.0, 2.0]
     assert axes[-1].get_xlabel() == "t (steps)"
-    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == [
-        "p (m)",
-        "v (m/s)",
-    ]
+    (legend,) = fig.legends
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert texts == ["target", "input bound", "one thin line per trajectory (12)"]
     width, height = _save(fig, tmp_path, "trajectory.png")
     assert width > 300 and height > 300
 
 
+def test_trajectory_band_and_shared_units(rotation, getkey):
+    x0 = jax.random.normal(getkey(), (30, 2))
+    traj = dynsys.rollout(dynsys.LinearSystem(rotation.K), x0, 15)
+    fig = plot.trajectory(traj, state_names=["p1 (m)", "p2 (m)"], max_lines=20)
+    (ax,) = fig.get_axes()  # the same unit: one axis, two channels
+    assert ax.get_ylabel() == "p1, p2 (m)"
+    medians = [line for line in ax.get_lines() if len(line.get_xdata())]
+    assert len(medians) == 2 and len(ax.collections) == 2
+    np.testing.assert_allclose(
+        medians[1].get_ydata(), np.median(np.asarray(traj.xs[..., 1]), 0)
+    )
+    # Told apart by line style as well as colour (greyscale).
+    assert medians[0].get_linestyle() != medians[1].get_linestyle()
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "median (line) and 10%–90% range (band) of 30 trajectories" in texts[-1]
+    # A chosen subset of channels.
+    fig = plot.trajectory(traj, channels=[1])
+    assert [a.get_ylabel() for a in fig.get_axes()] == ["x1"]
+    with pytest.raises(ValueError, match=r"trajectory\(channels=...\): expected"):
+        plot.trajectory(traj, channels=[2])
+    with pytest.raises(ValueError, match=r"trajectory\(summary=...\)"):
+        plot.trajectory(traj, summary="mean")
+
+
 def test_trajectory_single_and_given_axes(rotation):
     system = zoo.Pendulum()
+    names = zoo.names("pendulum")
     traj = dynsys.rollout(system, jnp.array([1.0, 0.0]), 30, inputs=jnp.zeros((30, 1)))
-    fig = plot.trajectory(traj)
+    fig = plot.trajectory(traj, state_names=names.states, input_names=names.inputs)
     axes = fig.get_axes()
-    assert len(axes) == 2 and not axes[0].collections  # no band for one trajectory
-    assert axes[0].get_ylabel() == "state" and axes[-1].get_xlabel() == "t (s)"
+    assert [a.get_ylabel() for a in axes] == ["θ (rad)", "ω (rad/s)", "torque (N m)"]
+    assert not axes[0].collections and axes[-1].get_xlabel() == "t (s)"
     target = Figure()
-    given = target.subplots(2, 1)
+    given = target.subplots(3, 1)
     assert plot.trajectory(traj, ax=given) is target
-    with pytest.raises(ValueError, match=r"trajectory\(ax=...\): expected 2 axes"):
+    with pytest.raises(ValueError, match=r"trajectory\(ax=...\): expected 3 axes"):
         plot.trajectory(traj, ax=[given[0]])
     with pytest.raises(ValueError, match=r"trajectory\(state_names=...\): expected 2"):
         plot.trajectory(traj, state_names=["a"])
@@ -101,6 +128,8 @@ def test_trajectory_single_and_given_axes(rotation):
         plot.trajectory(traj, reference=[1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match=r"quantiles=...\): expected 0 <= low"):
         plot.trajectory(traj, quantiles=(0.9, 0.1))
+    with pytest.raises(ValueError, match=r"input_bound=...\): expected a number"):
+        plot.trajectory(traj, input_bound=[1.0, 2.0, 3.0])
 
 
 def test_comparison(tmp_path):
@@ -129,7 +158,8 @@ def test_phase_portrait_vector_field(tmp_path, rotation):
     x0 = jnp.array([[1.0, 0.0], [0.0, -1.5], [0.5, 0.5]])
     traj = dynsys.rollout(autonomous, x0, 40)
     fig = plot.phase_portrait(traj, system=autonomous, grid=7, state_names=["a", "b"])
-    (ax,) = fig.get_axes()
+    ax, colorbar = fig.get_axes()
+    assert colorbar.get_ylabel().startswith("log10 speed")
     (quiver,) = [c for c in ax.collections if type(c).__name__ == "Quiver"]
     # The arrows point along the steps x_{t+1} - x_t = (K - I) x at the grid points.
     points = np.stack([quiver.X, quiver.Y], axis=1)
@@ -216,8 +246,12 @@ def test_loss_history(tmp_path):
         progress=False,
     )
     fig = plot.loss_history(result)
-    labels = [t.get_text() for t in fig.get_axes()[0].get_legend().get_texts()]
-    assert labels == ["training (minibatch)", "all training data"]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == [
+        "training (minibatch)",
+        "all training data",
+        f"returned model (step {result.best_step})",
+    ]
     target = Figure()
     ax = target.subplots()
     assert plot.loss_history(losses, ax=ax) is target
@@ -239,7 +273,7 @@ def test_sweep(tmp_path):
         "one_step",
         "simulation",
     ]
-    with pytest.raises(ValueError, match=r"sweep\(metrics=...\): 'a' has 1 values"):
+    with pytest.raises(ValueError, match=r"sweep\(metrics=...\): 'a' has shape \(1,\)"):
         plot.sweep("k", [1, 2], {"a": [1.0]})
 
 

@@ -1,0 +1,155 @@
+"""`plot.bode`: magnitude (dB) and phase (degrees) against frequency."""
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import _layout, _responses
+from ._style import line_style, model_styles, style
+
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def _as_mapping(systems) -> dict:
+    if isinstance(systems, Mapping):
+        return dict(systems)
+    return {"model": systems}
+
+
+def bode(
+    systems,
+    frequencies=None,
+    *,
+    dt: float | None = None,
+    hz: bool = False,
+    truth=None,
+    roles: Mapping[str, str] | None = None,
+    outputs: Sequence[int] | None = None,
+    inputs: Sequence[int] | None = None,
+    output_names: Sequence[str] | None = None,
+    input_names: Sequence[str] | None = None,
+    num: int = 200,
+    title: str | None = None,
+    fig: "Figure | None" = None,
+) -> "Figure":
+    """Bode diagram: magnitude in dB and phase in degrees against frequency.
+
+    One magnitude panel above one phase panel per (input, output) pair, in a grid
+    when there are several. With a sample time (`dt`, or a system's `dt`) the
+    frequency axis is in rad/s (or Hz with `hz=True`) and ends at the Nyquist
+    frequency, marked; otherwise in rad/sample up to π.
+
+    **Arguments:**
+
+    - `systems`: a linear system (with `K`, `B`, and optionally `C`, `D`), or a
+        mapping label → system or precomputed response `(F, p, m)` complex (e.g.
+        from `dynsys.frequency_response`; then `frequencies` is needed).
+    - `frequencies`: `(F,)` in rad/s when `dt` is known, else rad/sample
+        (default: `num` log-spaced up to Nyquist).
+    - `dt`: the sample time (s).
+    - `hz`: label the axis in Hz (needs `dt`).
+    - `truth`: optional known true system (simulated data only), drawn black.
+    - `roles`: optional label → `"fit"` / `"estimate"` (see `plot.STYLES`).
+    - `outputs`, `inputs`: the output and input indices to draw (default: all).
+    - `output_names`, `input_names`: labels (default `y0, ...`, `u0, ...`).
+    - `num`: the number of default frequencies.
+    - `title`: the figure title.
+    - `fig`: optional empty `Figure` (or `SubFigure`) to draw into.
+
+    **Returns:**
+
+    The matplotlib `Figure`.
+
+    **Raises:**
+
+    `ValueError` for a system without `K`/`B`, a response of the wrong shape, or
+    `hz` without `dt`.
+
+    **Example:**
+
+    ```python
+    import dynsys.models as zoo
+    chain = zoo.mass_spring_damper(num_masses=2, dt=0.1)
+    fig = dynsys.plot.bode({"fitted": chain}, hz=True,
+                           output_names=zoo.names("mass_spring_damper").outputs)
+    ```
+    """
+    call = "bode"
+    systems = _as_mapping(systems)
+    every = list(systems.values()) + ([truth] if truth is not None else [])
+    dt = _responses.system_dt(every, dt)
+    if hz and dt is None:
+        raise ValueError("bode(hz=True): Hz needs the sample time; pass dt=... (s).")
+    if frequencies is None:
+        w_sample = np.logspace(math.log10(math.pi) - 3, math.log10(math.pi), num)
+    else:
+        w_given = np.asarray(frequencies, dtype=float)
+        w_sample = w_given * dt if dt else w_given
+    responses = {}
+    series = {"true system": truth} if truth is not None else {}
+    series |= systems
+    for label, s in series.items():
+        if isinstance(s, np.ndarray) or (hasattr(s, "shape") and not hasattr(s, "K")):
+            if frequencies is None:
+                raise ValueError(
+                    f"bode(frequencies=...): {label!r} is a precomputed response, "
+                    "so its frequencies are needed."
+                )
+            responses[label] = _responses.check_response(
+                s, w_sample.shape[0], call, label, "F frequencies, outputs, inputs"
+            )
+        else:
+            responses[label] = _responses.frequency_response(s, w_sample, call, label)
+    _, p, m = next(iter(responses.values())).shape
+    out_names = _layout.names(output_names, "y", p, call, "output_names")
+    in_names = _layout.names(input_names, "u", m, call, "input_names")
+    pairs = _layout.io_pairs(p, m, outputs, inputs, call)
+    styles = model_styles(list(systems), roles, call)
+    if truth is not None:
+        styles = {"true system": style("truth")} | styles
+    if hz:
+        x, unit = w_sample / dt / (2 * math.pi), "Hz"
+    elif dt:
+        x, unit = w_sample / dt, "rad/s"
+    else:
+        x, unit = w_sample, "rad/sample"
+    nrows, ncols = _layout.grid_shape(len(pairs))
+    width = 7.0 if ncols == 1 else 4.0 * ncols
+    height = min(0.9 + 2.6 * nrows, 2.0 * width)
+    fig, grid = _layout.new_figure(2 * nrows, ncols, figsize=(width, height), fig=fig)
+    used = []
+    for k, pair in enumerate(pairs):
+        r, c = divmod(k, ncols)
+        mag, phase = grid[2 * r, c], grid[2 * r + 1, c]
+        phase.sharex(mag)
+        used += [mag, phase]
+        i, j = pair
+        for label, h in responses.items():
+            kw = line_style(styles[label])
+            values = h[:, i, j]
+            mag.plot(x, 20 * np.log10(np.maximum(np.abs(values), 1e-300)), label=label,
+                     **kw)  # fmt: skip
+            phase.plot(x, np.degrees(np.unwrap(np.angle(values))), label=label, **kw)
+        mag.set_xscale("log")
+        mag.set_ylabel("|H| (dB)")
+        phase.set_ylabel("phase (deg)")
+        phase.set_xlabel(f"frequency ({unit})")
+        mag.set_title(_layout.pair_title(pair, out_names, in_names), fontsize="small")
+        if dt:
+            nyquist = (0.5 / dt) if hz else math.pi / dt
+            for a in (mag, phase):
+                a.axvline(nyquist, label="Nyquist frequency", color="0.5", lw=0.9,
+                          ls=(0, (1, 2)))  # fmt: skip
+        mag.tick_params(labelbottom=False)
+        for a in (mag, phase):
+            a.grid(True, alpha=0.3)
+    for cell in grid.ravel():
+        if cell not in used:
+            fig.delaxes(cell)
+    _layout.figure_legend(fig, used, created=True)
+    _layout.suptitle(fig, title)
+    return fig

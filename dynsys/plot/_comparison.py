@@ -1,0 +1,204 @@
+"""`plot.comparison`: measured against predicted channels, with fit % per channel."""
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import _layout
+from ._style import line_style, model_styles, style
+
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+
+def _is_comparison(value) -> bool:
+    return hasattr(value, "fit_percent") and hasattr(value, "predicted")
+
+
+def _from_comparisons(comparisons: Mapping, experiment: int, call: str):
+    """Measured, predictions, fit % and names from `dynsys.compare` results."""
+    first = next(iter(comparisons.values()))
+    measured_all = np.asarray(first.measured)
+    N = measured_all.shape[0]
+    if not 0 <= experiment < N:
+        raise ValueError(
+            f"{call}(experiment=...): expected an index in [0, {N - 1}], got "
+            f"{experiment}."
+        )
+    lengths = getattr(first, "lengths", None)
+    T = int(lengths[experiment]) if lengths is not None else measured_all.shape[1]
+    measured = measured_all[experiment, :T]
+    predictions, fit_percent = {}, {}
+    for label, c in comparisons.items():
+        predictions[label] = np.asarray(c.predicted)[experiment, :T]
+        fit = np.asarray(c.fit_percent, dtype=float)
+        fit_percent[label] = fit[experiment] if fit.ndim == 2 else fit
+    names = getattr(first, "names", None)
+    return measured, predictions, fit_percent, names
+
+
+def _fit_text(value: float) -> str:
+    return f"{value:.1f} %" if np.isfinite(value) else "n/a"
+
+
+def comparison(
+    ts,
+    measured=None,
+    predictions: Mapping[str, np.ndarray] | None = None,
+    *,
+    truth=None,
+    fit_percent: Mapping[str, Sequence[float]] | None = None,
+    roles: Mapping[str, str] | None = None,
+    experiment: int = 0,
+    channels: Sequence[int] | None = None,
+    names: Sequence[str] | None = None,
+    state_names: Sequence[str] | None = None,
+    dt: float | None = None,
+    time_label: str | None = None,
+    title: str | None = None,
+    ax: "Sequence[Axes] | None" = None,
+) -> "Figure":
+    """Measured against predicted channels, one panel per channel, with fit %.
+
+    Styles mean one thing (see `dynsys.plot.STYLES`): measurements are grey dots;
+    `truth` (only a known true model, i.e. simulated data) a black line; the
+    predictions `fit` (blue dashed), `estimate` (orange dash-dot) or the next
+    model style, by `roles` or in order. With `fit_percent`, each panel's title
+    gives every model's fit % on that channel and the legend the value (one
+    channel) or mean over the channels shown. One legend for the figure, below it.
+
+    **Arguments:**
+
+    - `ts`: times `(T,)`; or a `Comparison` from `dynsys.compare`, or a mapping
+        label → `Comparison` (then `measured`, `predictions`, `fit_percent` and
+        `names` come from it, for experiment `experiment`, and `ts` from `dt`).
+    - `measured`: the measured channels of one experiment, shape `(T, p)`.
+    - `predictions`: label → predicted channels `(T, p)`, e.g.
+        `{"least squares": ..., "fitted": ...}`.
+    - `truth`: optional `(T, p)`, the noise-free output of a known true model.
+    - `fit_percent`: optional label → fit % per channel `(p,)`.
+    - `roles`: optional label → `"fit"` or `"estimate"` (or another role of
+        `STYLES` except `"truth"`).
+    - `experiment`: which experiment of a `Comparison` to draw.
+    - `channels`: the channel indices to draw (default: all; see `plot.pages`).
+    - `names`: one label (with unit) per channel (default `y0, y1, ...`);
+        `state_names` is accepted as another spelling.
+    - `dt`: the sample time in s, for the time axis when `ts` is not given.
+    - `time_label`: the x label (default from the times).
+    - `title`: the figure title.
+    - `ax`: optional sequence of `Axes`, one per channel drawn.
+
+    **Returns:**
+
+    The matplotlib `Figure`.
+
+    **Raises:**
+
+    `ValueError` if the shapes, `channels`, `roles` or axes do not match.
+
+    **Example:**
+
+    ```python
+    ts = np.arange(60) * 0.1
+    true_y = np.stack([np.sin(ts), np.cos(ts)], axis=1)
+    noisy = true_y + 0.05 * np.random.default_rng(0).normal(size=true_y.shape)
+    fig = dynsys.plot.comparison(
+        ts, noisy, {"fitted": 0.98 * true_y}, truth=true_y,
+        fit_percent={"fitted": [97.1, 96.4]}, names=["p (m)", "v (m/s)"])
+    ```
+    """
+    call = "comparison"
+    if _is_comparison(ts) or (
+        isinstance(ts, Mapping) and ts and all(_is_comparison(v) for v in ts.values())
+    ):
+        if measured is not None or predictions is not None:
+            raise ValueError(
+                "comparison(measured=..., predictions=...): give either a Comparison "
+                "or arrays, not both."
+            )
+        comparisons = ts if isinstance(ts, Mapping) else {"model": ts}
+        measured, predictions, found_fit, found_names = _from_comparisons(
+            comparisons, experiment, call
+        )
+        fit_percent = fit_percent if fit_percent is not None else found_fit
+        names = names if names is not None else found_names
+        ts = None
+    if measured is None:
+        raise ValueError("comparison(measured=...): the measured channels are needed.")
+    predictions = dict(predictions or {})
+    measured = np.asarray(measured, dtype=float)
+    if measured.ndim == 1:
+        measured = measured[:, None]
+    if measured.ndim != 2:
+        raise ValueError(
+            f"comparison(measured=...): expected shape (T, p), got {measured.shape}."
+        )
+    T, p = measured.shape
+    if ts is not None and np.shape(ts) != (T,):
+        raise ValueError(
+            f"comparison(measured=...): expected shape (T, p) = ({np.shape(ts)[0]}, "
+            f"p) like ts, got {measured.shape}."
+        )
+    times, default_label = _layout.time_axis(T, ts=ts, dt=dt, call=call)
+    series = dict(predictions)
+    if truth is not None:
+        series["truth"] = truth
+    allowed = {measured.shape, (T,)} if p == 1 else {measured.shape}
+    for label, values in series.items():
+        if np.shape(values) not in allowed:
+            where = "truth" if label == "truth" and truth is not None else "predictions"
+            raise ValueError(
+                f"comparison({where}=...): {label!r} has shape {np.shape(values)}, "
+                f"expected {measured.shape} like measured."
+            )
+    names = names if names is not None else state_names
+    channel_names = _layout.names(names, "y", p, call, "names")
+    chosen = _layout.select(channels, p, call)
+    styles = model_styles(list(predictions), roles, call)
+    fits = {
+        label: np.asarray(values, dtype=float)
+        for label, values in (fit_percent or {}).items()
+    }
+    for label, values in fits.items():
+        if values.shape != (p,):
+            raise ValueError(
+                f"comparison(fit_percent=...): {label!r} has shape {values.shape}, "
+                f"expected ({p},) (one per channel)."
+            )
+    created = ax is None
+    if created:
+        fig, axes = _layout.panel_grid(len(chosen))
+    else:
+        axes = _layout.given_axes(ax, len(chosen), call, "one per channel drawn")
+        fig = axes[0].figure
+    every = max(1, T // 8)
+    for a, i in zip(axes, chosen):
+        kw = style("measured")
+        a.plot(times, measured[:, i], ls="none", marker=kw["marker"], ms=kw["markersize"],
+               color=kw["color"], zorder=kw["zorder"], label="measured")  # fmt: skip
+        if truth is not None:
+            kw = line_style(style("truth"))
+            a.plot(times, np.asarray(truth, dtype=float).reshape(T, p)[:, i],
+                   label="true system (noise-free)", **kw)  # fmt: skip
+        for k, (label, values) in enumerate(predictions.items()):
+            kw = line_style(styles[label], markevery=(k * every // 3, every))
+            legend = label
+            if label in fits:
+                shown = fits[label][chosen]
+                what = "fit" if len(chosen) == 1 else "mean fit"
+                legend = f"{label} ({what} {_fit_text(float(np.mean(shown)))})"
+            values = np.asarray(values, dtype=float).reshape(T, p)
+            a.plot(times, values[:, i], label=legend, **kw)
+        if fits and len(chosen) > 1:
+            parts = [f"{label} {_fit_text(v[i])}" for label, v in fits.items()]
+            a.set_title("fit: " + ", ".join(parts), fontsize="small", loc="left")
+        a.set_ylabel(channel_names[i])
+        a.grid(True, alpha=0.3)
+    for a in _layout.bottom_row(axes, len(axes)) if created else axes[-1:]:
+        a.set_xlabel(time_label or default_label)
+    _layout.figure_legend(fig, axes, created=created)
+    _layout.suptitle(fig, title)
+    return fig
