@@ -3,6 +3,7 @@
 Readers return plain arrays and names; `load_dataset` builds the `Dataset`.
 """
 
+import array
 import csv
 import io
 import math
@@ -200,13 +201,13 @@ def write_csv(path: pathlib.Path, data) -> None:
             row = [str(i), time]
             if xs is not None:
                 row += [repr(v) for v in xs[i, t].tolist()]
-            for array in (us, ys):
-                if array is None:
+            for channels in (us, ys):
+                if channels is None:
                     continue
                 if t < T_i:
-                    row += [repr(v) for v in array[i, t].tolist()]
+                    row += [repr(v) for v in channels[i, t].tolist()]
                 else:  # no input or output after the last state
-                    row += [""] * array.shape[2]
+                    row += [""] * channels.shape[2]
             writer.writerow(row)
     write_atomic(path, out.getvalue().encode())
 
@@ -223,10 +224,17 @@ def csv_roles(
     found = f"columns found: {header}"
     for argument, column in special.items():
         if column is not None and column not in header:
+            separator = next((c for c in ";\t|" if any(c in h for h in header)), None)
+            hint = (
+                f" (the file seems to separate columns with {separator!r}; dynsys "
+                "reads comma-separated values)"
+                if separator and len(header) == 1
+                else ""
+            )
             raise file_error(
                 path,
                 f"line 1: the header must have a {column!r} column ({argument}="
-                f"{column!r}); {found}.",
+                f"{column!r}); {found}{hint}.",
             )
     reserved = {c for c in special.values() if c is not None}
     claimed: dict[str, str] = {}
@@ -280,6 +288,19 @@ def csv_roles(
     return roles
 
 
+class _Rows:
+    """The rows of one trajectory, parsed as they stream in: line numbers, times and
+    the values of the used columns (states, then inputs and outputs), flat."""
+
+    def __init__(self):
+        self.lines = array.array("q")
+        self.times = array.array("d")
+        self.values = array.array("d")
+        # Input/output cells that are not numbers: (row, line, column, text). They
+        # are errors unless on the last row of a trajectory with states.
+        self.bad: list[tuple[int, int, int, str]] = []
+
+
 def read_csv(
     path: pathlib.Path,
     *,
@@ -289,10 +310,22 @@ def read_csv(
     trajectory: str | None = "trajectory",
     time: str | None = "time",
 ) -> dict:
-    """Per-trajectory arrays (lists) for each role, the shared times and names."""
+    """Per-trajectory arrays for each role, the shared times and the names. The
+    file is streamed: memory holds 8 bytes per used cell, not the text."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as file:
-            rows = list(csv.reader(file))
+            reader = csv.reader(file)
+            first = next(reader, None)
+            if first is None:
+                raise file_error(path, "the file is empty.")
+            header = _csv_header(path, first)
+            roles = csv_roles(
+                path,
+                header,
+                {"states": states, "inputs": inputs, "outputs": outputs},
+                {"trajectory": trajectory, "time": time},
+            )
+            groups = _csv_rows(path, reader, header, roles, trajectory, time)
     except UnicodeDecodeError as error:
         raise file_error(
             path,
@@ -301,9 +334,13 @@ def read_csv(
         ) from None
     except csv.Error as error:
         raise file_error(path, f"not a readable CSV file ({error}).") from None
-    if not rows:
-        raise file_error(path, "the file is empty.")
-    header = [name.strip() for name in rows[0]]
+    if not groups:
+        raise file_error(path, "the dataset is empty (no data rows).")
+    return _csv_arrays(path, header, roles, groups, time is not None)
+
+
+def _csv_header(path, first: list[str]) -> list[str]:
+    header = [name.strip() for name in first]
     seen: dict[str, int] = {}
     for j, name in enumerate(header):
         if name in seen:
@@ -313,69 +350,87 @@ def read_csv(
                 f"{seen[name] + 1} and {j + 1}); rename one. Columns found: {header}.",
             )
         seen[name] = j
-    roles = csv_roles(
-        path,
-        header,
-        {"states": states, "inputs": inputs, "outputs": outputs},
-        {"trajectory": trajectory, "time": time},
-    )
+    return header
+
+
+def _csv_rows(path, reader, header, roles, trajectory, time) -> dict[str, _Rows]:
+    """Group the rows by trajectory, parsing the used cells as they come."""
     column = {name: j for j, name in enumerate(header)}
+    state_cols = [column[name] for name in roles["states"]]
+    other_cols = [column[name] for name in (*roles["inputs"], *roles["outputs"])]
+    time_col = None if time is None else column[time]
+    ident_col = None if trajectory is None else column[trajectory]
+    width = len(header)
 
     def number(line: int, row: list[str], j: int) -> float:
         text = row[j].strip()
         try:
             return float(text)
         except ValueError:
-            raise file_error(
-                path,
-                f"line {line}: column {j + 1} ({header[j]!r}): {text!r} is not a "
-                "number.",
-            ) from None
+            raise _not_a_number(path, line, header, j, text) from None
 
-    groups: dict[str, list[tuple[int, list[str]]]] = {}
-    for line, row in enumerate(rows[1:], start=2):
+    groups: dict[str, _Rows] = {}
+    for line, row in enumerate(reader, start=2):
         if not row or all(not cell.strip() for cell in row):
             continue
-        if len(row) != len(header):
+        if len(row) != width:
             raise file_error(
                 path,
-                f"line {line}: expected {len(header)} cells (as in the header), got "
+                f"line {line}: expected {width} cells (as in the header), got "
                 f"{len(row)}.",
             )
-        ident = row[column[trajectory]].strip() if trajectory is not None else ""
-        groups.setdefault(ident, []).append((line, row))
-    if not groups:
-        raise file_error(path, "the dataset is empty (no data rows).")
+        ident = "" if ident_col is None else row[ident_col].strip()
+        rows = groups.get(ident)
+        if rows is None:
+            rows = groups[ident] = _Rows()
+        k = len(rows.lines)
+        rows.lines.append(line)
+        if time_col is not None:
+            rows.times.append(number(line, row, time_col))
+        for j in state_cols:
+            rows.values.append(number(line, row, j))
+        for j in other_cols:
+            text = row[j].strip()
+            try:
+                rows.values.append(float(text))
+            except ValueError:
+                rows.values.append(math.nan)
+                rows.bad.append((k, line, j, text))
+    return groups
+
+
+def _not_a_number(path, line: int, header, j: int, text: str) -> ValueError:
+    return file_error(
+        path, f"line {line}: column {j + 1} ({header[j]!r}): {text!r} is not a number."
+    )
+
+
+def _csv_arrays(path, header, roles, groups: dict[str, _Rows], timed: bool) -> dict:
     has_states = bool(roles["states"])
+    sizes = [len(roles[argument]) for argument in ("states", "inputs", "outputs")]
+    ends = np.cumsum([0, *sizes])
     out: dict = {"states": [], "inputs": [], "outputs": []}
-    times: dict[str, list[float]] = {}
-    for ident, lines in groups.items():
-        if time is not None:
-            times[ident] = [number(line, row, column[time]) for line, row in lines]
-        steps = len(lines) - has_states
+    for ident, rows in groups.items():
+        count = len(rows.lines)
+        steps = count - has_states
         if steps < 1:
             raise file_error(
                 path,
-                f"line {lines[0][0]}: trajectory {ident!r} has {len(lines)} row(s); "
+                f"line {rows.lines[0]}: trajectory {ident!r} has {count} row(s); "
                 f"each needs at least {1 + has_states} (one "
                 f"{'step: two states' if has_states else 'sample'}).",
             )
-        for argument in ("states", "inputs", "outputs"):
-            cols = [column[name] for name in roles[argument]]
-            if not cols:
-                continue
-            # With states, the last row of a trajectory has no input or output:
-            # there are T inputs and outputs for T+1 states.
-            use = lines if argument == "states" else lines[: max(steps, 0)]
-            out[argument].append(
-                np.array(
-                    [[number(line, row, j) for j in cols] for line, row in use],
-                    dtype=np.float64,
-                ).reshape(len(use), len(cols))
-            )
-    ts = None
-    if time is not None:
-        ts = _shared_times(path, groups, times)
+        # With states, the last row of a trajectory has no input or output: there
+        # are T inputs and outputs for T+1 states.
+        for k, line, j, text in rows.bad:
+            if k < steps:
+                raise _not_a_number(path, line, header, j, text)
+        values = np.frombuffer(rows.values, dtype=np.float64).reshape(count, ends[-1])
+        for r, argument in enumerate(("states", "inputs", "outputs")):
+            if sizes[r]:
+                use = count if argument == "states" else steps
+                out[argument].append(values[:use, ends[r] : ends[r + 1]])
+    ts = _shared_times(path, groups) if timed else None
     return {
         "xs": out["states"] or None,
         "us": out["inputs"] or None,
@@ -387,20 +442,20 @@ def read_csv(
     }
 
 
-def _shared_times(path, groups: dict, times: dict[str, list[float]]) -> np.ndarray:
+def _shared_times(path, groups: dict[str, _Rows]) -> np.ndarray:
     """The times of the longest trajectory; every other must follow them."""
-    longest = max(times, key=lambda ident: len(times[ident]))
-    reference = np.asarray(times[longest])
-    for ident, ts in times.items():
-        ts = np.asarray(ts)
+    longest = max(groups, key=lambda ident: len(groups[ident].lines))
+    reference = np.frombuffer(groups[longest].times, dtype=np.float64)
+    for ident, rows in groups.items():
+        ts = np.frombuffer(rows.times, dtype=np.float64)
         head = reference[: len(ts)]
         close = np.isclose(ts, head, rtol=1e-9, atol=1e-12)
         if not close.all():
             k = int(np.argmax(~close))
             raise file_error(
                 path,
-                f"line {groups[ident][k][0]}: trajectory {ident!r} has time {ts[k]} "
+                f"line {rows.lines[k]}: trajectory {ident!r} has time {ts[k]} "
                 f"where trajectory {longest!r} has {head[k]}; all must share their "
                 "times (a shorter trajectory's are the first of the longest's).",
             )
-    return reference
+    return reference.copy()

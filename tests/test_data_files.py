@@ -122,6 +122,21 @@ def test_csv_column_role_errors(tmp_path):
 
 def test_csv_text_problems(tmp_path):
     path = tmp_path / "d.csv"
+    path.write_text("trajectory;time;x0\n0;0;1\n")
+    with pytest.raises(ValueError, match=r"separate columns with ';'"):
+        dynsys.load_dataset(path)
+    path.write_text("trajectory,time,x0\n0,0," + "1" * 200_000 + "\n")
+    with pytest.raises(ValueError, match="not a readable CSV file .*field larger"):
+        dynsys.load_dataset(path)
+    # Input cells: required on every row but the last of a trajectory with states.
+    path.write_text("trajectory,time,x0,u0\n0,0,1,2\n0,1,2,\n0,2,3,\n")
+    with pytest.raises(ValueError, match=r"line 3: column 4 \('u0'\): '' is not a"):
+        dynsys.load_dataset(path)
+    path.write_text("trajectory,time,x0,u0\n0,0,1,2\n0,1,2,abc\n1,0,1,2\n0,2,3,\n")
+    with pytest.raises(ValueError, match=r"line 3: column 4 \('u0'\): 'abc' is not"):
+        dynsys.load_dataset(path, inputs=["u0"])
+    path.write_text("trajectory,time,x0,u0\n0,0,1,2\n0,1,2,ignored\n")
+    assert dynsys.load_dataset(path).us.tolist() == [[[2.0]]]
     path.write_bytes(b"\xef\xbb\xbftrajectory,time,x0\n0,0,1\n0,1,2\n")  # UTF-8 BOM
     assert dynsys.load_dataset(path).num_steps == 1
     path.write_bytes(b"trajectory,time,x0\n0,0,\xff\xfe\n")
