@@ -191,7 +191,9 @@ def _read(path: pathlib.Path) -> tuple[dict[str, Any], bytes]:
         if start + length > size:
             raise fail("the file is truncated (it ends inside the header).")
         if length > _MAX_HEADER_BYTES:
-            raise fail(f"the header claims {length} bytes (at most {_MAX_HEADER_BYTES}).")
+            raise fail(
+                f"the header claims {length} bytes (at most {_MAX_HEADER_BYTES})."
+            )
         encoded = f.read(length)
         if len(encoded) != length:
             raise fail("the file is truncated (it ends inside the header).")
