@@ -75,6 +75,7 @@ def test_fit_run_folder(tmp_path):
     result = _run(FIT, tmp_path)
     names = {p.name for p in result.path.iterdir()}
     assert names == {
+        ".dynsys-run",
         "config.toml",
         "metrics.json",
         "history.csv",
