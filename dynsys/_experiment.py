@@ -384,16 +384,21 @@ _SIMULATED_ONLY = {
         "x0_mean",
         "x0_scale",
         "input_scale",
+        "measured_states",
     ),
     "system": ("model", "params"),
+}
+_FILE_ONLY = {
+    "data": ("states", "inputs", "outputs", "trajectory_column", "time_column"),
 }
 
 
 def _recorded(config: dict) -> dict:
     """The config as written to `config.toml`: only what the run used."""
     config = copy.deepcopy(config)
-    if config["kind"] == "fit" and config["data"]["file"] is not None:
-        for section, keys in _SIMULATED_ONLY.items():
+    if config["kind"] == "fit":
+        unused = _SIMULATED_ONLY if config["data"]["file"] is not None else _FILE_ONLY
+        for section, keys in unused.items():
             for key in keys:
                 config[section].pop(key, None)
     return config
