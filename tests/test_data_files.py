@@ -54,6 +54,14 @@ def test_round_trip_keeps_outputs_names_and_lengths(tmp_path, suffix, with_state
         _assert_same(back.experiment(i), data.experiment(i))
 
 
+def test_csv_export_refuses_formula_names(tmp_path):
+    data = dynsys.Dataset(np.zeros((1, 3, 1)), state_names=['=HYPERLINK("x")'])
+    with pytest.raises(ValueError, match="spreadsheets run as a formula"):
+        data.save(tmp_path / "d.csv")
+    data.save(tmp_path / "d.npz")
+    assert dynsys.load_dataset(tmp_path / "d.npz").state_names == data.state_names
+
+
 def test_ragged_csv_by_hand_equals_the_sequence_form(tmp_path):
     path = tmp_path / "d.csv"
     path.write_text(
