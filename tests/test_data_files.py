@@ -315,3 +315,15 @@ def test_zip_bomb_is_refused_before_decompressing(tmp_path):
     # Peak memory (KiB) within 100 MB of a normal small load.
     assert peak_bomb - base < 100 * 1024, (base, peak_bomb)
     assert peak_junk - base < 100 * 1024, (base, peak_junk)
+
+
+def test_npz_object_arrays_are_refused_or_never_read(tmp_path):
+    path = tmp_path / "pickled.npz"
+    np.savez(path, xs=np.array([[[object()]]], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="array 'xs' holds Python objects"):
+        dynsys.load_dataset(path)
+    # An unused pickled member is never unpickled (nor decompressed).
+    np.savez(
+        path, xs=np.zeros((1, 3, 1)), extra=np.array([object()]), allow_pickle=True
+    )
+    assert dynsys.load_dataset(path).num_steps == 2
