@@ -184,6 +184,13 @@ def write_csv(path: pathlib.Path, data) -> None:
     """The long format of `load_dataset`: one row per sample, trajectory by
     trajectory; with states, a trajectory's last row has empty input and output
     cells."""
+    for name in (*data.state_names, *data.input_names, *data.output_names):
+        if name[:1] in ("=", "+", "-", "@", "\t", "\r"):
+            raise ValueError(
+                f"Dataset.save(path=...): the column name {name!r} starts with "
+                f"{name[:1]!r}, which spreadsheets run as a formula; rename it or "
+                "save as .npz."
+            )
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(

@@ -54,6 +54,14 @@ def test_round_trip_keeps_outputs_names_and_lengths(tmp_path, suffix, with_state
         _assert_same(back.experiment(i), data.experiment(i))
 
 
+def test_csv_export_refuses_formula_names(tmp_path):
+    data = dynsys.Dataset(np.zeros((1, 3, 1)), state_names=['=HYPERLINK("x")'])
+    with pytest.raises(ValueError, match="spreadsheets run as a formula"):
+        data.save(tmp_path / "d.csv")
+    data.save(tmp_path / "d.npz")
+    assert dynsys.load_dataset(tmp_path / "d.npz").state_names == data.state_names
+
+
 def test_ragged_csv_by_hand_equals_the_sequence_form(tmp_path):
     path = tmp_path / "d.csv"
     path.write_text(
@@ -307,3 +315,15 @@ def test_zip_bomb_is_refused_before_decompressing(tmp_path):
     # Peak memory (KiB) within 100 MB of a normal small load.
     assert peak_bomb - base < 100 * 1024, (base, peak_bomb)
     assert peak_junk - base < 100 * 1024, (base, peak_junk)
+
+
+def test_npz_object_arrays_are_refused_or_never_read(tmp_path):
+    path = tmp_path / "pickled.npz"
+    np.savez(path, xs=np.array([[[object()]]], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="array 'xs' holds Python objects"):
+        dynsys.load_dataset(path)
+    # An unused pickled member is never unpickled (nor decompressed).
+    np.savez(
+        path, xs=np.zeros((1, 3, 1)), extra=np.array([object()]), allow_pickle=True
+    )
+    assert dynsys.load_dataset(path).num_steps == 2
