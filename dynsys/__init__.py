@@ -66,5 +66,8 @@ from ._stable import StableLinearSystem as StableLinearSystem
 from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
 from ._train import train as train, TrainResult as TrainResult
 
+# System identification (branch sysid)
+from ._x0 import estimate_x0 as estimate_x0
+
 
 __version__ = importlib.metadata.version("dynsys")
