@@ -153,11 +153,9 @@ class LevenbergMarquardtStrategy(eqx.Module):
         solver = self._solver()
         f_struct = jax.eval_shape(lambda: fn(params, batch)[0])
         state = solver.init(fn, params, batch, {}, f_struct, None, frozenset())
-        state = eqx.tree_at(
-            lambda s: s.search_state.step_size,
-            state,
-            step_size.astype(state.search_state.step_size.dtype),
-        )
+        # The carried step size has the parameters' dtype (optimistix starts from a
+        # default-precision 1.0, which would promote float32 parameters).
+        state = eqx.tree_at(lambda s: s.search_state.step_size, state, step_size)
         _, state, _ = solver.step(fn, params, batch, {}, state, frozenset())
         state = eqx.tree_at(lambda s: s.terminate, state, state.terminate | terminate)
         return state
@@ -178,8 +176,11 @@ class LevenbergMarquardtStrategy(eqx.Module):
 
 
 # The default optimiser: Levenberg–Marquardt while its Jacobian (residuals x
-# parameters) has at most this many entries (128 MiB in float64), else L-BFGS.
+# parameters) has at most this many entries (128 MiB in float64) and the model at
+# most PARAMETER_LIMIT trained parameters (each step costs one forward-mode
+# derivative per parameter and a QR of the Jacobian), else L-BFGS.
 JACOBIAN_LIMIT = 2**24
+PARAMETER_LIMIT = 256
 DEFAULT_MAX_STEPS = {"lm": 200, "lbfgs": 1000, "optax": 1000}
 
 
@@ -195,7 +196,8 @@ def default_strategy(
     default_rtol, default_atol = tolerances(dtype)
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
-    if num_residuals * num_params <= JACOBIAN_LIMIT:
+    small = num_residuals * num_params <= JACOBIAN_LIMIT
+    if num_params <= PARAMETER_LIMIT and small:
         return LevenbergMarquardtStrategy(rtol, atol), "lm"
     return lbfgs_strategy(rtol), "lbfgs"
 

@@ -285,7 +285,8 @@ def optimise(
         chunk = 1
     if evaluator is not None:
         chunk = min(chunk, eval_every)
-    chunk = min(chunk, num_steps)
+    # Not shortened to num_steps: the chunk's length is part of what is compiled,
+    # and steps past num_steps are skipped at run time.
 
     bar = None
     if progress:
