@@ -21,12 +21,9 @@ from ._experiment import (
     resolve_config as resolve_config,
     run_experiment as run_experiment,
 )
-from ._fit import (
-    fit as fit,
-    fit_least_squares as fit_least_squares,
-    FitResult as FitResult,
-    MultipleShooting as MultipleShooting,
-)
+from ._fit import fit as fit, FitResult as FitResult
+from ._least_squares import fit_least_squares as fit_least_squares
+from ._losses import MultipleShooting as MultipleShooting
 from ._io import load as load, save as save
 from ._layered import (
     AbstractContextLayer as AbstractContextLayer,
