@@ -103,7 +103,11 @@ def _simulated(config: dict) -> _Data:
     )
     data = dynsys.simulate(system, x0s, T, inputs=inputs, key=key_noise, **noise)
     clean = dynsys.simulate(system, x0s, T, inputs=inputs)
-    data = _named(data, state_names, _input_names(config, m, zoo_system), output_names)
+    input_names = _input_names(config, m, zoo_system)
+    if output_names is not None:  # only the outputs are measured: drop the states
+        data, clean = _outputs_only(data), _outputs_only(clean)
+        state_names = None
+    data = _named(data, state_names, input_names, output_names)
     measured = (
         f", outputs {', '.join(output_names or [])}"
         if data_cfg["measured_states"] is not None
@@ -121,6 +125,14 @@ def _simulated(config: dict) -> _Data:
 
 # Figure roles of the models a fit run draws (see `dynsys.plot.STYLES`).
 ROLES = {"least squares": "estimate", "subspace": "estimate", "fitted": "fit"}
+
+
+def _outputs_only(data):
+    """The inputs and outputs of `data`, without its states."""
+    import dynsys
+
+    ts = None if data.ts is None else data.ts[: data.num_steps]
+    return dynsys.Dataset(us=data.us, ts=ts, ys=data.ys)
 
 
 def _zoo_names(config: dict, which: str):
