@@ -87,8 +87,8 @@ def _lq_factor(call: str, s: Signals, horizon: int) -> tuple[Array, int]:
     if windows < rows:
         raise ValueError(
             f"{call}(horizon=...): horizon {horizon} gives {windows} data windows in "
-            f"all, fewer than the {rows} rows of the data matrix; use a shorter horizon "
-            "or more data."
+            f"all, fewer than the {rows} rows of the data matrix; use a shorter "
+            "horizon or more data."
         )
     R = jnp.linalg.qr(jnp.concatenate(factors, axis=0), mode="r")
     return R.T / jnp.sqrt(windows), windows
@@ -123,8 +123,9 @@ def select_order(singular_values: Array, max_order: int) -> int:
     gaps = log_sigma[: count - 1] - log_sigma[1:count]
     if sigma.size == max_order and max_order >= 1:
         # The gap after the last value (to the floor) when all values fit the order.
-        gaps = np.append(gaps, log_sigma[count - 1] - np.log10(
-            _NUMERICAL_FLOOR * sigma[0]))
+        gaps = np.append(
+            gaps, log_sigma[count - 1] - np.log10(_NUMERICAL_FLOOR * sigma[0])
+        )
     return int(np.argmax(gaps)) + 1
 
 
@@ -168,11 +169,11 @@ def _input_matrices(
     phi = _input_regressors(K, C, us * weight[..., None], feedthrough)
     phi = (phi * weight[..., None, None]).reshape(N, T * p, -1)
     y = (ys * weight[..., None]).reshape(N, T * p)
-    O = observability_rows(K, C, T)[None] * weight[:, :, None, None]
-    O = O.reshape(N, T * p, n)
-    O_pinv = jnp.linalg.pinv(O)
-    phi = phi - O @ (O_pinv @ phi)
-    y = y - jnp.einsum("nij,nj->ni", O, jnp.einsum("nij,nj->ni", O_pinv, y))
+    obs = observability_rows(K, C, T)[None] * weight[:, :, None, None]
+    obs = obs.reshape(N, T * p, n)
+    obs_pinv = jnp.linalg.pinv(obs)
+    phi = phi - obs @ (obs_pinv @ phi)
+    y = y - jnp.einsum("nij,nj->ni", obs, jnp.einsum("nij,nj->ni", obs_pinv, y))
     theta = jnp.linalg.lstsq(phi.reshape(N * T * p, -1), y.reshape(-1))[0]
     B = theta[: n * m].reshape(n, m)
     D = theta[n * m :].reshape(p, m) if feedthrough else None
@@ -216,8 +217,11 @@ def subspace_singular_values(data, *, horizon: int | None = None) -> Float[Array
 
 
 def fit_subspace(
-    data, order: int | None = None, *, horizon: int | None = None,
-    feedthrough: bool = False
+    data,
+    order: int | None = None,
+    *,
+    horizon: int | None = None,
+    feedthrough: bool = False,
 ) -> LinearSystem:
     """A linear state-space model identified from input-output data by a subspace
     method (PO-MOESP), from all experiments at once.
@@ -232,10 +236,11 @@ def fit_subspace(
     past to the future outputs give the extended observability matrix
     $\\Gamma_s = [C; CK; \\dots; CK^{s-1}]$ (its first `order` left singular vectors,
     scaled by the square roots of the singular values). $C$ is its first block row
-    and $K$ solves the shift equation $\\Gamma_s^{\\uparrow} K = \\Gamma_s^{\\downarrow}$
-    by least squares. Then $B$ (and $D$) solve the linear least-squares problem
-    $y_t = C K^t x_0^{(i)} + \\sum_{j<t} C K^{t-1-j} B u_j (+ D u_t)$ over all steps of
-    all experiments, each experiment's initial state $x_0^{(i)}$ estimated jointly.
+    and $K$ solves the shift equation
+    $\\Gamma_s^{\\uparrow} K = \\Gamma_s^{\\downarrow}$ by least squares. Then $B$
+    (and $D$) solve the linear least-squares problem
+    $y_t = C K^t x_0^{(i)} + \\sum_{j<t} C K^{t-1-j} B u_j (+ D u_t)$ over all steps
+    of all experiments, each experiment's initial state $x_0^{(i)}$ estimated jointly.
     Everything is `jax.numpy` QR, SVD and least squares. On noise-free data of a
     system of order `order`, with inputs rich enough, the result equals the true
     system up to a change of state basis (eigenvalues and Markov parameters

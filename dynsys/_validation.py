@@ -2,7 +2,6 @@
 k-step-ahead prediction) and residual analysis."""
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
@@ -41,9 +40,7 @@ class Comparison(eqx.Module):
 
 def _fit_percent(y: Array, y_hat: Array, weight: Array, axes) -> Array:
     count = jnp.sum(weight, axis=axes)
-    mean = jnp.sum(y * weight, axis=axes, keepdims=True) / jnp.expand_dims(
-        count, axes
-    )
+    mean = jnp.sum(y * weight, axis=axes, keepdims=True) / jnp.expand_dims(count, axes)
     error = jnp.sqrt(jnp.sum(((y - y_hat) * weight) ** 2, axis=axes))
     spread = jnp.sqrt(jnp.sum(((y - mean) * weight) ** 2, axis=axes))
     return 100.0 * (1.0 - error / spread)
@@ -166,8 +163,8 @@ def compare(
     **Raises:**
 
     `ValueError` (one line) when the model's sizes do not match the data, `x0` has
-    the wrong shape, `horizon` or `window` is not a positive int, or k-step prediction is asked
-    of a nonlinear model on data without states.
+    the wrong shape, `horizon` or `window` is not a positive int, or k-step
+    prediction is asked of a nonlinear model on data without states.
 
     **Example:**
 
@@ -309,8 +306,10 @@ def residual_analysis(
     call = "residual_analysis"
     comparison = compare(model, data, horizon=horizon, x0=x0)
     T = comparison.measured.shape[1]
-    if isinstance(max_lag, bool) or not isinstance(max_lag, int) or not (
-        0 < max_lag < T
+    if (
+        isinstance(max_lag, bool)
+        or not isinstance(max_lag, int)
+        or not (0 < max_lag < T)
     ):
         raise ValueError(
             f"{call}(max_lag=...): max_lag must be a positive int below the longest "
@@ -318,9 +317,10 @@ def residual_analysis(
         )
     e = comparison.measured - comparison.predicted
     energy = jnp.sum(e**2, axis=(0, 1))  # (p,)
-    auto = jnp.einsum(
-        "lpp->lp", _lagged_sums(e, e, max_lag, negative=False)
-    ) / energy[None]
+    auto = (
+        jnp.einsum("lpp->lp", _lagged_sums(e, e, max_lag, negative=False))
+        / energy[None]
+    )
     s = signals(data, call)
     cross = None
     if s.us is not None:
