@@ -63,49 +63,60 @@ def _hankel(signal: Array, start: int, s: int, count: int) -> Array:
     return signal[index].reshape(count, -1)
 
 
-@functools.partial(jax.jit, static_argnums=2)
-def _window_factor(y: Array, u: Array | None, horizon: int) -> Array:
-    """The triangular factor of one experiment's windows `[U_f, U_p, Y_p, Y_f]`."""
-    count = y.shape[0] - 2 * horizon + 1
-    blocks = []
-    if u is not None:
-        blocks += [_hankel(u, horizon, horizon, count), _hankel(u, 0, horizon, count)]
-    blocks += [_hankel(y, 0, horizon, count), _hankel(y, horizon, horizon, count)]
-    return jnp.linalg.qr(jnp.concatenate(blocks, axis=1), mode="r")
+def _window_factors(ys: Array, us: Array | None, lengths: Array, horizon: int) -> Array:
+    """The triangular factor of each experiment's windows `[U_f, U_p, Y_p, Y_f]`
+    (one row per window; the rows of windows past an experiment's end are zero, which
+    leaves the factor unchanged), one experiment at a time, shape `(N, r', r)`."""
+    count = ys.shape[1] - 2 * horizon + 1
+
+    def factor(args):
+        y, u, length = args
+        blocks = []
+        if u is not None:
+            blocks += [
+                _hankel(u, horizon, horizon, count),
+                _hankel(u, 0, horizon, count),
+            ]
+        blocks += [_hankel(y, 0, horizon, count), _hankel(y, horizon, horizon, count)]
+        valid = jnp.arange(count) < length - 2 * horizon + 1
+        rows = jnp.concatenate(blocks, axis=1) * valid[:, None]
+        return jnp.linalg.qr(rows, mode="r")
+
+    return jax.lax.map(factor, (ys, us, lengths))
 
 
-def _lq_factor(call: str, s: Signals, horizon: int) -> tuple[Array, int]:
-    """The lower-triangular `L` of `[U_f; U_p; Y_p; Y_f] = L Q^T` over the windows of
-    every experiment (each experiment's block QR, then a QR of the stacked factors),
-    divided by the square root of the number of windows."""
-    factors, windows = [], 0
-    for i, T in enumerate(s.lengths):
-        u = None if s.us is None else s.us[i, :T]
-        factors.append(_window_factor(s.ys[i, :T], u, horizon))
-        windows += T - 2 * horizon + 1
-    rows = factors[0].shape[1]
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _observability_svd(
+    ys: Array, us: Array | None, lengths: Array, horizon: int, windows: int
+) -> tuple[Array, Array]:
+    """The left singular vectors and singular values of the block of the LQ factor
+    (of `[U_f; U_p; Y_p; Y_f] = L Q^T` over the windows of every experiment, divided
+    by the square root of their number) that maps the past to the future outputs."""
+    p = ys.shape[-1]
+    m = 0 if us is None else us.shape[-1]
+    factors = _window_factors(ys, us, lengths, horizon)
+    R = jnp.linalg.qr(factors.reshape(-1, factors.shape[-1]), mode="r")
+    L = R.T / jnp.sqrt(windows)
+    a, b = horizon * m, horizon * (m + p)
+    U, S, _ = jnp.linalg.svd(L[a + b :, a : a + b], full_matrices=False)
+    return U, S
+
+
+def _projected_singular_values(
+    call: str, s: Signals, horizon: int
+) -> tuple[Array, Array]:
+    """`_observability_svd` of the data, after checking there are enough windows."""
+    p = s.ys.shape[-1]
+    m = 0 if s.us is None else s.us.shape[-1]
+    windows = sum(T - 2 * horizon + 1 for T in s.lengths)
+    rows = 2 * horizon * (m + p)
     if windows < rows:
         raise ValueError(
             f"{call}(horizon=...): horizon {horizon} gives {windows} data windows in "
             f"all, fewer than the {rows} rows of the data matrix; use a shorter "
             "horizon or more data."
         )
-    R = jnp.linalg.qr(jnp.concatenate(factors, axis=0), mode="r")
-    return R.T / jnp.sqrt(windows), windows
-
-
-def _projected_singular_values(
-    call: str, s: Signals, horizon: int
-) -> tuple[Array, Array]:
-    """The left singular vectors and singular values of the part of the future
-    outputs explained by the past (after removing the future inputs)."""
-    p = s.ys.shape[-1]
-    m = 0 if s.us is None else s.us.shape[-1]
-    L, _ = _lq_factor(call, s, horizon)
-    a, b = horizon * m, horizon * (m + p)
-    L32 = L[a + b :, a : a + b]
-    U, S, _ = jnp.linalg.svd(L32, full_matrices=False)
-    return U, S
+    return _observability_svd(s.ys, s.us, jnp.asarray(s.lengths), horizon, windows)
 
 
 def select_order(singular_values: Array, max_order: int) -> int:
@@ -156,7 +167,6 @@ def _input_regressors(
     return phi
 
 
-@functools.partial(jax.jit, static_argnums=5)
 def _input_matrices(
     K: Array, C: Array, ys: Array, us: Array, mask: Array, feedthrough: bool
 ) -> tuple[Array, Array | None]:
@@ -314,10 +324,26 @@ def fit_subspace(
     U, S = _projected_singular_values(call, s, horizon)
     if order is None:
         order = max(1, select_order(S, max_order))
+    K, B, C, D = _realisation(U, S, s.ys, s.us, s.mask, order, feedthrough)
+    return LinearSystem(K, B, C, D, dt=s.dt)
+
+
+@functools.partial(jax.jit, static_argnums=(5, 6))
+def _realisation(
+    U: Array,
+    S: Array,
+    ys: Array,
+    us: Array | None,
+    mask: Array,
+    order: int,
+    feedthrough: bool,
+) -> tuple[Array, Array | None, Array, Array | None]:
+    """`K`, `C` from the observability matrix, then `B`, `D` by least squares."""
+    p = ys.shape[-1]
     gamma = U[:, :order] * jnp.sqrt(S[:order])[None, :]
     C = gamma[:p]
     K = jnp.linalg.lstsq(gamma[:-p], gamma[p:])[0]
     B = D = None
-    if s.us is not None:
-        B, D = _input_matrices(K, C, s.ys, s.us, s.mask, feedthrough)
-    return LinearSystem(K, B, C, D, dt=s.dt)
+    if us is not None:
+        B, D = _input_matrices(K, C, ys, us, mask, feedthrough)
+    return K, B, C, D
