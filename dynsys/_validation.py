@@ -263,13 +263,14 @@ def residual_analysis(
     max_lag: int = 25,
     horizon: int | None = None,
     x0: Float[ArrayLike, "N n"] | None = None,
+    window: int | None = None,
 ) -> Residuals:
     """Whiteness and independence tests of the residuals $e_t = y_t - \\hat y_t$.
 
-    The predictions are `compare(model, data, horizon=horizon, x0=x0)`'s (free run by
-    default). Sums run over every experiment's valid steps, pairs never crossing
-    from one experiment to another; no mean is removed. With $N_s$ the number of
-    valid samples:
+    The predictions are `compare(model, data, horizon=horizon, x0=x0,
+    window=window)`'s (free run by default). Sums run over every experiment's valid
+    steps, pairs never crossing from one experiment to another; no mean is removed.
+    With $N_s$ the number of valid samples:
 
     - auto-correlation of channel $i$: $r_i(\\tau) = \\sum_t e_{i,t+\\tau}
       e_{i,t} / \\sum_t e_{i,t}^2$, $\\tau = 0 \\dots L$;
@@ -283,7 +284,7 @@ def residual_analysis(
 
     **Arguments:**
 
-    - `model`, `data`, `horizon`, `x0`: as for `compare`.
+    - `model`, `data`, `horizon`, `x0`, `window`: as for `compare`.
     - `max_lag`: `L`, a positive int smaller than the longest experiment.
 
     **Returns:**
@@ -304,7 +305,7 @@ def residual_analysis(
     ```
     """
     call = "residual_analysis"
-    comparison = compare(model, data, horizon=horizon, x0=x0)
+    comparison = compare(model, data, horizon=horizon, x0=x0, window=window)
     T = comparison.measured.shape[1]
     if (
         isinstance(max_lag, bool)
