@@ -56,9 +56,7 @@ def to_control(system):
     call = "to_control"
     control = _import_control(call)
     if isinstance(system, LinearODE):
-        square, B, C, D, dt, offset = (
-            system.A, system.B, system.C, system.D, 0, None
-        )
+        square, B, C, D, dt, offset = (system.A, system.B, system.C, system.D, 0, None)
     else:
         linear = linear_of(system)
         if linear is None:

@@ -12,8 +12,11 @@ def _system(getkey, dt=0.1):
     K = jax.random.normal(getkey(), (3, 3))
     K = 0.9 * K / jnp.max(jnp.abs(jnp.linalg.eigvals(K)))
     return dynsys.LinearSystem(
-        K, jax.random.normal(getkey(), (3, 2)), jax.random.normal(getkey(), (2, 3)),
-        jax.random.normal(getkey(), (2, 2)), dt=dt,
+        K,
+        jax.random.normal(getkey(), (3, 2)),
+        jax.random.normal(getkey(), (2, 3)),
+        jax.random.normal(getkey(), (2, 2)),
+        dt=dt,
     )
 
 
@@ -37,8 +40,9 @@ def test_round_trip_and_frequency_response(getkey, dt):
 
 def test_continuous_time_and_defaults():
     control = pytest.importorskip("control")
-    ode = dynsys.LinearODE(jnp.array([[0.0, 1.0], [-4.0, -0.8]]),
-                           jnp.array([[0.0], [1.0]]))
+    ode = dynsys.LinearODE(
+        jnp.array([[0.0, 1.0], [-4.0, -0.8]]), jnp.array([[0.0], [1.0]])
+    )
     sys_ = dynsys.to_control(ode)
     assert sys_.dt == 0
     np.testing.assert_array_equal(sys_.C, np.eye(2))
@@ -50,8 +54,11 @@ def test_continuous_time_and_defaults():
     tf = control.tf([1.0], [1.0, -0.5], 0.2)
     system = dynsys.from_control(tf)
     assert system.dt == 0.2
-    np.testing.assert_allclose(dynsys.step_response(system, 5)[:, 0, 0],
-                               [0.0, 1.0, 1.5, 1.75, 1.875], rtol=1e-12)
+    np.testing.assert_allclose(
+        dynsys.step_response(system, 5)[:, 0, 0],
+        [0.0, 1.0, 1.5, 1.75, 1.875],
+        rtol=1e-12,
+    )
 
 
 def test_bad_input(getkey):

@@ -105,10 +105,16 @@ def test_singular_values_against_dense_numpy_reference(getkey):
     for i, T in enumerate(lengths):
         y, u = np.asarray(data.ys[i, :T]), np.asarray(data.us[i, :T])
         for j in range(T - 2 * s + 1):
-            columns.append(np.concatenate([
-                u[j + s : j + 2 * s].ravel(), u[j : j + s].ravel(),
-                y[j : j + s].ravel(), y[j + s : j + 2 * s].ravel(),
-            ]))
+            columns.append(
+                np.concatenate(
+                    [
+                        u[j + s : j + 2 * s].ravel(),
+                        u[j : j + s].ravel(),
+                        y[j : j + s].ravel(),
+                        y[j + s : j + 2 * s].ravel(),
+                    ]
+                )
+            )
     H = np.array(columns).T
     L = np.linalg.qr(H.T, mode="r").T / np.sqrt(H.shape[1])
     a, b = s * 1, s * 3
@@ -122,8 +128,9 @@ def test_bad_input(getkey):
     data = _data(true, (50, 30, 16), getkey())
     with pytest.raises(ValueError, match=r"largest order possible is .* = 7, got 9"):
         dynsys.fit_subspace(data, order=9, horizon=8)
-    with pytest.raises(ValueError, match="experiment 2 has 16; the largest horizon "
-                       "possible is 8"):
+    with pytest.raises(
+        ValueError, match="experiment 2 has 16; the largest horizon possible is 8"
+    ):
         dynsys.fit_subspace(data, horizon=9)
     with pytest.raises(ValueError, match="order must be a positive integer"):
         dynsys.fit_subspace(data, order=0)

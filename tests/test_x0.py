@@ -58,8 +58,9 @@ def test_ragged_lengths_use_only_valid_steps(getkey):
     np.testing.assert_allclose(linear_x0(system, ys, us, mask), x0s, atol=1e-9)
     # Each experiment alone gives the same.
     for i, T in enumerate(lengths):
-        alone = linear_x0(system, data.ys[i : i + 1, :T], us[i : i + 1, :T],
-                          jnp.ones((1, T), bool))
+        alone = linear_x0(
+            system, data.ys[i : i + 1, :T], us[i : i + 1, :T], jnp.ones((1, T), bool)
+        )
         np.testing.assert_allclose(alone[0], x0s[i], atol=1e-9)
 
 
@@ -71,13 +72,13 @@ def test_matches_numpy_least_squares_on_noisy_data(getkey):
     # Reference: the regression matrix column by column from rollouts of unit x0.
     K, B, C, D = (np.asarray(a) for a in (system.K, system.B, system.C, system.D))
     for i in range(2):
-        O = np.stack([C @ np.linalg.matrix_power(K, t) for t in range(30)])[:, 0]
+        obs = np.stack([C @ np.linalg.matrix_power(K, t) for t in range(30)])[:, 0]
         x, forced = np.zeros(3), []
         for t in range(30):
             forced.append(C @ x + D @ np.asarray(us[i, t]))
             x = K @ x + B @ np.asarray(us[i, t])
         target = np.asarray(data.ys[i, :, 0]) - np.asarray(forced)[:, 0]
-        expected = np.linalg.lstsq(O, target, rcond=None)[0]
+        expected = np.linalg.lstsq(obs, target, rcond=None)[0]
         np.testing.assert_allclose(
             dynsys.estimate_x0(system, data)[i], expected, rtol=1e-8, atol=1e-10
         )
@@ -138,10 +139,22 @@ def test_nonlinear_model_uses_measured_states_or_says_what_to_do():
 def test_size_mismatch_is_one_line_error(getkey):
     system = _system(getkey)
     data = dynsys.Dataset(ys=jnp.zeros((2, 5, 3)), us=jnp.zeros((2, 5, 2)))
-    with pytest.raises(ValueError, match="3 output channels, but the model's "
-                       "output_size is 2"):
+    with pytest.raises(
+        ValueError, match="3 output channels, but the model's output_size is 2"
+    ):
         dynsys.estimate_x0(system, data)
     data = dynsys.Dataset(ys=jnp.zeros((2, 5, 2)), us=jnp.zeros((2, 5, 1)))
-    with pytest.raises(ValueError, match="1 input channels, but the model's "
-                       "input_size is 2"):
+    with pytest.raises(
+        ValueError, match="1 input channels, but the model's input_size is 2"
+    ):
         dynsys.estimate_x0(system, data)
+
+
+def test_simulated_data_with_states_and_outputs_uses_the_outputs(getkey):
+    # simulate keeps noise-free xs and puts the noise on ys: x0 comes from ys.
+    system = _system(getkey, offset=False)
+    x0s = jax.random.normal(getkey(), (2, 4))
+    us = jax.random.normal(getkey(), (2, 30, 2))
+    data = dynsys.simulate(system, x0s, 30, inputs=us)
+    assert data.xs is not None and data.ys is not None
+    np.testing.assert_allclose(dynsys.estimate_x0(system, data), x0s, atol=1e-9)
