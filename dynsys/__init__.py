@@ -15,11 +15,7 @@ from ._controller import (
     MLPController as MLPController,
 )
 from ._cost import quadratic_cost as quadratic_cost, tracking_cost as tracking_cost
-from ._data import (
-    Dataset as Dataset,
-    load_dataset as load_dataset,
-    simulate as simulate,
-)
+from ._dataset import Dataset as Dataset
 from ._experiment import (
     ExperimentResult as ExperimentResult,
     resolve_config as resolve_config,
@@ -36,6 +32,7 @@ from ._layered import (
     LayeredController as LayeredController,
     StackedController as StackedController,
 )
+from ._load_dataset import load_dataset as load_dataset
 from ._method import (
     AbstractMethod as AbstractMethod,
     Chunked as Chunked,
@@ -59,6 +56,7 @@ from ._sharding import (
     batch_sharding as batch_sharding,
     shard_batch as shard_batch,
 )
+from ._simulate import simulate as simulate
 from ._stable import StableLinearSystem as StableLinearSystem
 from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
 from ._train import train as train, TrainResult as TrainResult
