@@ -111,7 +111,8 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
     """Save `model` (an equinox module or any pytree of arrays) to `path`.
 
     The file is a magic line, a JSON header (class, field shapes and dtypes, the
-    dynsys version, a checksum) and the leaves as written by
+    static settings such as `bound`, activation or widths, the dynsys version, a
+    checksum) and the leaves as written by
     `eqx.tree_serialise_leaves`; nothing is pickled. It is written to a temporary
     file which is then renamed, so `path` never holds half a model.
 
@@ -389,8 +390,14 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
 
     The built-in models (`LinearSystem`, `StableLinearSystem`) load without a
     template. For any other class pass `like`, a model of the same class and
-    structure (its values are ignored); its leaves' shapes and dtypes must match the
-    file's.
+    structure (its values are ignored): its leaves' shapes and dtypes, and its
+    static settings (e.g. a controller's `bound`, activation, `use_time`), must
+    match the file's.
+
+    Untrusted files fail small: only a regular file is read (never a FIFO or a
+    device, even through a link), at most the bytes its header accounts for, and
+    the shapes the header claims are checked against the bytes present before
+    anything is allocated. Nothing is unpickled or imported.
 
     **Arguments:**
 
@@ -403,8 +410,10 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
 
     **Raises:**
 
-    `ValueError` for a missing, foreign, truncated or damaged file, a file written
-    from another class than `like`, or shapes that do not match `like`.
+    `ValueError` (one line) for a missing, foreign, truncated, damaged or hostile
+    file, a path that is not a regular file, a file written from another class than
+    `like`, or shapes, dtypes or static settings that do not match `like` (naming
+    the field).
 
     **Example:**
 

@@ -156,7 +156,8 @@ def clean_stale(parent: pathlib.Path) -> list[pathlib.Path]:
     (`.<name>.partial-<pid>`) and moved-aside (`.<name>.old-<pid>`) folders whose
     process is gone, and the empty `<name>` folder a killed run had reserved.
 
-    Only folders holding the dynsys marker (or empty ones) are removed; returns them.
+    Only hidden folders holding the dynsys marker are removed (and the reserved
+    folder beside one, if empty); returns what was removed.
     """
     removed = []
     try:
@@ -175,8 +176,8 @@ def clean_stale(parent: pathlib.Path) -> list[pathlib.Path]:
             continue
         if _pid_alive(int(pid)) or entry.is_symlink() or not entry.is_dir():
             continue
-        if not ((entry / MARKER).is_file() or not any(entry.iterdir())):
-            continue
+        if not (entry / MARKER).is_file():
+            continue  # not ours (or killed before its first write): left alone
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
         reserved = parent / stem

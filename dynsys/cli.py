@@ -422,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     import signal
+    import zipfile
 
     from ._interrupt import catch_interrupts
 
@@ -429,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with catch_interrupts():
             return args.handler(args)
-    except (ValueError, OSError) as error:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
         print(f"{prefix}: {_option_names(_one_line(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as error:
