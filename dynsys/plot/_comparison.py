@@ -34,7 +34,9 @@ def _from_comparisons(comparisons: Mapping, experiment: int, call: str):
     predictions, fit_percent = {}, {}
     for label, c in comparisons.items():
         predictions[label] = np.asarray(c.predicted)[experiment, :T]
-        fit = np.asarray(c.fit_percent, dtype=float)
+        # The fit % of the experiment drawn (as the figure shows it).
+        fit = getattr(c, "fit_percent_per_experiment", None)
+        fit = np.asarray(c.fit_percent if fit is None else fit, dtype=float)
         fit_percent[label] = fit[experiment] if fit.ndim == 2 else fit
     names = getattr(first, "names", None)
     return measured, predictions, fit_percent, names
@@ -73,8 +75,9 @@ def comparison(
     **Arguments:**
 
     - `ts`: times `(T,)`; or a `Comparison` from `dynsys.compare`, or a mapping
-        label → `Comparison` (then `measured`, `predictions`, `fit_percent` and
-        `names` come from it, for experiment `experiment`, and `ts` from `dt`).
+        label → `Comparison` (then `measured`, `predictions`, `names` and the fit %
+        of experiment `experiment` (its `fit_percent_per_experiment` row) come from
+        it, and the times from `dt`).
     - `measured`: the measured channels of one experiment, shape `(T, p)`.
     - `predictions`: label → predicted channels `(T, p)`, e.g.
         `{"least squares": ..., "fitted": ...}`.

@@ -14,33 +14,27 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def eigenvalues_of(system, call: str = "eigenvalues", label: str = "") -> np.ndarray:
-    """The eigenvalues of a system (its `K`), a matrix `(n, n)`, a `Modes`
-    (its `eigenvalues`) or eigenvalues given directly `(n,)`."""
-    value = getattr(system, "eigenvalues", None)
-    if value is None or callable(value):
-        value = getattr(system, "K", system)
-    value = np.asarray(value)
-    if value.ndim == 1:
-        return value.astype(complex)
+def _matrix(system, call: str, label: str) -> np.ndarray:
+    from .._sysid_data import linear_of
+
+    linear = None if hasattr(system, "shape") else linear_of(system)
+    value = np.asarray(system if linear is None else linear.K)
     if value.ndim == 2 and value.shape[0] == value.shape[1]:
-        return np.linalg.eigvals(value)
+        return value
     raise ValueError(
-        f"{call}(systems=...): {label!r} must be a system with K, a square matrix "
-        f"or eigenvalues (n,), got shape {value.shape}."
+        f"{call}(systems=...): {label!r} must be a linear system, a square matrix "
+        f"or a Modes, got {type(system).__name__} of shape {np.shape(value)}."
     )
 
 
-def continuous_modes(eigs: np.ndarray, dt: float):
-    """Natural frequency (rad/s) and damping ratio of each discrete eigenvalue
-    $z = e^{s\\,dt}$: $s = \\log(z)/dt$, $\\omega_n = |s|$, $\\zeta = -\\mathrm{Re}\\,s
-    / |s|$. Eigenvalues at 0 (no continuous-time counterpart) are left out, and of
-    a conjugate pair only the one with $\\mathrm{Im} \\ge 0$ is kept."""
-    eigs = eigs[(np.abs(eigs) > 0) & (eigs.imag >= 0)]
-    s = np.log(eigs.astype(complex)) / dt
-    wn = np.abs(s)
-    zeta = np.where(wn > 0, -s.real / np.where(wn > 0, wn, 1.0), -1.0)
-    return wn, zeta
+def _modes(system, dt, call: str, label: str):
+    """`dynsys.modes` of a system, matrix (with `dt`) or a given `Modes`."""
+    from .._response import modes
+    from .._system import LinearSystem
+
+    if hasattr(system, "damping_ratio"):
+        return system
+    return modes(LinearSystem(_matrix(system, call, label), dt=dt))
 
 
 def _marker(kw: dict, big: bool = False) -> dict:
@@ -75,8 +69,8 @@ def eigenvalues(
 
     **Arguments:**
 
-    - `systems`: label → a system with a transition matrix `K`, a matrix `(n, n)`,
-        a `Modes` or the eigenvalues `(n,)`.
+    - `systems`: label → a linear system (with `K`, or `to_linear()`), a matrix
+        `(n, n)`, or a `Modes` from `dynsys.modes`.
     - `truth`: optional known true system (simulated data only), same kinds.
     - `roles`: optional label → `"fit"` / `"estimate"` (see `plot.STYLES`);
         default: the model styles in order.
@@ -110,14 +104,18 @@ def eigenvalues(
         raise ValueError("eigenvalues(systems=...): nothing to draw.")
     if dt is None:
         dt = next((float(s.dt) for s in every if getattr(s, "dt", None)), None)
-    values = {label: eigenvalues_of(s, call, label) for label, s in systems.items()}
+    if truth is not None:
+        systems = {"true system": truth} | systems
+    found = {label: _modes(s, dt, call, label) for label, s in systems.items()}
+    values = {label: np.asarray(m.eigenvalues) for label, m in found.items()}
     markers = {
         label: _marker(kw)
-        for label, kw in model_styles(list(systems), roles, call).items()
+        for label, kw in model_styles(
+            [k for k in systems if k != "true system" or truth is None], roles, call
+        ).items()
     }
     if truth is not None:
-        values = {"true system": eigenvalues_of(truth, call, "truth")} | values
-        markers = {"true system": _marker(style("truth"), big=True)} | markers
+        markers["true system"] = _marker(style("truth"), big=True)
     created = ax is None
     if created:
         count = 3 if dt else 2
@@ -152,9 +150,12 @@ def eigenvalues(
     if created and dt:
         a = panels[2]
         scale, unit = (1 / (2 * np.pi), "Hz") if hz else (1.0, "rad/s")
-        for label, eig in values.items():
-            wn, zeta = continuous_modes(eig, dt)
-            a.plot(scale * wn, zeta, label=label, **markers[label])
+        for label, m in found.items():
+            # One of each conjugate pair; no pole for an eigenvalue at 0.
+            eig = np.asarray(m.eigenvalues)
+            wn, zeta = np.asarray(m.natural_frequency), np.asarray(m.damping_ratio)
+            keep = (eig.imag >= 0) & np.isfinite(wn)
+            a.plot(scale * wn[keep], zeta[keep], label=label, **markers[label])
         a.axhline(0.0, color="0.5", lw=1.0)
         a.set_xlabel(f"natural frequency ({unit})")
         a.set_ylabel("damping ratio ζ")

@@ -147,9 +147,9 @@ def figure_legend(
         seen.setdefault(label, handle)
     if not seen:
         return None
-    handles, labels = list(seen.values()), list(seen)
+    handles, labels = list(seen.values()), [_wrap(label) for label in seen]
     if created:
-        ncol = ncol or min(len(labels), 4)
+        ncol = ncol or _columns(labels, fig)
         return fig.legend(
             handles, labels, loc="outside lower center", ncol=ncol, fontsize="small"
         )
@@ -161,6 +161,23 @@ def figure_legend(
         fontsize="small",
         borderaxespad=0.0,
     )
+
+
+def _wrap(label: str, width: int = 60) -> str:
+    import textwrap
+
+    return textwrap.fill(label, width) if len(label) > width else label
+
+
+def _columns(labels: Sequence[str], fig) -> int:
+    """As many legend columns (up to 4) as fit the figure's width."""
+    width = fig.get_figwidth() if hasattr(fig, "get_figwidth") else 7.0
+    room = 12.0 * width  # characters of small text across the figure
+    longest = [max(len(line) for line in label.split("\n")) for label in labels]
+    ncol = min(len(labels), 4)
+    while ncol > 1 and ncol * (max(longest) + 6) > room:
+        ncol -= 1
+    return ncol
 
 
 def given_axes(ax, count: int, call: str, what: str) -> list:

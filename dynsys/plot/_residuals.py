@@ -147,7 +147,7 @@ def residuals(
             a.grid(True, alpha=0.3)
         panels[0].set_xlabel("lag (steps)")
         if cross is not None:
-            panels[1].set_xlabel("lag τ (steps)")
+            panels[1].set_xlabel("lag τ (steps): residual at t + τ, input at t")
     for cell in grid.ravel():
         if cell not in used:
             fig.delaxes(cell)

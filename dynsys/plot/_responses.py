@@ -14,39 +14,38 @@ def system_dt(systems, dt):
     return None
 
 
-def _matrices(system, call: str, label: str):
-    K = getattr(system, "K", None)
-    B = getattr(system, "B", None)
-    if K is None or B is None:
-        raise ValueError(
-            f"{call}(systems=...): {label!r} must be a linear system with K and B "
-            f"(or a precomputed response array), got {type(system).__name__}."
-        )
-    K, B = np.asarray(K, dtype=float), np.asarray(B, dtype=float)
-    C = getattr(system, "C", None)
-    C = np.eye(K.shape[0]) if C is None else np.asarray(C, dtype=float)
-    D = getattr(system, "D", None)
-    D = np.zeros((C.shape[0], B.shape[1])) if D is None else np.asarray(D, dtype=float)
-    return K, B, C, D
+def _linear(system):
+    from .._sysid_data import linear_of
+
+    return linear_of(system)
 
 
 def frequency_response(system, w_sample: np.ndarray, call: str, label: str):
-    """$H(e^{i w}) = C (e^{i w} I - K)^{-1} B + D$ at `w_sample` rad/sample,
-    shape `(F, p, m)`."""
-    K, B, C, D = _matrices(system, call, label)
-    n = K.shape[0]
-    z = np.exp(1j * np.asarray(w_sample, dtype=float))
-    resolvent = np.linalg.solve(z[:, None, None] * np.eye(n) - K, B.astype(complex))
-    return C @ resolvent + D
+    """`dynsys.frequency_response` at `w_sample` rad/sample, shape `(F, p, m)`."""
+    from .._response import frequency_response as response
+
+    linear = _linear(system)
+    if linear is None or linear.B is None:
+        raise ValueError(
+            f"{call}(systems=...): {label!r} must be a linear system with inputs "
+            f"(or a precomputed response array), got {type(system).__name__}."
+        )
+    w = np.asarray(w_sample) / (linear.dt if linear.dt else 1.0)
+    return np.asarray(response(linear, w))
 
 
 def step_response(system, num_steps: int, call: str, label: str) -> np.ndarray:
     """Outputs $y_0 \\dots y_{T-1}$ from $x_0 = 0$ under a unit step on each input,
-    shape `(T, p, m)`; any system (by `dynsys.rollout`)."""
+    shape `(T, p, m)`: `dynsys.step_response` for a linear system, else one
+    `dynsys.rollout` per input (any system with inputs)."""
     import jax.numpy as jnp
 
+    from .._response import step_response as linear_step
     from .._rollout import rollout
 
+    linear = _linear(system)
+    if linear is not None and linear.B is not None:
+        return np.asarray(linear_step(linear, num_steps))
     m = getattr(system, "input_size", 0)
     if not m:
         raise ValueError(

@@ -169,7 +169,9 @@ def trajectory(
     batch = xs.shape[0]
     band = summary == "band" or (summary == "auto" and batch > max_lines)
     for a, (kind, values, times, names, group) in zip(axes, panels):
-        for j, i in enumerate(group):
+        for i in group:
+            # Each channel of a kind has its own colour and line style.
+            j = chosen.index(i) if kind == "state" else i
             color, ls = f"C{j % 10}", CHANNEL_LINESTYLES[j % len(CHANNEL_LINESTYLES)]
             label = names[i] if len(group) > 1 else "_"
             series = values[..., i]
