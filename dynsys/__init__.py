@@ -57,6 +57,11 @@ from ._ode import (
     LinearODE as LinearODE,
     Sampled as Sampled,
 )
+from ._distributed import (
+    global_dataset as global_dataset,
+    initialize_distributed as initialize_distributed,
+    is_main_process as is_main_process,
+)
 from ._rollout import rollout as rollout, Trajectory as Trajectory
 from ._sharding import (
     batch_sharding as batch_sharding,

@@ -16,14 +16,17 @@ def batch_sharding(
     **Arguments:**
 
     - `devices`: the devices (default: `jax.devices()`, every device of every
-        process when several hosts joined with `jax.distributed.initialize()`).
+        process when several hosts joined with `jax.distributed.initialize()`,
+        ordered by process so that each process's rows are contiguous).
     - `axis_name`: the mesh axis name.
 
     **Returns:**
 
     A `jax.sharding.NamedSharding` with `PartitionSpec(axis_name)`.
     """
-    devices = jax.devices() if devices is None else list(devices)
+    if devices is None:
+        devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    devices = list(devices)
     if not devices:
         raise ValueError("batch_sharding(devices=...): no devices given.")
     mesh = Mesh(np.asarray(devices), (axis_name,))
