@@ -262,7 +262,10 @@ def train(
         evaluate = eqx.filter_jit(lambda p: val_fn(eqx.combine(p, static)))
         evaluations = val_losses = []
     elif batches is not None:
-        evaluate = eqx.filter_jit(lambda p: compute_loss(p, data))
+        # data is an argument, not a constant: a global array spanning several
+        # processes cannot be closed over.
+        full_loss = eqx.filter_jit(compute_loss)
+        evaluate = lambda p: full_loss(p, data)  # noqa: E731
         evaluations = full_losses = []
 
     bar = None
