@@ -262,3 +262,19 @@ def _process_order(sharding: NamedSharding) -> list[int]:
     for position, device in enumerate(sharding.mesh.devices.flat):
         first.setdefault(device.process_index, position)
     return sorted(first, key=first.__getitem__)
+
+
+def share_between_processes(data: Dataset) -> Dataset:
+    """`data`, which every process holds whole, as a global dataset in which each
+    process keeps only its own slice of the experiments (`dynsys run
+    --distributed`: every process simulates or loads the same data).
+
+    Unchanged in a run of one process, and when the number of experiments is not a
+    multiple of the number of devices (every process then fits all of them).
+    """
+    count = jax.process_count()
+    if count == 1 or data.num_trajectories % len(jax.devices()):
+        return data
+    share = data.num_trajectories // count
+    mine = np.arange(share * jax.process_index(), share * (jax.process_index() + 1))
+    return global_dataset(data[mine])

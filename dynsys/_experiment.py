@@ -403,6 +403,26 @@ def _rebase(result: ExperimentResult, old: pathlib.Path, new: pathlib.Path):
     )
 
 
+def _is_main_process() -> bool:
+    import jax
+
+    return jax.process_index() == 0
+
+
+def _run_without_writing(config: dict) -> ExperimentResult:
+    """A process other than 0 of a multi-process run (`dynsys run --distributed`):
+    it computes with the others (the collectives need every process) but prints
+    nothing and writes into a temporary folder that is removed; process 0 writes
+    the run folder."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="dynsys-process-") as scratch:
+        folder = pathlib.Path(scratch)
+        if "sweep" in config:
+            return _run_sweep(config, folder, False, lambda line: None)
+        return _run_single(config, folder, False, lambda line: None)
+
+
 def run_experiment(
     config: "str | os.PathLike | Mapping[str, Any]",
     *,
@@ -430,6 +450,10 @@ def run_experiment(
     nothing behind. A `[sweep]` table (`key = "section.key"`, `values = [...]`) runs
     once per value into sub-folders and adds `sweep.png` and a summary table. Same
     config and seed, same metrics (except `metrics["timing"]`).
+
+    In a run of several processes (`jax.distributed`, `dynsys run --distributed`),
+    every process computes, and only process 0 prints and writes the run folder;
+    on the other processes the returned result's paths do not exist.
 
     **Arguments:**
 
@@ -464,6 +488,8 @@ def run_experiment(
     """
     resolved = resolve_config(config, overrides)
     echo = echo if echo is not None else (lambda line: None)
+    if not _is_main_process():
+        return _run_without_writing(resolved)
     if out is None:
         root = pathlib.Path(out_root)
         root.mkdir(parents=True, exist_ok=True)
