@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from ._config import ConfigError
+from ._distributed import share_between_processes
 from ._experiment import _zoo, Outcome
 
 
@@ -160,7 +161,7 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     fit_start = time.perf_counter()
     result = dynsys.fit(
         start_model,
-        train_data,
+        share_between_processes(train_data),  # several processes: each its slice
         loss=loss,
         optimizer=optax.adam(fit_cfg["lr"]),
         num_steps=fit_cfg["steps"],
