@@ -99,12 +99,42 @@ WORKER = (
              losses_batches=batches.losses,
              fit_percent=whole.metrics["train"]["fit_percent"], xs=xs,
              mismatch=mismatch, indivisible=indivisible)
+
+    # The command line in the same processes: `dynsys run CONFIG --distributed`.
+    import contextlib
+    import io
+    from dynsys import cli
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        code = cli.main(["run", f"{out}/config.toml", "--distributed",
+                         "--out-root", f"{out}/runs", "--no-progress"])
+    assert code == 0, printed.getvalue()
+    with open(f"{out}/printed-{process_id}.txt", "w") as file:
+        file.write(printed.getvalue())
     print("DISTRIBUTED OK", process_id, flush=True)
     """
     )
 )
 
-TIME_LIMIT = 120.0
+# A small fit experiment: 4 training trajectories, one per device.
+CONFIG = """
+kind = "fit"
+name = "distributed"
+seed = 0
+[system]
+model = "mass_spring_damper"
+[data]
+trajectories = 5
+length = 20
+validation = 0.2
+[fit]
+steps = 5
+lr = 1e-2
+"""
+
+# Both processes finish in well under a minute on a quiet 2-core machine; the limit
+# leaves room for a loaded one, and the test kills them and fails after it.
+TIME_LIMIT = 240.0
 
 
 def _free_loopback_port() -> int:
@@ -149,13 +179,17 @@ def _run_two_processes(out: pathlib.Path) -> None:
         deadline = time.monotonic() + TIME_LIMIT
         while time.monotonic() < deadline:
             codes = [p.poll() for p in processes]
-            if all(code == 0 for code in codes) or any(c not in (None, 0) for c in codes):
+            if any(code != 0 for code in codes if code is not None):
+                break  # one failed: the other would wait for it
+            if all(code == 0 for code in codes):
                 break
             time.sleep(0.2)
     finally:
         codes = [p.poll() for p in processes]
         _stop(processes)
-    text = "\n".join(f"--- process {i}:\n{logs[i].read_text()[-4000:]}" for i in range(2))
+    text = "\n".join(
+        f"--- process {i}:\n{logs[i].read_text()[-4000:]}" for i in range(2)
+    )
     if any(code is None for code in codes):
         pytest.fail(f"the two processes did not finish within {TIME_LIMIT} s\n{text}")
     assert codes == [0, 0], f"exit codes {codes}\n{text}"
@@ -163,6 +197,7 @@ def _run_two_processes(out: pathlib.Path) -> None:
 
 @pytest.mark.slow
 def test_two_processes_fit_and_rollout_equal_one_process(tmp_path):
+    (tmp_path / "config.toml").write_text(CONFIG)
     _run_two_processes(tmp_path)
     results = [np.load(tmp_path / f"process-{i}.npz") for i in range(2)]
 
@@ -201,6 +236,7 @@ def test_two_processes_fit_and_rollout_equal_one_process(tmp_path):
         "process 0 has N_local = 3 experiments, which must be a multiple of its 2 "
         "device(s) in the sharding" in str(results[0]["indivisible"])
     )
+    _check_command_line_run(tmp_path)
 
 
 def test_global_dataset_in_one_process_shards_over_local_devices():
@@ -234,3 +270,35 @@ def test_initialize_distributed_needs_all_three(monkeypatch):
         dynsys.initialize_distributed()
     with pytest.raises(ValueError, match=r"expected 0 <= process_id < num_processes"):
         dynsys.initialize_distributed("127.0.0.1:1", 2, 2)
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        elif isinstance(value, float) and "seconds" not in key:
+            out[prefix + key] = value
+    return out
+
+
+def _check_command_line_run(tmp_path: pathlib.Path) -> None:
+    """`dynsys run --distributed` in the two processes: one run folder, written and
+    reported by process 0 only, with the metrics of a run in one process."""
+    import json
+
+    folders = list((tmp_path / "runs").iterdir())
+    assert [f.name.startswith("distributed-") for f in folders] == [True], folders
+    assert "wrote " in (tmp_path / "printed-0.txt").read_text()
+    assert (tmp_path / "printed-1.txt").read_text() == ""
+    many = json.loads((folders[0] / "metrics.json").read_text())
+    one = dynsys.run_experiment(
+        tmp_path / "config.toml",
+        out_root=tmp_path / "one",
+        progress=False,
+        echo=None,
+    ).metrics
+    expected, got = _flat(one), _flat(many)
+    assert expected.keys() == got.keys() and len(expected) > 10
+    for key, value in expected.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-6, err_msg=key)
