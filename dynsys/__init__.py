@@ -25,12 +25,9 @@ from ._experiment import (
     resolve_config as resolve_config,
     run_experiment as run_experiment,
 )
-from ._fit import (
-    fit as fit,
-    fit_least_squares as fit_least_squares,
-    FitResult as FitResult,
-    MultipleShooting as MultipleShooting,
-)
+from ._fit import fit as fit, FitResult as FitResult
+from ._least_squares import fit_least_squares as fit_least_squares
+from ._losses import MultipleShooting as MultipleShooting
 from ._io import load as load, save as save
 from ._layered import (
     AbstractContextLayer as AbstractContextLayer,
@@ -70,6 +67,9 @@ from ._sharding import (
 from ._stable import StableLinearSystem as StableLinearSystem
 from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
 from ._train import train as train, TrainResult as TrainResult
+
+# System identification (branch sysid)
+from ._x0 import estimate_x0 as estimate_x0
 
 
 __version__ = importlib.metadata.version("dynsys")
