@@ -412,11 +412,16 @@ def _is_main_process() -> bool:
 def _run_without_writing(config: dict) -> ExperimentResult:
     """A process other than 0 of a multi-process run (`dynsys run --distributed`):
     it computes with the others (the collectives need every process) but prints
-    nothing and writes into a temporary folder that is removed; process 0 writes
-    the run folder."""
+    nothing (no warnings either) and writes into a temporary folder that is
+    removed; process 0 writes the run folder."""
     import tempfile
+    import warnings
 
-    with tempfile.TemporaryDirectory(prefix="dynsys-process-") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="dynsys-process-") as scratch,
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")
         folder = pathlib.Path(scratch)
         if "sweep" in config:
             return _run_sweep(config, folder, False, lambda line: None)

@@ -130,3 +130,17 @@ def constrain_batch(batch: PyTree, shardings: PyTree) -> PyTree:
         return jax.lax.with_sharding_constraint(leaf, sharding)
 
     return jax.tree.map(constrain, batch, shardings, is_leaf=lambda x: x is None)
+
+
+def to_host(array) -> np.ndarray:
+    """`array` as one NumPy array on this host, whole.
+
+    A global array that spans several processes (see `dynsys.global_dataset`)
+    cannot be read by `np.asarray` directly: its other processes' shards are
+    gathered first (every process must call this, as for any collective).
+    """
+    if isinstance(array, jax.Array) and not array.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        array = multihost_utils.process_allgather(array, tiled=True)
+    return np.asarray(array)
