@@ -45,7 +45,11 @@ PROBLEM = textwrap.dedent(
     start = dynsys.LinearSystem(0.5 * jnp.eye(3), jnp.zeros((3, 1)))
     FIT = dict(optimizer=optax.adam(1e-2), num_steps=15, progress=False)
     MINIBATCH = dict(FIT, batch_size=4, key=jax.random.key(1))
-    """
+
+    def train_loss(model, batch):  # for dynsys.train on minibatches
+        traj = dynsys.rollout(model, batch["xs"][:, 0], T, inputs=batch["us"])
+        return jnp.mean((traj.xs - batch["xs"]) ** 2)
+        """
 )
 
 WORKER = (
@@ -79,6 +83,8 @@ WORKER = (
     whole = dynsys.fit(start, data, **FIT)
     batches = dynsys.fit(start, data, **MINIBATCH)
     default = dynsys.fit(start, data, progress=False)  # Levenberg–Marquardt
+    trained = dynsys.train(train_loss, start, data={"xs": data.xs, "us": data.us},
+                           **MINIBATCH)
     traj = dynsys.rollout(whole.model, data.xs[:, 0], T, inputs=data.us)
     assert not traj.xs.is_fully_addressable
     xs = multihost_utils.process_allgather(traj.xs, tiled=True)
@@ -99,6 +105,7 @@ WORKER = (
              losses=whole.losses, K_batches=batches.model.K,
              losses_batches=batches.losses, K_default=default.model.K,
              B_default=default.model.B, losses_default=default.losses,
+             K_train=trained.final_model.K, losses_train=trained.losses,
              fit_percent=whole.metrics["train"]["fit_percent"], xs=xs,
              mismatch=mismatch, indivisible=indivisible)
 
@@ -207,7 +214,7 @@ def test_two_processes_fit_and_rollout_equal_one_process(tmp_path):
     # Every process ends with the same model, bit for bit.
     for name in (
         *("K", "B", "losses", "K_batches", "losses_batches", "xs"),
-        *("K_default", "B_default", "losses_default"),
+        *("K_default", "B_default", "losses_default", "K_train", "losses_train"),
     ):
         np.testing.assert_array_equal(results[1][name], results[0][name], name)
 
@@ -228,6 +235,14 @@ def test_two_processes_fit_and_rollout_equal_one_process(tmp_path):
     np.testing.assert_allclose(got["K_batches"], batches.model.K, rtol=1e-6)
     np.testing.assert_allclose(got["losses_batches"], batches.losses, rtol=1e-6)
     np.testing.assert_allclose(got["xs"], xs, rtol=1e-6, atol=1e-12)
+    trained = dynsys.train(
+        problem["train_loss"],
+        start,
+        data={"xs": full.xs, "us": full.us},
+        **problem["MINIBATCH"],
+    )
+    np.testing.assert_allclose(got["K_train"], trained.final_model.K, rtol=1e-6)
+    np.testing.assert_allclose(got["losses_train"], trained.losses, rtol=1e-6)
     # The default optimiser (Levenberg–Marquardt on the residuals): the same model;
     # its stopping test may end one step apart, on a difference at round-off.
     default = dynsys.fit(start, full, progress=False)
