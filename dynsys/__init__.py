@@ -52,6 +52,11 @@ from ._ode import (
     LinearODE as LinearODE,
     Sampled as Sampled,
 )
+from ._distributed import (
+    global_dataset as global_dataset,
+    initialize_distributed as initialize_distributed,
+    is_main_process as is_main_process,
+)
 from ._response import (
     frequency_response as frequency_response,
     impulse_response as impulse_response,

@@ -649,6 +649,38 @@ def _out_root(out_root: "str | os.PathLike") -> pathlib.Path:
     return root
 
 
+def _is_main_process() -> bool:
+    import jax
+
+    return jax.process_index() == 0
+
+
+def _run_without_writing(config: dict) -> ExperimentResult:
+    """A process other than 0 of a multi-process run (`dynsys run --distributed`):
+    it computes with the others (the collectives need every process) but prints
+    nothing (no warnings either) and writes into a temporary folder that is
+    removed; process 0 writes the run folder."""
+    import tempfile
+    import warnings
+
+    import jax
+
+    def quiet(line):
+        return None
+
+    with (
+        tempfile.TemporaryDirectory(prefix="dynsys-process-") as scratch,
+        warnings.catch_warnings(),
+        catch_interrupts() as interrupts,
+        jax.enable_x64(config["precision"] == "float64"),
+    ):
+        warnings.simplefilter("ignore")
+        folder = pathlib.Path(scratch)
+        if "sweep" in config:
+            return _run_sweep(config, folder, False, quiet, interrupts)
+        return _run_single(config, folder, False, quiet, interrupts)
+
+
 def run_experiment(
     config: "str | os.PathLike | Mapping[str, Any]",
     *,
@@ -683,6 +715,10 @@ def run_experiment(
     SIGTERM is handled like SIGINT (Ctrl-C): training stops and keeps its best
     model, the folder is written and marked interrupted (`metrics["status"]`,
     `summary.md`), and a sweep stops after that run.
+
+    In a run of several processes (`jax.distributed`, `dynsys run --distributed`),
+    every process computes, and only process 0 prints and writes the run folder;
+    on the other processes the returned result's paths do not exist.
 
     **Arguments:**
 
@@ -723,6 +759,8 @@ def run_experiment(
 
     resolved = _resolve_data_file(resolve_config(config, overrides))
     echo = echo if echo is not None else (lambda line: None)
+    if not _is_main_process():
+        return _run_without_writing(resolved)
     if out is None:
         root = _out_root(out_root)
     else:

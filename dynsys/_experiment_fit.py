@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from ._config import ConfigError
+from ._distributed import share_between_processes
 from ._experiment import _zoo, Outcome
 
 
@@ -295,7 +296,7 @@ def _fit_model(config, start_model, train_data, val_data, progress):
     started = time.perf_counter()
     result = dynsys.fit(
         start_model,
-        train_data,
+        share_between_processes(train_data),  # several processes: each its slice
         loss=loss,
         optimizer=optimizer,
         num_steps=num_steps,

@@ -28,6 +28,7 @@ from ._losses import (
 from ._method import AbstractMethod
 from ._metrics import spectral_radius
 from ._rollout import rollout
+from ._sharding import to_host
 from ._solvers import DEFAULT_MAX_STEPS, default_strategy, lbfgs_strategy, tolerances
 from ._system import AbstractSystem
 from ._train import optax_strategy, optimise, TrainResult
@@ -303,8 +304,9 @@ def _initial_states(objective: FitObjective, model, batch):
 
 def _masked_nrmse(y, y_hat, mask) -> float:
     """The channel-averaged NRMSE over the valid steps."""
-    valid = np.asarray(mask)[..., None]
-    y, y_hat = np.asarray(y, np.float64), np.asarray(y_hat, np.float64)
+    # to_host: data spread over several processes are gathered (a one-off).
+    valid = to_host(mask)[..., None]
+    y, y_hat = to_host(y).astype(np.float64), to_host(y_hat).astype(np.float64)
     count = valid.sum()
     mean = np.where(valid, y, 0.0).sum(axis=(0, 1)) / count
     error = np.sqrt(np.where(valid, (y - y_hat) ** 2, 0.0).sum(axis=(0, 1)))

@@ -16,14 +16,17 @@ def batch_sharding(
     **Arguments:**
 
     - `devices`: the devices (default: `jax.devices()`, every device of every
-        process when several hosts joined with `jax.distributed.initialize()`).
+        process when several hosts joined with `jax.distributed.initialize()`,
+        ordered by process so that each process's rows are contiguous).
     - `axis_name`: the mesh axis name.
 
     **Returns:**
 
     A `jax.sharding.NamedSharding` with `PartitionSpec(axis_name)`.
     """
-    devices = jax.devices() if devices is None else list(devices)
+    if devices is None:
+        devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    devices = list(devices)
     if not devices:
         raise ValueError("batch_sharding(devices=...): no devices given.")
     mesh = Mesh(np.asarray(devices), (axis_name,))
@@ -127,3 +130,17 @@ def constrain_batch(batch: PyTree, shardings: PyTree) -> PyTree:
         return jax.lax.with_sharding_constraint(leaf, sharding)
 
     return jax.tree.map(constrain, batch, shardings, is_leaf=lambda x: x is None)
+
+
+def to_host(array) -> np.ndarray:
+    """`array` as one NumPy array on this host, whole.
+
+    A global array that spans several processes (see `dynsys.global_dataset`)
+    cannot be read by `np.asarray` directly: its other processes' shards are
+    gathered first (every process must call this, as for any collective).
+    """
+    if isinstance(array, jax.Array) and not array.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        array = multihost_utils.process_allgather(array, tiled=True)
+    return np.asarray(array)

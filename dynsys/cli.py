@@ -237,7 +237,11 @@ def _option_names(message: str) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     """`dynsys run CONFIG.toml`: one experiment (or sweep) into a run folder."""
+    import dynsys
+
     result = _run_experiment(args)
+    if not dynsys.is_main_process():
+        return 0
     for run in result.runs:
         print(
             f"  {run.path.name}: "
@@ -254,12 +258,17 @@ def _run_experiment(args: argparse.Namespace):
     """Run `args.config` with the run options; copy figures to `args.figures`."""
     import dynsys
 
+    if getattr(args, "distributed", False):  # before any computation
+        dynsys.initialize_distributed()
+    main = dynsys.is_main_process()
     result = dynsys.run_experiment(
         args.config,
         out_root=args.out_root,
         overrides=args.set,
-        progress=not args.no_progress,
+        progress=main and not args.no_progress,
     )
+    if not main:  # process 0 writes and reports
+        return result
     print(f"wrote {result.path}/ (summary.md, metrics.json, figures)")
     if args.figures is not None:
         for path in result.copy_figures(args.figures):
@@ -282,6 +291,13 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="also copy the figures here as <name>_<figure>.png",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="one of several processes (jax.distributed): join them first, from "
+        "DYNSYS_COORDINATOR, DYNSYS_NUM_PROCESSES and DYNSYS_PROCESS_ID or from the "
+        "launcher (srun, mpirun); process 0 writes the run folder",
+    )
 
 
 def run_script(default_config: pathlib.Path, argv: list[str] | None, description: str):
