@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Set-up and tasks for dynsys, with nothing but Python 3.11+.
 
-    python3 dev.py demo   # create .venv, install dynsys, run `dynsys fit`: fit a
-                          # linear model to noisy data simulated from a zoo model,
-                          # print true vs fitted, write runs/fit/
+    python3 dev.py demo   # create .venv, install dynsys, run `dynsys fit`: identify
+                          # a linear model from the input and two noisy measured
+                          # outputs of a simulated zoo model, print true vs fitted,
+                          # write runs/fit/
+    python3 dev.py demo DATA.csv --inputs u1 --outputs y1,y2
+                          # the same on your own input-output data
     python3 dev.py test   # create .venv, install dynsys with test extras, run pytest
 
 Extra arguments after the task go to the command it runs, e.g.
-`python3 dev.py test -k rollout` or `python3 dev.py demo --steps 1000 --model stable`.
+`python3 dev.py test -k rollout` or `python3 dev.py demo my.csv --outputs y1,y2`
+(`demo` with no arguments is `dynsys fit --measure 0,1`: the built-in example).
 The virtual environment is (re)installed only when pyproject.toml changes.
 """
 
@@ -73,6 +77,8 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     task, extra = argv[0], argv[1:]
+    if task == "demo" and not extra:  # the built-in example: outputs measured
+        extra = ["--measure", "0,1"]
     ensure_environment()
     if tasks[task] is None:
         return 0

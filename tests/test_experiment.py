@@ -187,7 +187,7 @@ def test_sweep_writes_one_run_per_value_and_a_summary(tmp_path):
         ),
         (
             {"fit": {"epochs": 3}},
-            r"unknown config key 'fit.epochs'; allowed keys in \[fit\]: batch_size, horizon, loss, lr, model, ridge, steps",
+            r"unknown config key 'fit.epochs'; allowed keys in \[fit\]: batch_size, feedthrough, horizon, loss, lr, model, optimizer, order, ridge, steps, subspace_horizon",
         ),
         (
             {"controller": {}},
