@@ -88,7 +88,8 @@ def channel_weights(
     valid = mask[..., None]
     count = jnp.sum(mask).astype(ys.dtype)
     mean = jnp.sum(jnp.where(valid, ys, 0.0), axis=(0, 1)) / count
-    var = jnp.sum(jnp.where(valid, (ys - mean) ** 2, 0.0), axis=(0, 1)) / count
+    var = jnp.sum(jnp.where(valid, (ys - mean[None, None]) ** 2, 0.0), axis=(0, 1))
+    var = var / count
     return jnp.where(var > 0, 1.0 / jnp.where(var > 0, var, 1.0), 1.0)
 
 
@@ -240,7 +241,7 @@ class FitObjective(AbstractObjective):
             errors, valid = predicted - ys, mask
         root = jnp.sqrt(self.weights)
         count = jnp.maximum(jnp.sum(mask), 1).astype(errors.dtype)
-        r = jnp.where(valid[..., None], errors * root, 0.0)
+        r = jnp.where(valid[..., None], errors * root[None, None], 0.0)
         return r.reshape(-1) / jnp.sqrt(p * count)
 
     def _predict_outputs(self, model, x0s, ys, us, mask, t0s):
