@@ -218,16 +218,20 @@ def _from_file(config: dict) -> _Data:
 
 
 def _columns(data) -> str:
-    """One line naming the columns in each role (what the run detected)."""
-    parts = []
-    for role, names in (
-        ("states", data.state_names),
-        ("inputs", data.input_names),
-        ("outputs", data.output_names),
-    ):
-        if names:
-            parts.append(f"{role} {', '.join(names)}")
-    return "; ".join(parts) if parts else "no columns"
+    """What the run detected in the data: the state, input and output columns."""
+
+    def part(count: int, what: str, names) -> str:
+        if not count:
+            return f"no {what}s"
+        return f"{count} {what}{'s' * (count != 1)} ({', '.join(names)})"
+
+    parts = [
+        part(data.state_size, "state", data.state_names),
+        part(data.input_size, "input", data.input_names),
+    ]
+    if data.output_size:
+        parts.append(part(data.output_size, "output", data.output_names))
+    return ", ".join(parts)
 
 
 def _split(config: dict, run: _Data):

@@ -196,7 +196,7 @@ def test_sweep_writes_one_run_per_value_and_a_summary(tmp_path):
         ({"name": "a/b"}, r"config key 'name': expected letters, digits"),
         (
             {"data": {"x0_mean": [1.0]}},
-            r"config key 'data.x0_mean': expected a number or a list of 4 numbers \(one per state\), got 1",
+            r"config key 'data.x0_mean': expected a number or a list of 4 numbers \(one per state\), got a list of 1",
         ),
     ],
 )
