@@ -174,9 +174,10 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
             f"{data_cfg['file']}: {data.num_trajectories} trajectories x "
             f"{data.num_steps} steps"
         )
-    state_names = _names(config, "state_names", data.state_size, data.state_names)
-    if state_names is None and true_system is not None:
-        state_names = zoo_names(config).states
+    state_names = _names(config, "state_names", data.state_size)
+    if state_names is None:  # the zoo model's names, else the data file's
+        simulated = true_system is not None
+        state_names = zoo_names(config).states if simulated else data.state_names
     clean_val = None
     if data_cfg["validation"] > 0 and data.num_trajectories >= 2:
         train_data, val_data = data.split(data_cfg["validation"])
@@ -324,8 +325,12 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
         )
         for label, xs in runs.items()
     }
-    figures = {
-        "trajectories.png": plot.comparison(
+    figures = {}
+    pages = plot.pages(data.state_size)  # several pages for many states
+    for k, page in enumerate(pages):
+        file = "trajectories.png" if k == 0 else f"trajectories_{k + 1}.png"
+        of = f", page {k + 1} of {len(pages)}" if len(pages) > 1 else ""
+        figures[file] = plot.comparison(
             times,
             np.asarray(report.xs[0]),
             predictions,
@@ -333,11 +338,12 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
             roles=ROLES,
             fit_percent=per_channel,
             names=state_names,
-            channels=None if data.state_size <= 12 else range(12),
+            channels=page,
             time_label="t" + unit,
             title=f"{which} trajectory 0: free run from its first state "
-            "(fit % vs measurements)",
-        ),
+            f"(fit % vs measurements){of}",
+        )
+    figures |= {
         "eigenvalues.png": plot.eigenvalues(
             {"least squares": estimate, "fitted": fitted_linear},
             truth=true_linear,
@@ -346,7 +352,9 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
             title="eigenvalues of K",
         ),
         "loss.png": plot.loss_history(
-            result, title=f"{fit_cfg['loss']} loss ({fit_cfg['model']} model)"
+            result,
+            ylabel="mean squared state error (units² of the states)",
+            title=f"{fit_cfg['loss']} loss ({fit_cfg['model']} model)",
         ),
     }
     notes = [f"Data: {source}.", ""]

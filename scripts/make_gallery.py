@@ -109,7 +109,7 @@ def comparison_page():
     """A 20-state system: the first of two pages of 12 channels."""
     chain = zoo.mass_spring_damper(num_masses=10, dt=DT)
     names = zoo.names("mass_spring_damper", num_masses=10)
-    data, _ = _experiments(chain, noise=0.02, seed=2, N=2, T=200)
+    data, _ = _experiments(chain, noise=0.02, seed=2, N=2, T=100)
     least_squares = dynsys.fit_least_squares(data)
     result = dynsys.compare(least_squares, data)
     first, _ = plot.pages(chain.state_size)
@@ -263,6 +263,7 @@ def _save(fig, path: pathlib.Path) -> None:
     """Atomically: a temporary file in the same folder, then a rename."""
     with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".png", delete=False) as f:
         fig.savefig(f, dpi=DPI, format="png")
+    os.chmod(f.name, 0o644)
     os.replace(f.name, path)
 
 
