@@ -67,7 +67,8 @@ def trajectory():
     pendulum = zoo.Pendulum(dt=0.05)
     x0s = jnp.stack([jnp.linspace(0.3, 2.5, 8), jnp.zeros(8)], axis=1)
     torque = jnp.broadcast_to(2.0 * jnp.sin(jnp.arange(80) * 0.05)[:, None], (80, 1))
-    traj = dynsys.rollout(pendulum, x0s, 80, inputs=jnp.broadcast_to(torque, (8, 80, 1)))
+    inputs = jnp.broadcast_to(torque, (8, 80, 1))
+    traj = dynsys.rollout(pendulum, x0s, 80, inputs=inputs)
     return plot.trajectory(
         traj,
         state_names=names.states,
@@ -273,7 +274,8 @@ def main(argv=None) -> list[pathlib.Path]:
     where.add_argument("--write", action="store_true",
                        help="write into docs/figures/ (the gallery)")  # fmt: skip
     where.add_argument("--out", help="write into this folder")
-    parser.add_argument("--only", nargs="+", choices=sorted(KINDS), help="kinds to draw")
+    parser.add_argument("--only", nargs="+", choices=sorted(KINDS),
+                        help="kinds to draw")  # fmt: skip
     args = parser.parse_args(argv)
     jax.config.update("jax_enable_x64", True)
     if args.write:

@@ -51,7 +51,10 @@ def singular_values(
     ```
     """
     call = "singular_values"
-    series = dict(values) if isinstance(values, Mapping) else {"singular values": values}
+    if isinstance(values, Mapping):
+        series = dict(values)
+    else:
+        series = {"singular values": values}
     arrays = {}
     for label, v in series.items():
         v = np.asarray(v, dtype=float)

@@ -106,7 +106,8 @@ def sweep(
             continue
         seeds = ys.shape[0]
         ax.errorbar(xs, ys.mean(0), yerr=ys.std(0), capsize=3,
-                    label=f"{shown[k]} (mean ± 1 std, {seeds} seeds)", **kw)  # fmt: skip
+                    label=f"{shown[k]} (mean ± 1 std, {seeds} seeds)",
+                    **kw)  # fmt: skip
         for row in ys:
             ax.plot(xs, row, ls="none", marker=".", ms=3, color=s["color"], alpha=0.6)
     if not numeric:
