@@ -273,6 +273,21 @@ def test_sweep(tmp_path):
         "one_step",
         "simulation",
     ]
+    # Roles by the label as drawn; the shared part of the labels goes above.
+    fig = plot.sweep(
+        "k",
+        [1.0, 2.0],
+        {"fit %, least squares": [[1.0, 2.0], [1.5, 2.5]], "fit %, fitted": [3.0, 4.0]},
+        roles={"least squares": "estimate", "fitted": "fit"},
+    )
+    (ax,) = fig.get_axes()
+    assert ax.get_title(loc="left") == "fit %"
+    styles = {line.get_label(): line.get_linestyle() for line in ax.get_lines()}
+    assert styles["fitted"] == "--"
+    (errorbar,) = ax.containers
+    assert errorbar.get_label() == "least squares (mean ± 1 std, 2 seeds)"
+    assert errorbar.lines[0].get_linestyle() == "-."
+    np.testing.assert_allclose(errorbar.lines[0].get_ydata(), [1.25, 2.25])
     with pytest.raises(ValueError, match=r"sweep\(metrics=...\): 'a' has shape \(1,\)"):
         plot.sweep("k", [1, 2], {"a": [1.0]})
 
