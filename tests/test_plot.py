@@ -113,7 +113,7 @@ def test_trajectory_single_and_given_axes(rotation):
     system = zoo.Pendulum()
     names = zoo.names("pendulum")
     traj = dynsys.rollout(system, jnp.array([1.0, 0.0]), 30, inputs=jnp.zeros((30, 1)))
-    fig = plot.trajectory(traj, state_names=names.states, input_names=names.inputs)
+    fig = plot.trajectory(traj, names=names)
     axes = fig.get_axes()
     assert [a.get_ylabel() for a in axes] == ["θ (rad)", "ω (rad/s)", "torque (N m)"]
     assert not axes[0].collections and axes[-1].get_xlabel() == "t (s)"
