@@ -9,6 +9,7 @@ from ._adjoint import (
     LinearAdjoint as LinearAdjoint,
 )
 from ._config import ConfigError as ConfigError
+from ._control import from_control as from_control, to_control as to_control
 from ._controller import (
     AbstractController as AbstractController,
     LinearFeedback as LinearFeedback,
@@ -54,6 +55,13 @@ from ._ode import (
     LinearODE as LinearODE,
     Sampled as Sampled,
 )
+from ._response import (
+    frequency_response as frequency_response,
+    impulse_response as impulse_response,
+    Modes as Modes,
+    modes as modes,
+    step_response as step_response,
+)
 from ._rollout import rollout as rollout, Trajectory as Trajectory
 from ._sharding import (
     batch_sharding as batch_sharding,
@@ -61,21 +69,12 @@ from ._sharding import (
 )
 from ._simulate import simulate as simulate
 from ._stable import StableLinearSystem as StableLinearSystem
-from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
-from ._train import train as train, TrainResult as TrainResult
-
-# System identification (branch sysid)
-from ._response import (
-    frequency_response as frequency_response,
-    impulse_response as impulse_response,
-    modes as modes,
-    Modes as Modes,
-    step_response as step_response,
-)
 from ._subspace import (
     fit_subspace as fit_subspace,
     subspace_singular_values as subspace_singular_values,
 )
+from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
+from ._train import train as train, TrainResult as TrainResult
 from ._validation import (
     compare as compare,
     Comparison as Comparison,

@@ -71,7 +71,7 @@ def frequency_response(
 
     ```python
     system = dynsys.LinearSystem(jnp.array([[0.5]]), jnp.array([[1.0]]))
-    dynsys.frequency_response(system, jnp.array([0.0]))  # [[[2.0+0j]]], DC gain 1/(1-0.5)
+    dynsys.frequency_response(system, jnp.array([0.0]))  # [[[2+0j]]]: 1 / (1 - 0.5)
     ```
     """
     call = "frequency_response"
@@ -93,10 +93,32 @@ def frequency_response(
     C = _output_matrix(C, n, square.dtype)
     identity = jnp.eye(n, dtype=square.dtype)
     resolvent = points[:, None, None] * identity[None] - square[None]
-    H = C[None] @ jnp.linalg.solve(resolvent, jnp.broadcast_to(B, (w.shape[0], *B.shape)))
+    H = C[None] @ jnp.linalg.solve(
+        resolvent, jnp.broadcast_to(B, (w.shape[0], *B.shape))
+    )
     if D is not None:
         H = H + D[None]
     return H
+
+
+def _impulse(call: str, system, num_steps: int) -> Array:
+    linear = _discrete(call, system)
+    _needs_input(call, linear.B)
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(
+            f"{call}(num_steps=...): num_steps must be a positive int, got "
+            f"{num_steps!r}."
+        )
+    K, B = linear.K, linear.B
+    C = _output_matrix(linear.C, linear.state_size, K.dtype)
+    p, m = C.shape[0], B.shape[1]
+    first = jnp.zeros((p, m), K.dtype) if linear.D is None else linear.D
+
+    def body(KB, _):
+        return K @ KB, C @ KB
+
+    _, rest = jax.lax.scan(body, B, None, length=num_steps - 1)
+    return jnp.concatenate([first[None], rest], axis=0)
 
 
 def impulse_response(system, num_steps: int) -> Float[Array, "num_steps p m"]:
@@ -127,24 +149,7 @@ def impulse_response(system, num_steps: int) -> Float[Array, "num_steps p m"]:
     dynsys.impulse_response(system, 4)[:, 0, 0]  # [0, 1, 0.5, 0.25]
     ```
     """
-    call = "impulse_response"
-    linear = _discrete(call, system)
-    _needs_input(call, linear.B)
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-        raise ValueError(
-            f"{call}(num_steps=...): num_steps must be a positive int, got "
-            f"{num_steps!r}."
-        )
-    K, B = linear.K, linear.B
-    C = _output_matrix(linear.C, linear.state_size, K.dtype)
-    p, m = C.shape[0], B.shape[1]
-    first = jnp.zeros((p, m), K.dtype) if linear.D is None else linear.D
-
-    def body(KB, _):
-        return K @ KB, C @ KB
-
-    _, rest = jax.lax.scan(body, B, None, length=num_steps - 1)
-    return jnp.concatenate([first[None], rest], axis=0)
+    return _impulse("impulse_response", system, num_steps)
 
 
 def step_response(system, num_steps: int) -> Float[Array, "num_steps p m"]:
@@ -172,10 +177,7 @@ def step_response(system, num_steps: int) -> Float[Array, "num_steps p m"]:
     dynsys.step_response(system, 4)[:, 0, 0]  # [0, 1, 1.5, 1.75]
     ```
     """
-    try:
-        return jnp.cumsum(impulse_response(system, num_steps), axis=0)
-    except (TypeError, ValueError) as error:
-        raise type(error)(str(error).replace("impulse_response", "step_response"))
+    return jnp.cumsum(_impulse("step_response", system, num_steps), axis=0)
 
 
 class Modes(eqx.Module):
@@ -209,7 +211,7 @@ def modes(system) -> Modes:
     natural frequency is $|s|$ and the damping ratio $-\\mathrm{Re}(s)/|s|$. So a
     `LinearODE` with poles $-\\zeta\\omega_n \\pm i\\omega_n\\sqrt{1-\\zeta^2}$
     discretised by `discretize(ode, dt)` gives back $\\omega_n$ and $\\zeta$ (for
-    $\\omega_n dt\\sqrt{1-\\zeta^2} < \\pi$). A `LinearODE` uses $s = \\lambda$ directly.
+    $\\omega_n dt\\sqrt{1-\\zeta^2} < \\pi$). A `LinearODE` uses $s = \\lambda$.
     Computed on the host with numpy (an eigendecomposition; not differentiable).
 
     **Arguments:**

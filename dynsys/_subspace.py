@@ -63,49 +63,60 @@ def _hankel(signal: Array, start: int, s: int, count: int) -> Array:
     return signal[index].reshape(count, -1)
 
 
-@functools.partial(jax.jit, static_argnums=2)
-def _window_factor(y: Array, u: Array | None, horizon: int) -> Array:
-    """The triangular factor of one experiment's windows `[U_f, U_p, Y_p, Y_f]`."""
-    count = y.shape[0] - 2 * horizon + 1
-    blocks = []
-    if u is not None:
-        blocks += [_hankel(u, horizon, horizon, count), _hankel(u, 0, horizon, count)]
-    blocks += [_hankel(y, 0, horizon, count), _hankel(y, horizon, horizon, count)]
-    return jnp.linalg.qr(jnp.concatenate(blocks, axis=1), mode="r")
+def _window_factors(ys: Array, us: Array | None, lengths: Array, horizon: int) -> Array:
+    """The triangular factor of each experiment's windows `[U_f, U_p, Y_p, Y_f]`
+    (one row per window; the rows of windows past an experiment's end are zero, which
+    leaves the factor unchanged), one experiment at a time, shape `(N, r', r)`."""
+    count = ys.shape[1] - 2 * horizon + 1
+
+    def factor(args):
+        y, u, length = args
+        blocks = []
+        if u is not None:
+            blocks += [
+                _hankel(u, horizon, horizon, count),
+                _hankel(u, 0, horizon, count),
+            ]
+        blocks += [_hankel(y, 0, horizon, count), _hankel(y, horizon, horizon, count)]
+        valid = jnp.arange(count) < length - 2 * horizon + 1
+        rows = jnp.concatenate(blocks, axis=1) * valid[:, None]
+        return jnp.linalg.qr(rows, mode="r")
+
+    return jax.lax.map(factor, (ys, us, lengths))
 
 
-def _lq_factor(call: str, s: Signals, horizon: int) -> tuple[Array, int]:
-    """The lower-triangular `L` of `[U_f; U_p; Y_p; Y_f] = L Q^T` over the windows of
-    every experiment (each experiment's block QR, then a QR of the stacked factors),
-    divided by the square root of the number of windows."""
-    factors, windows = [], 0
-    for i, T in enumerate(s.lengths):
-        u = None if s.us is None else s.us[i, :T]
-        factors.append(_window_factor(s.ys[i, :T], u, horizon))
-        windows += T - 2 * horizon + 1
-    rows = factors[0].shape[1]
-    if windows < rows:
-        raise ValueError(
-            f"{call}(horizon=...): horizon {horizon} gives {windows} data windows in "
-            f"all, fewer than the {rows} rows of the data matrix; use a shorter horizon "
-            "or more data."
-        )
-    R = jnp.linalg.qr(jnp.concatenate(factors, axis=0), mode="r")
-    return R.T / jnp.sqrt(windows), windows
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _observability_svd(
+    ys: Array, us: Array | None, lengths: Array, horizon: int, windows: int
+) -> tuple[Array, Array]:
+    """The left singular vectors and singular values of the block of the LQ factor
+    (of `[U_f; U_p; Y_p; Y_f] = L Q^T` over the windows of every experiment, divided
+    by the square root of their number) that maps the past to the future outputs."""
+    p = ys.shape[-1]
+    m = 0 if us is None else us.shape[-1]
+    factors = _window_factors(ys, us, lengths, horizon)
+    R = jnp.linalg.qr(factors.reshape(-1, factors.shape[-1]), mode="r")
+    L = R.T / jnp.sqrt(windows)
+    a, b = horizon * m, horizon * (m + p)
+    U, S, _ = jnp.linalg.svd(L[a + b :, a : a + b], full_matrices=False)
+    return U, S
 
 
 def _projected_singular_values(
     call: str, s: Signals, horizon: int
 ) -> tuple[Array, Array]:
-    """The left singular vectors and singular values of the part of the future
-    outputs explained by the past (after removing the future inputs)."""
+    """`_observability_svd` of the data, after checking there are enough windows."""
     p = s.ys.shape[-1]
     m = 0 if s.us is None else s.us.shape[-1]
-    L, _ = _lq_factor(call, s, horizon)
-    a, b = horizon * m, horizon * (m + p)
-    L32 = L[a + b :, a : a + b]
-    U, S, _ = jnp.linalg.svd(L32, full_matrices=False)
-    return U, S
+    windows = sum(T - 2 * horizon + 1 for T in s.lengths)
+    rows = 2 * horizon * (m + p)
+    if windows < rows:
+        raise ValueError(
+            f"{call}(horizon=...): horizon {horizon} gives {windows} data windows in "
+            f"all, fewer than the {rows} rows of the data matrix; use a shorter "
+            "horizon or more data."
+        )
+    return _observability_svd(s.ys, s.us, jnp.asarray(s.lengths), horizon, windows)
 
 
 def select_order(singular_values: Array, max_order: int) -> int:
@@ -123,8 +134,9 @@ def select_order(singular_values: Array, max_order: int) -> int:
     gaps = log_sigma[: count - 1] - log_sigma[1:count]
     if sigma.size == max_order and max_order >= 1:
         # The gap after the last value (to the floor) when all values fit the order.
-        gaps = np.append(gaps, log_sigma[count - 1] - np.log10(
-            _NUMERICAL_FLOOR * sigma[0]))
+        gaps = np.append(
+            gaps, log_sigma[count - 1] - np.log10(_NUMERICAL_FLOOR * sigma[0])
+        )
     return int(np.argmax(gaps)) + 1
 
 
@@ -155,7 +167,6 @@ def _input_regressors(
     return phi
 
 
-@functools.partial(jax.jit, static_argnums=5)
 def _input_matrices(
     K: Array, C: Array, ys: Array, us: Array, mask: Array, feedthrough: bool
 ) -> tuple[Array, Array | None]:
@@ -168,11 +179,11 @@ def _input_matrices(
     phi = _input_regressors(K, C, us * weight[..., None], feedthrough)
     phi = (phi * weight[..., None, None]).reshape(N, T * p, -1)
     y = (ys * weight[..., None]).reshape(N, T * p)
-    O = observability_rows(K, C, T)[None] * weight[:, :, None, None]
-    O = O.reshape(N, T * p, n)
-    O_pinv = jnp.linalg.pinv(O)
-    phi = phi - O @ (O_pinv @ phi)
-    y = y - jnp.einsum("nij,nj->ni", O, jnp.einsum("nij,nj->ni", O_pinv, y))
+    obs = observability_rows(K, C, T)[None] * weight[:, :, None, None]
+    obs = obs.reshape(N, T * p, n)
+    obs_pinv = jnp.linalg.pinv(obs)
+    phi = phi - obs @ (obs_pinv @ phi)
+    y = y - jnp.einsum("nij,nj->ni", obs, jnp.einsum("nij,nj->ni", obs_pinv, y))
     theta = jnp.linalg.lstsq(phi.reshape(N * T * p, -1), y.reshape(-1))[0]
     B = theta[: n * m].reshape(n, m)
     D = theta[n * m :].reshape(p, m) if feedthrough else None
@@ -216,8 +227,11 @@ def subspace_singular_values(data, *, horizon: int | None = None) -> Float[Array
 
 
 def fit_subspace(
-    data, order: int | None = None, *, horizon: int | None = None,
-    feedthrough: bool = False
+    data,
+    order: int | None = None,
+    *,
+    horizon: int | None = None,
+    feedthrough: bool = False,
 ) -> LinearSystem:
     """A linear state-space model identified from input-output data by a subspace
     method (PO-MOESP), from all experiments at once.
@@ -232,10 +246,11 @@ def fit_subspace(
     past to the future outputs give the extended observability matrix
     $\\Gamma_s = [C; CK; \\dots; CK^{s-1}]$ (its first `order` left singular vectors,
     scaled by the square roots of the singular values). $C$ is its first block row
-    and $K$ solves the shift equation $\\Gamma_s^{\\uparrow} K = \\Gamma_s^{\\downarrow}$
-    by least squares. Then $B$ (and $D$) solve the linear least-squares problem
-    $y_t = C K^t x_0^{(i)} + \\sum_{j<t} C K^{t-1-j} B u_j (+ D u_t)$ over all steps of
-    all experiments, each experiment's initial state $x_0^{(i)}$ estimated jointly.
+    and $K$ solves the shift equation
+    $\\Gamma_s^{\\uparrow} K = \\Gamma_s^{\\downarrow}$ by least squares. Then $B$
+    (and $D$) solve the linear least-squares problem
+    $y_t = C K^t x_0^{(i)} + \\sum_{j<t} C K^{t-1-j} B u_j (+ D u_t)$ over all steps
+    of all experiments, each experiment's initial state $x_0^{(i)}$ estimated jointly.
     Everything is `jax.numpy` QR, SVD and least squares. On noise-free data of a
     system of order `order`, with inputs rich enough, the result equals the true
     system up to a change of state basis (eigenvalues and Markov parameters
@@ -309,10 +324,26 @@ def fit_subspace(
     U, S = _projected_singular_values(call, s, horizon)
     if order is None:
         order = max(1, select_order(S, max_order))
+    K, B, C, D = _realisation(U, S, s.ys, s.us, s.mask, order, feedthrough)
+    return LinearSystem(K, B, C, D, dt=s.dt)
+
+
+@functools.partial(jax.jit, static_argnums=(5, 6))
+def _realisation(
+    U: Array,
+    S: Array,
+    ys: Array,
+    us: Array | None,
+    mask: Array,
+    order: int,
+    feedthrough: bool,
+) -> tuple[Array, Array | None, Array, Array | None]:
+    """`K`, `C` from the observability matrix, then `B`, `D` by least squares."""
+    p = ys.shape[-1]
     gamma = U[:, :order] * jnp.sqrt(S[:order])[None, :]
     C = gamma[:p]
     K = jnp.linalg.lstsq(gamma[:-p], gamma[p:])[0]
     B = D = None
-    if s.us is not None:
-        B, D = _input_matrices(K, C, s.ys, s.us, s.mask, feedthrough)
-    return LinearSystem(K, B, C, D, dt=s.dt)
+    if us is not None:
+        B, D = _input_matrices(K, C, ys, us, mask, feedthrough)
+    return K, B, C, D

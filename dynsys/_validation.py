@@ -2,7 +2,6 @@
 k-step-ahead prediction) and residual analysis."""
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
@@ -41,9 +40,7 @@ class Comparison(eqx.Module):
 
 def _fit_percent(y: Array, y_hat: Array, weight: Array, axes) -> Array:
     count = jnp.sum(weight, axis=axes)
-    mean = jnp.sum(y * weight, axis=axes, keepdims=True) / jnp.expand_dims(
-        count, axes
-    )
+    mean = jnp.sum(y * weight, axis=axes, keepdims=True) / jnp.expand_dims(count, axes)
     error = jnp.sqrt(jnp.sum(((y - y_hat) * weight) ** 2, axis=axes))
     spread = jnp.sqrt(jnp.sum(((y - mean) * weight) ** 2, axis=axes))
     return 100.0 * (1.0 - error / spread)
@@ -166,8 +163,8 @@ def compare(
     **Raises:**
 
     `ValueError` (one line) when the model's sizes do not match the data, `x0` has
-    the wrong shape, `horizon` or `window` is not a positive int, or k-step prediction is asked
-    of a nonlinear model on data without states.
+    the wrong shape, `horizon` or `window` is not a positive int, or k-step
+    prediction is asked of a nonlinear model on data without states.
 
     **Example:**
 
@@ -266,13 +263,14 @@ def residual_analysis(
     max_lag: int = 25,
     horizon: int | None = None,
     x0: Float[ArrayLike, "N n"] | None = None,
+    window: int | None = None,
 ) -> Residuals:
     """Whiteness and independence tests of the residuals $e_t = y_t - \\hat y_t$.
 
-    The predictions are `compare(model, data, horizon=horizon, x0=x0)`'s (free run by
-    default). Sums run over every experiment's valid steps, pairs never crossing
-    from one experiment to another; no mean is removed. With $N_s$ the number of
-    valid samples:
+    The predictions are `compare(model, data, horizon=horizon, x0=x0,
+    window=window)`'s (free run by default). Sums run over every experiment's valid
+    steps, pairs never crossing from one experiment to another; no mean is removed.
+    With $N_s$ the number of valid samples:
 
     - auto-correlation of channel $i$: $r_i(\\tau) = \\sum_t e_{i,t+\\tau}
       e_{i,t} / \\sum_t e_{i,t}^2$, $\\tau = 0 \\dots L$;
@@ -286,7 +284,7 @@ def residual_analysis(
 
     **Arguments:**
 
-    - `model`, `data`, `horizon`, `x0`: as for `compare`.
+    - `model`, `data`, `horizon`, `x0`, `window`: as for `compare`.
     - `max_lag`: `L`, a positive int smaller than the longest experiment.
 
     **Returns:**
@@ -307,10 +305,12 @@ def residual_analysis(
     ```
     """
     call = "residual_analysis"
-    comparison = compare(model, data, horizon=horizon, x0=x0)
+    comparison = compare(model, data, horizon=horizon, x0=x0, window=window)
     T = comparison.measured.shape[1]
-    if isinstance(max_lag, bool) or not isinstance(max_lag, int) or not (
-        0 < max_lag < T
+    if (
+        isinstance(max_lag, bool)
+        or not isinstance(max_lag, int)
+        or not (0 < max_lag < T)
     ):
         raise ValueError(
             f"{call}(max_lag=...): max_lag must be a positive int below the longest "
@@ -318,9 +318,10 @@ def residual_analysis(
         )
     e = comparison.measured - comparison.predicted
     energy = jnp.sum(e**2, axis=(0, 1))  # (p,)
-    auto = jnp.einsum(
-        "lpp->lp", _lagged_sums(e, e, max_lag, negative=False)
-    ) / energy[None]
+    auto = (
+        jnp.einsum("lpp->lp", _lagged_sums(e, e, max_lag, negative=False))
+        / energy[None]
+    )
     s = signals(data, call)
     cross = None
     if s.us is not None:

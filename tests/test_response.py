@@ -42,11 +42,13 @@ def test_first_order_analytic():
     )
     t = np.arange(30)
     step = c * b * (1 - a**t) / (1 - a)  # y_t = c x_t, x_t = b (1 - a^t) / (1 - a)
-    np.testing.assert_allclose(dynsys.step_response(system, 30)[:, 0, 0], step,
-                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        dynsys.step_response(system, 30)[:, 0, 0], step, rtol=1e-12, atol=1e-14
+    )
     impulse = np.where(t == 0, 0.0, c * b * a ** np.maximum(t - 1, 0))
-    np.testing.assert_allclose(dynsys.impulse_response(system, 30)[:, 0, 0], impulse,
-                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        dynsys.impulse_response(system, 30)[:, 0, 0], impulse, rtol=1e-12, atol=1e-14
+    )
 
 
 def test_step_and_impulse_against_rollout_and_markov(getkey):
@@ -57,8 +59,9 @@ def test_step_and_impulse_against_rollout_and_markov(getkey):
     K, B, C, D = (np.asarray(a) for a in (system.K, system.B, system.C, system.D))
     markov = [D] + [C @ np.linalg.matrix_power(K, k) @ B for k in range(T - 1)]
     np.testing.assert_allclose(impulse, np.stack(markov), rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(step, np.cumsum(np.stack(markov), 0), rtol=1e-10,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        step, np.cumsum(np.stack(markov), 0), rtol=1e-10, atol=1e-12
+    )
     for j in range(2):  # an independent simulation: unit step on input j
         inputs = jnp.zeros((T, 2)).at[:, j].set(1.0)
         ys = dynsys.rollout(system, jnp.zeros(4), T, inputs=inputs).ys
@@ -66,18 +69,23 @@ def test_step_and_impulse_against_rollout_and_markov(getkey):
 
 
 def test_continuous_time_frequency_response():
-    ode = dynsys.LinearODE(jnp.array([[0.0, 1.0], [-4.0, -0.8]]),
-                           jnp.array([[0.0], [1.0]]), jnp.array([[1.0, 0.0]]))
+    ode = dynsys.LinearODE(
+        jnp.array([[0.0, 1.0], [-4.0, -0.8]]),
+        jnp.array([[0.0], [1.0]]),
+        jnp.array([[1.0, 0.0]]),
+    )
     w = jnp.array([0.5, 2.0, 10.0])
-    expected = 1.0 / (-np.asarray(w) ** 2 + 0.8j * np.asarray(w) + 4.0)
-    np.testing.assert_allclose(dynsys.frequency_response(ode, w)[:, 0, 0], expected,
-                               rtol=1e-12)
+    expected = 1.0 / (-(np.asarray(w) ** 2) + 0.8j * np.asarray(w) + 4.0)
+    np.testing.assert_allclose(
+        dynsys.frequency_response(ode, w)[:, 0, 0], expected, rtol=1e-12
+    )
 
 
 def test_modes_of_a_discretised_system():
     wn, zeta, real_pole = 2.0, 0.2, -3.0
-    A = jnp.array([[0.0, 1.0, 0.0], [-(wn**2), -2 * zeta * wn, 0.0],
-                   [0.0, 0.0, real_pole]])
+    A = jnp.array(
+        [[0.0, 1.0, 0.0], [-(wn**2), -2 * zeta * wn, 0.0], [0.0, 0.0, real_pole]]
+    )
     ode = dynsys.LinearODE(A, jnp.ones((3, 1)))
     dt = 0.1
     result = dynsys.modes(dynsys.discretize(ode, dt))
@@ -86,8 +94,11 @@ def test_modes_of_a_discretised_system():
     np.testing.assert_allclose(result.damping_ratio, [zeta, zeta, 1.0], rtol=1e-10)
     # Without dt: rad per sample.
     stripped = dynsys.LinearSystem(dynsys.discretize(ode, dt).K)
-    np.testing.assert_allclose(dynsys.modes(stripped).natural_frequency,
-                               [wn * dt, wn * dt, 3.0 * dt], rtol=1e-10)
+    np.testing.assert_allclose(
+        dynsys.modes(stripped).natural_frequency,
+        [wn * dt, wn * dt, 3.0 * dt],
+        rtol=1e-10,
+    )
     continuous = dynsys.modes(ode)
     assert continuous.dt == 0.0
     np.testing.assert_allclose(continuous.damping_ratio, [zeta, zeta, 1.0], rtol=1e-12)

@@ -1,5 +1,3 @@
-import types
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,20 +19,17 @@ def _random_system(key, n=6, m=2, p=2, radius=0.9):
 
 
 def _data(system, lengths, key, snr_db=None, dt=None):
-    """Outputs of `system` from random x0 and white inputs; zero padding (or
-    garbage, which must not matter) after each experiment's end."""
+    """Outputs of `system` from random x0 and white inputs, cut to `lengths`."""
     N, T = len(lengths), max(lengths)
-    k1, k2, k3, k4 = jax.random.split(key, 4)
+    k1, k2, k3 = jax.random.split(key, 3)
     us = jax.random.normal(k1, (N, T, system.input_size))
     x0s = jax.random.normal(k2, (N, system.state_size))
     ys = dynsys.rollout(system, x0s, T, inputs=us).ys
     if snr_db is not None:
         scale = jnp.std(ys, axis=(0, 1)) * 10 ** (-snr_db / 20)
         ys = ys + scale[None, None] * jax.random.normal(k3, ys.shape)
-    mask = (np.arange(T)[None] < np.asarray(lengths)[:, None])[..., None]
-    ys = jnp.where(mask, ys, 1e3 * jax.random.normal(k4, ys.shape))
-    us = jnp.where(mask, us, 0.0)
-    return types.SimpleNamespace(ys=ys, us=us, xs=None, lengths=tuple(lengths), dt=dt)
+    ts = None if dt is None else dt * jnp.arange(T)
+    return dynsys.Dataset(us=us, ys=ys, ts=ts, lengths=lengths)
 
 
 def _markov(system, count=11):
@@ -81,7 +76,7 @@ def test_output_only_data(getkey):
     )
     x0s = jax.random.normal(getkey(), (5, 3))
     ys = dynsys.rollout(true, x0s, 60).ys
-    data = types.SimpleNamespace(ys=ys, us=None, xs=None, lengths=(60,) * 5)
+    data = dynsys.Dataset(ys=ys)
     model = dynsys.fit_subspace(data, order=3)
     assert model.B is None
     pairs = _matched_eigenvalues(true.K, model.K)
@@ -110,10 +105,16 @@ def test_singular_values_against_dense_numpy_reference(getkey):
     for i, T in enumerate(lengths):
         y, u = np.asarray(data.ys[i, :T]), np.asarray(data.us[i, :T])
         for j in range(T - 2 * s + 1):
-            columns.append(np.concatenate([
-                u[j + s : j + 2 * s].ravel(), u[j : j + s].ravel(),
-                y[j : j + s].ravel(), y[j + s : j + 2 * s].ravel(),
-            ]))
+            columns.append(
+                np.concatenate(
+                    [
+                        u[j + s : j + 2 * s].ravel(),
+                        u[j : j + s].ravel(),
+                        y[j : j + s].ravel(),
+                        y[j + s : j + 2 * s].ravel(),
+                    ]
+                )
+            )
     H = np.array(columns).T
     L = np.linalg.qr(H.T, mode="r").T / np.sqrt(H.shape[1])
     a, b = s * 1, s * 3
@@ -127,8 +128,9 @@ def test_bad_input(getkey):
     data = _data(true, (50, 30, 16), getkey())
     with pytest.raises(ValueError, match=r"largest order possible is .* = 7, got 9"):
         dynsys.fit_subspace(data, order=9, horizon=8)
-    with pytest.raises(ValueError, match="experiment 2 has 16; the largest horizon "
-                       "possible is 8"):
+    with pytest.raises(
+        ValueError, match="experiment 2 has 16; the largest horizon possible is 8"
+    ):
         dynsys.fit_subspace(data, horizon=9)
     with pytest.raises(ValueError, match="order must be a positive integer"):
         dynsys.fit_subspace(data, order=0)
@@ -137,6 +139,6 @@ def test_bad_input(getkey):
     tiny = _data(true, (3, 3), getkey())
     with pytest.raises(ValueError, match="too little data"):
         dynsys.fit_subspace(tiny)
-    no_inputs = types.SimpleNamespace(ys=data.ys, us=None, xs=None, lengths=data.lengths)
+    no_inputs = dynsys.Dataset(ys=data.ys, lengths=data.lengths)
     with pytest.raises(ValueError, match="no inputs, so there is no D"):
         dynsys.fit_subspace(no_inputs, feedthrough=True)

@@ -1,5 +1,3 @@
-import types
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -23,12 +21,7 @@ def _data(system, lengths, getkey, noise=0.0):
     x0s = jax.random.normal(getkey(), (N, system.state_size))
     ys = dynsys.rollout(system, x0s, T, inputs=us).ys
     ys = ys + noise * jax.random.normal(getkey(), ys.shape)
-    mask = (np.arange(T)[None] < np.asarray(lengths)[:, None])[..., None]
-    data = types.SimpleNamespace(
-        ys=jnp.where(mask, ys, 0.0), us=jnp.where(mask, us, 0.0), xs=None,
-        lengths=tuple(lengths), input_names=("u0",),
-    )
-    return data, x0s
+    return dynsys.Dataset(us=us, ys=ys, lengths=lengths), x0s
 
 
 @pytest.mark.parametrize("horizon", [None, 1, 4])
@@ -50,10 +43,28 @@ def test_known_perturbation_gives_the_analytic_fit(getkey):
     scaled = dynsys.LinearSystem(system.K, system.B, (1 + delta) * system.C)
     result = dynsys.compare(scaled, data, x0=x0s)
     y = np.concatenate([np.asarray(data.ys[0, :50]), np.asarray(data.ys[1, :35])])
-    expected = 100 * (1 - delta * np.linalg.norm(y, axis=0)
-                      / np.linalg.norm(y - y.mean(0), axis=0))
+    expected = 100 * (
+        1 - delta * np.linalg.norm(y, axis=0) / np.linalg.norm(y - y.mean(0), axis=0)
+    )
     np.testing.assert_allclose(result.fit_percent, expected, rtol=1e-10)
     assert np.all(np.asarray(result.predicted[1, 35:]) == 0.0)
+
+
+def test_ragged_data_equals_each_experiment_alone(getkey):
+    true = _system(getkey)
+    data, _ = _data(true, (50, 20, 35), getkey, noise=0.1)
+    model = dynsys.LinearSystem(0.9 * true.K, true.B, true.C)
+    for horizon in (None, 2):
+        result = dynsys.compare(model, data, horizon=horizon)
+        for i in range(3):
+            alone = dynsys.compare(model, data.experiment(i), horizon=horizon)
+            T = data.lengths[i]
+            np.testing.assert_allclose(
+                result.fit_percent_per_experiment[i], alone.fit_percent, rtol=1e-10
+            )
+            np.testing.assert_allclose(
+                result.predicted[i, :T], alone.predicted[0], rtol=1e-9, atol=1e-12
+            )
 
 
 def test_k_step_prediction_against_numpy_definition(getkey):
@@ -79,14 +90,16 @@ def test_k_step_prediction_against_numpy_definition(getkey):
                         x = K @ x + B @ u[tau + step]
                     rows.append(C @ M)
                     target.append(y[tau + j] - C @ x)
-                x_tau = np.linalg.lstsq(np.concatenate(rows),
-                                        np.concatenate(target), rcond=None)[0]
+                x_tau = np.linalg.lstsq(
+                    np.concatenate(rows), np.concatenate(target), rcond=None
+                )[0]
                 x = x_tau
                 for step in range(tau, t):
                     x = K @ x + B @ u[step]
                 expected = C @ x
-            np.testing.assert_allclose(result.predicted[i, t], expected, rtol=1e-7,
-                                       atol=1e-9)
+            np.testing.assert_allclose(
+                result.predicted[i, t], expected, rtol=1e-7, atol=1e-9
+            )
     long = dynsys.compare(model, data, horizon=1000)
     np.testing.assert_allclose(long.predicted, free.predicted, atol=1e-12)
     assert np.all(result.fit_percent > free.fit_percent)
@@ -105,8 +118,9 @@ def test_nonlinear_model_on_states_data():
     xs = dynsys.rollout(_Logistic(jnp.array(3.3)), jnp.array([[0.2], [0.6]]), 20).xs
     data = dynsys.Dataset(xs)
     wrong = _Logistic(jnp.array(3.2))
-    np.testing.assert_allclose(dynsys.compare(_Logistic(jnp.array(3.3)), data)
-                               .fit_percent, 100.0, atol=1e-8)
+    np.testing.assert_allclose(
+        dynsys.compare(_Logistic(jnp.array(3.3)), data).fit_percent, 100.0, atol=1e-8
+    )
     result = dynsys.compare(wrong, data, horizon=2)
     x = np.asarray(xs)[..., 0]
     expected = x[:, :20].copy()
@@ -124,8 +138,9 @@ def test_residual_analysis_against_numpy(getkey):
     model = dynsys.LinearSystem(true.K, 1.05 * true.B, true.C)
     L = 6
     result = dynsys.residual_analysis(model, data, max_lag=L)
-    e_all = np.asarray(dynsys.compare(model, data).measured
-                       - dynsys.compare(model, data).predicted)
+    e_all = np.asarray(
+        dynsys.compare(model, data).measured - dynsys.compare(model, data).predicted
+    )
     Ns = 80 + 50 + 64
     assert result.num_samples == Ns
     np.testing.assert_allclose(result.bound, 2.58 / np.sqrt(Ns))
@@ -145,7 +160,8 @@ def test_residual_analysis_against_numpy(getkey):
     np.testing.assert_allclose(result.autocorrelation, auto / energy, rtol=1e-10)
     np.testing.assert_allclose(
         result.cross_correlation,
-        cross / np.sqrt(energy[:, None] * input_energy[None, :]), rtol=1e-9,
+        cross / np.sqrt(energy[:, None] * input_energy[None, :]),
+        rtol=1e-9,
         atol=1e-14,
     )
     np.testing.assert_allclose(result.autocorrelation[0], 1.0)
@@ -174,10 +190,12 @@ def test_bad_input(getkey):
     with pytest.raises(ValueError, match="max_lag must be a positive int below"):
         dynsys.residual_analysis(system, data, max_lag=20)
     other = _system(getkey, p=1)
-    with pytest.raises(ValueError, match="2 output channels, but the model's "
-                       "output_size is 1"):
+    with pytest.raises(
+        ValueError, match="2 output channels, but the model's output_size is 1"
+    ):
         dynsys.compare(other, data)
-    logistic_data = types.SimpleNamespace(ys=jnp.zeros((2, 5, 1)), us=None, xs=None)
+    logistic_data = dynsys.Dataset(ys=jnp.zeros((2, 5, 1)))
     with pytest.raises(ValueError, match="needs a linear model"):
-        dynsys.compare(_Logistic(jnp.array(3.0)), logistic_data, horizon=2,
-                       x0=jnp.zeros((2, 1)))
+        dynsys.compare(
+            _Logistic(jnp.array(3.0)), logistic_data, horizon=2, x0=jnp.zeros((2, 1))
+        )
