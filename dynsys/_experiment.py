@@ -552,7 +552,7 @@ def _write_sweep(
     done = values[: len(runs)]
     labels = list(runs[0].metrics["summary"])
     table = {label: [r.metrics["summary"][label] for r in runs] for label in labels}
-    from ._experiment_kinds import sweep_label
+    from ._experiment_kinds import ROLES, sweep_label
 
     figure = plot.sweep(
         key,
@@ -560,6 +560,7 @@ def _write_sweep(
         table,
         xlabel=sweep_label(config, key),
         ylabel=_summary_label(config),
+        roles=ROLES,
         title=config["description"] or None,
     )
     figure.savefig(folder / "sweep.png", dpi=100)

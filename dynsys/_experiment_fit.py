@@ -579,17 +579,21 @@ def _output_figures(
     T0 = report.lengths[0]
     dt = report.dt if report.dt not in (None, 1.0) else None
     p = report.output_size
-    return {
-        "comparison.png": plot.comparison(
+    figures = {}
+    pages = plot.pages(p)  # several pages for many outputs
+    for k, page in enumerate(pages):
+        of = f", page {k + 1} of {len(pages)}" if len(pages) > 1 else ""
+        figures[_page_file("comparison", k)] = plot.comparison(
             {k: v for k, v in comparisons.items() if k != "true"},
             experiment=0,
             truth=None if truth is None else truth[:T0],
             roles=ROLES,
-            channels=None if p <= 12 else range(12),
+            channels=page,
             dt=dt,
             title=f"{which} experiment 0: free run from the estimated initial state "
-            "(fit % over all held-out experiments)",
-        ),
+            f"(fit % over all {which} experiments){of}",
+        )
+    return figures | {
         "singular_values.png": plot.singular_values(singular_values, order=order),
         "bode.png": plot.bode(
             estimated,
@@ -606,11 +610,15 @@ def _output_figures(
         "eigenvalues.png": plot.eigenvalues(
             estimated, truth=true_system, roles=ROLES, dt=dt, title="eigenvalues of K"
         ),
-        "loss.png": _loss_figure(result, "output-error loss (per-channel normalised)"),
+        "loss.png": _loss_figure(
+            result,
+            "output-error loss",
+            "output error (each channel's squared error / its variance)",
+        ),
     }
 
 
-def _loss_figure(result, title):
+def _loss_figure(result, title, ylabel):
     from dynsys import plot
 
     return plot.loss_history(
@@ -618,8 +626,14 @@ def _loss_figure(result, title):
         result.val_losses,
         best_step=result.best_step,
         stop_reason=result.stop_reason,
+        ylabel=ylabel,
         title=title,
     )
+
+
+def _page_file(stem: str, k: int) -> str:
+    """`stem.png` for the first page of a figure, `stem_<k+1>.png` after it."""
+    return f"{stem}.png" if k == 0 else f"{stem}_{k + 1}.png"
 
 
 # ---------------------------------------------------------------------------------
@@ -721,8 +735,11 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
     }
     estimated = {k: v for k, v in models.items() if k != "true"}
     dt = report.dt if report.dt not in (None, 1.0) else None
-    figures = {
-        "trajectories.png": plot.comparison(
+    figures = {}
+    pages = plot.pages(report.state_size)  # several pages for many states
+    for k, page in enumerate(pages):
+        of = f", page {k + 1} of {len(pages)}" if len(pages) > 1 else ""
+        figures[_page_file("trajectories", k)] = plot.comparison(
             _times(report),
             np.asarray(report.xs[0]),
             predictions,
@@ -730,11 +747,12 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
             roles=ROLES,
             fit_percent=per_channel,
             names=list(report.state_names),
-            channels=None if report.state_size <= 12 else range(12),
+            channels=page,
             time_label=_time_label(report),
             title=f"{which} trajectory 0: free run from its first state "
-            "(fit % vs measurements)",
-        ),
+            f"(fit % vs measurements){of}",
+        )
+    figures |= {
         "eigenvalues.png": plot.eigenvalues(
             estimated,
             truth=models.get("true"),
@@ -743,7 +761,9 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
             title="eigenvalues of K",
         ),
         "loss.png": _loss_figure(
-            result, f"{fit_cfg['loss']} loss ({fit_cfg['model']} model)"
+            result,
+            f"{fit_cfg['loss']} loss ({fit_cfg['model']} model)",
+            "mean squared state error (units² of the states)",
         ),
     }
     files = {"data.npz": run.data.save} if run.true_system is not None else {}

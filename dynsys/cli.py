@@ -88,18 +88,23 @@ def _simulate(args: argparse.Namespace) -> int:
     staging = staging_folder(out)
     try:
         unit = " (s)" if getattr(system, "dt", None) else " (steps)"
+        names = dynsys.models.names(args.model)
         fig = plot.trajectory(
             traj,
+            names=names,
             time_label="t" + unit,
             title=f"{args.model}: {args.batch} trajectories",
         )
         fig.savefig(staging / "trajectory.png", dpi=120)
-        arrays = {"ts": traj.ts, "xs": traj.xs, "ys": traj.ys}
-        if traj.us is not None:
-            arrays["us"] = traj.us
-        np.savez(
-            staging / "trajectory.npz", **{k: np.asarray(v) for k, v in arrays.items()}
-        )
+        # The states (and inputs) as a dataset with the zoo's names: `dynsys fit
+        # trajectory.npz` reads them back as measured states.
+        dynsys.Dataset(
+            traj.xs,
+            traj.us,
+            traj.ts,
+            state_names=names.states,
+            input_names=names.inputs if traj.us is not None else None,
+        ).save(staging / "trajectory.npz")
         summary = {
             "model": args.model,
             "state_size": system.state_size,

@@ -67,7 +67,8 @@ def trajectory():
     pendulum = zoo.Pendulum(dt=0.05)
     x0s = jnp.stack([jnp.linspace(0.3, 2.5, 8), jnp.zeros(8)], axis=1)
     torque = jnp.broadcast_to(2.0 * jnp.sin(jnp.arange(80) * 0.05)[:, None], (80, 1))
-    traj = dynsys.rollout(pendulum, x0s, 80, inputs=jnp.broadcast_to(torque, (8, 80, 1)))
+    inputs = jnp.broadcast_to(torque, (8, 80, 1))
+    traj = dynsys.rollout(pendulum, x0s, 80, inputs=inputs)
     return plot.trajectory(
         traj,
         state_names=names.states,
@@ -109,7 +110,7 @@ def comparison_page():
     """A 20-state system: the first of two pages of 12 channels."""
     chain = zoo.mass_spring_damper(num_masses=10, dt=DT)
     names = zoo.names("mass_spring_damper", num_masses=10)
-    data, _ = _experiments(chain, noise=0.02, seed=2, N=2, T=200)
+    data, _ = _experiments(chain, noise=0.02, seed=2, N=2, T=100)
     least_squares = dynsys.fit_least_squares(data)
     result = dynsys.compare(least_squares, data)
     first, _ = plot.pages(chain.state_size)
@@ -263,6 +264,7 @@ def _save(fig, path: pathlib.Path) -> None:
     """Atomically: a temporary file in the same folder, then a rename."""
     with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".png", delete=False) as f:
         fig.savefig(f, dpi=DPI, format="png")
+    os.chmod(f.name, 0o644)
     os.replace(f.name, path)
 
 
@@ -272,7 +274,8 @@ def main(argv=None) -> list[pathlib.Path]:
     where.add_argument("--write", action="store_true",
                        help="write into docs/figures/ (the gallery)")  # fmt: skip
     where.add_argument("--out", help="write into this folder")
-    parser.add_argument("--only", nargs="+", choices=sorted(KINDS), help="kinds to draw")
+    parser.add_argument("--only", nargs="+", choices=sorted(KINDS),
+                        help="kinds to draw")  # fmt: skip
     args = parser.parse_args(argv)
     jax.config.update("jax_enable_x64", True)
     if args.write:

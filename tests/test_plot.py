@@ -113,7 +113,7 @@ def test_trajectory_single_and_given_axes(rotation):
     system = zoo.Pendulum()
     names = zoo.names("pendulum")
     traj = dynsys.rollout(system, jnp.array([1.0, 0.0]), 30, inputs=jnp.zeros((30, 1)))
-    fig = plot.trajectory(traj, state_names=names.states, input_names=names.inputs)
+    fig = plot.trajectory(traj, names=names)
     axes = fig.get_axes()
     assert [a.get_ylabel() for a in axes] == ["θ (rad)", "ω (rad/s)", "torque (N m)"]
     assert not axes[0].collections and axes[-1].get_xlabel() == "t (s)"
@@ -273,6 +273,21 @@ def test_sweep(tmp_path):
         "one_step",
         "simulation",
     ]
+    # Roles by the label as drawn; the shared part of the labels goes above.
+    fig = plot.sweep(
+        "k",
+        [1.0, 2.0],
+        {"fit %, least squares": [[1.0, 2.0], [1.5, 2.5]], "fit %, fitted": [3.0, 4.0]},
+        roles={"least squares": "estimate", "fitted": "fit"},
+    )
+    (ax,) = fig.get_axes()
+    assert ax.get_title(loc="left") == "fit %"
+    styles = {line.get_label(): line.get_linestyle() for line in ax.get_lines()}
+    assert styles["fitted"] == "--"
+    (errorbar,) = ax.containers
+    assert errorbar.get_label() == "least squares (mean ± 1 std, 2 seeds)"
+    assert errorbar.lines[0].get_linestyle() == "-."
+    np.testing.assert_allclose(errorbar.lines[0].get_ydata(), [1.25, 2.25])
     with pytest.raises(ValueError, match=r"sweep\(metrics=...\): 'a' has shape \(1,\)"):
         plot.sweep("k", [1, 2], {"a": [1.0]})
 

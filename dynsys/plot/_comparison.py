@@ -180,8 +180,9 @@ def comparison(
     every = max(1, T // 8)
     for a, i in zip(axes, chosen):
         kw = style("measured")
-        a.plot(times, measured[:, i], ls="none", marker=kw["marker"], ms=kw["markersize"],
-               color=kw["color"], zorder=kw["zorder"], label="measured")  # fmt: skip
+        a.plot(times, measured[:, i], ls="none", marker=kw["marker"],
+               ms=kw["markersize"], color=kw["color"], zorder=kw["zorder"],
+               label="measured")  # fmt: skip
         if truth is not None:
             kw = line_style(style("truth"))
             a.plot(times, np.asarray(truth, dtype=float).reshape(T, p)[:, i],

@@ -132,17 +132,19 @@ def residuals(
         if cross is not None:
             lags2 = np.arange(-L, L + 1)
             for j in range(m):
+                label = f"with {in_names[j]}" if m > 1 else "correlation"
                 _stems(panels[1], lags2, cross[:, i, j], bound, color=f"C{j % 10}",
                        ls=CHANNEL_LINESTYLES[j % len(CHANNEL_LINESTYLES)],
-                       label=f"with {in_names[j]}" if m > 1 else "correlation")  # fmt: skip
+                       label=label)  # fmt: skip
             panels[1].set_title(f"{out_names[i]}: cross-correlation with the input"
                                 + ("s" if m > 1 else f" {in_names[0]}"),
                                 fontsize="small")  # fmt: skip
         for a in panels:
             a.axhspan(-bound, bound, color=bound_style["color"], alpha=0.08, lw=0)
             for level in (-bound, bound):
-                a.axhline(level, color=bound_style["color"], ls=bound_style["linestyle"],
-                          lw=1.0, label=f"confidence bound ±{bound:.3g}")  # fmt: skip
+                a.axhline(level, color=bound_style["color"],
+                          ls=bound_style["linestyle"], lw=1.0,
+                          label=f"confidence bound ±{bound:.3g}")  # fmt: skip
             a.set_ylabel("correlation")
             a.grid(True, alpha=0.3)
         panels[0].set_xlabel("lag (steps)")

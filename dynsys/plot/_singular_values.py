@@ -51,7 +51,10 @@ def singular_values(
     ```
     """
     call = "singular_values"
-    series = dict(values) if isinstance(values, Mapping) else {"singular values": values}
+    if isinstance(values, Mapping):
+        series = dict(values)
+    else:
+        series = {"singular values": values}
     arrays = {}
     for label, v in series.items():
         v = np.asarray(v, dtype=float)
@@ -84,8 +87,8 @@ def singular_values(
         ax.axvline(order + 0.5, color=bound["color"], ls=bound["linestyle"], lw=1.4,
                    label=f"chosen order n = {order}")  # fmt: skip
     ax.set_yscale("log")
-    ax.set_xlabel("index i (order n keeps σ_1 … σ_n)")
-    ax.set_ylabel("σ_i / σ_1")
+    ax.set_xlabel("index $i$ (order $n$ keeps $\\sigma_1 \\dots \\sigma_n$)")
+    ax.set_ylabel("$\\sigma_i / \\sigma_1$")
     ax.set_xlim(0.5, k + 0.5)
     if k <= 30:
         ax.set_xticks(np.arange(1, k + 1, max(1, k // 15)))

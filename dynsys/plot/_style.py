@@ -7,7 +7,7 @@ and marker as well as its colour, so a figure printed in greyscale still reads.
 | --- | --- | --- |
 | `truth` | black solid line, hollow circle | a known true model (simulated data only) |
 | `measured` | grey dots | measurements |
-| `estimate` | orange dash-dot line, hollow squares | an initial or closed-form estimate (e.g. least squares) |
+| `estimate` | orange dash-dot, hollow squares | an initial estimate (least squares) |
 | `fit` | blue dashed line, hollow triangles | the fitted (returned) model |
 | `model` cycle | green dotted / red dash-dot-dot / ... | further models, in order |
 | `target` | dark grey dashed line | a reference or target value |

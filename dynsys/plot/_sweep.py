@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _layout
-from ._style import MODEL_CYCLE
+from ._style import model_styles
 
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ def sweep(
     *,
     xlabel: str | None = None,
     ylabel: str = "metric",
+    roles: Mapping[str, str] | None = None,
     log_x: bool | None = None,
     title: str | None = None,
     ax: "Axes | None" = None,
@@ -52,6 +53,9 @@ def sweep(
     - `xlabel`: the physical quantity swept, with its unit, e.g.
         `"measurement noise std (state units)"`.
     - `ylabel`: the y label.
+    - `roles`: optional label → `"fit"` / `"estimate"` (see `plot.STYLES`), by the
+        label as drawn (without the shared part); default: the model styles in
+        order.
     - `log_x`: logarithmic x axis; default when the values are positive numbers
         spanning more than a factor of 20.
     - `title`: the figure title.
@@ -97,8 +101,9 @@ def sweep(
     else:
         fig = ax.figure
     head, shown = _common_head(list(arrays))
+    styles = model_styles(shown, roles, "sweep")
     for k, (label, ys) in enumerate(arrays.items()):
-        s = MODEL_CYCLE[k % len(MODEL_CYCLE)]
+        s = styles[shown[k]]
         kw = {"color": s["color"], "ls": s["linestyle"], "marker": s["marker"],
               "mfc": "none", "ms": 6}  # fmt: skip
         if ys.ndim == 1:
@@ -106,7 +111,8 @@ def sweep(
             continue
         seeds = ys.shape[0]
         ax.errorbar(xs, ys.mean(0), yerr=ys.std(0), capsize=3,
-                    label=f"{shown[k]} (mean ± 1 std, {seeds} seeds)", **kw)  # fmt: skip
+                    label=f"{shown[k]} (mean ± 1 std, {seeds} seeds)",
+                    **kw)  # fmt: skip
         for row in ys:
             ax.plot(xs, row, ls="none", marker=".", ms=3, color=s["color"], alpha=0.6)
     if not numeric:

@@ -50,6 +50,7 @@ def trajectory(
     traj: Trajectory,
     *,
     outputs: bool = False,
+    names=None,
     state_names: Sequence[str] | None = None,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
@@ -76,6 +77,8 @@ def trajectory(
 
     - `traj`: a `Trajectory`, `xs` of shape `(T+1, n)` or `(..., T+1, n)`.
     - `outputs`: also draw the outputs `ys`.
+    - `names`: optional; all the names at once, e.g. `dynsys.models.names(name)`
+        (anything with `states`, `inputs`, `outputs`), for the names not given.
     - `state_names`, `input_names`, `output_names`: one label per column, with its
         unit, e.g. `["θ (rad)", "ω (rad/s)"]` (default `x0, x1, ...`; for a zoo
         model, `dynsys.models.names(name)`).
@@ -110,12 +113,15 @@ def trajectory(
     system = zoo.Pendulum()
     x0s = jnp.stack([jnp.linspace(0.5, 2.0, 6), jnp.zeros(6)], axis=1)
     traj = dynsys.rollout(system, x0s, 40, inputs=jnp.zeros((6, 40, 1)))
-    fig = dynsys.plot.trajectory(traj, state_names=names.states,
-                                 input_names=names.inputs, input_bound=15.0)
+    fig = dynsys.plot.trajectory(traj, names=names, input_bound=15.0)
     fig.savefig("trajectory.png")
     ```
     """
     call = "trajectory"
+    if names is not None:
+        state_names = names.states if state_names is None else state_names
+        input_names = names.inputs if input_names is None else input_names
+        output_names = names.outputs if output_names is None else output_names
     low_q, high_q = quantiles
     if not 0.0 <= low_q < high_q <= 1.0:
         raise ValueError(
