@@ -69,7 +69,7 @@ def test_fit_input_output_csv(tmp_path, capsys):
     assert cli.main([*argv, "--no-progress", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "subspace start: order 4 (chosen from the singular values)" in printed
-    assert "outputs pos_a, pos_b" in printed
+    assert "2 outputs (pos_a, pos_b)" in printed
     assert FIGURES <= {p.name for p in out.iterdir()}
     for name in FIGURES:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
