@@ -79,9 +79,12 @@ def test_fit_input_output_csv(tmp_path, capsys):
     held_out = metrics["fit_percent"]["held-out fit % vs measurements"]
     assert set(held_out) == {"subspace", "fitted"}
     assert all(len(v) == 2 for v in held_out.values())
-    # Light noise: both models explain the held-out outputs almost perfectly, and
-    # the fit does not make the subspace start worse.
-    assert min(held_out["fitted"]) > 95
+    # The fitted model explains the held-out outputs as well as the true system
+    # does (within a point per channel), and is no worse than the subspace start.
+    held = dynsys.load_dataset(path, inputs=["force"], outputs=["pos_a", "pos_b"])
+    held = held.split(0.25)[1]
+    true_fit = np.asarray(dynsys.compare(true, held).fit_percent)
+    assert np.all(np.asarray(held_out["fitted"]) > true_fit - 1)
     assert np.mean(held_out["fitted"]) >= np.mean(held_out["subspace"]) - 0.1
     # The saved model is the fitted one, and its poles are the true ones.
     model = dynsys.load(out / "model.dynsys")
@@ -92,8 +95,6 @@ def test_fit_input_output_csv(tmp_path, capsys):
     np.testing.assert_allclose(found, expected, atol=5e-3)
     # An independent check of the reported fit %: the saved model's free run from
     # least-squares initial states, scored channel by channel with numpy.
-    held = dynsys.load_dataset(path, inputs=["force"], outputs=["pos_a", "pos_b"])
-    held = held.split(0.25)[1]
     x0 = dynsys.estimate_x0(model, held)
     predicted = [
         np.asarray(dynsys.rollout(model, x0[i], T, inputs=held.us[i, :T]).ys)
