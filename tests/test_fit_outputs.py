@@ -9,7 +9,7 @@ import optax
 import pytest
 
 import dynsys
-from dynsys._fit import _batch, _objective
+from dynsys._fit import _batch, _initial_states, _objective
 
 
 def _system(seed=0, n=3, m=1, p=2, feedthrough=True):
@@ -37,6 +37,7 @@ def _perturbed(system, scale=0.02, seed=3):
     )
 
 
+@jax.jit
 def _reference_loss(model, experiments, weights):
     """The normalised output error written out per experiment, unpadded: for each
     experiment the outputs are $G x_0 + z$, $x_0$ by a weighted `lstsq`, and the
@@ -47,13 +48,12 @@ def _reference_loss(model, experiments, weights):
     root = jnp.sqrt(weights)
     for ys, us in experiments:
         T = ys.shape[0]
-        G, z, CK, x = [], [], C, jnp.zeros(n)
-        for t in range(T):
-            G.append(CK)
-            z.append(C @ x + D @ us[t])
-            CK = CK @ K
-            x = K @ x + B @ us[t]
-        G, z = jnp.stack(G), jnp.stack(z)
+
+        def step(carry, u):
+            CK, x = carry
+            return (CK @ K, K @ x + B @ u), (CK, C @ x + D @ u)
+
+        _, (G, z) = jax.lax.scan(step, (C, jnp.zeros(n)), us)
         A = (G * root[None, :, None]).reshape(T * p, n)
         b = ((ys - z) * root[None, :]).reshape(T * p)
         x0 = jnp.linalg.lstsq(A, b)[0]
@@ -76,10 +76,13 @@ def test_loss_and_initial_states_against_a_written_out_reference():
     # On noise-free data the estimated initial states are exact (and equal to
     # estimate_x0's).
     clean, _ = _data(system)
-    exact = dynsys.fit(system, clean, optimizer=optax.sgd(0.0), num_steps=1, progress=False)
-    np.testing.assert_allclose(exact.x0s, x0s, atol=1e-9)
-    np.testing.assert_allclose(exact.x0s, dynsys.estimate_x0(system, clean), atol=1e-9)
-    assert exact.losses[0] < 1e-20
+    objective = _objective("simulation", clean, system, False, None, None)
+    batch = _batch(clean, jnp.float64)
+    estimated = _initial_states(objective, system, batch)
+    np.testing.assert_allclose(estimated, x0s, atol=1e-9)
+    np.testing.assert_allclose(estimated, dynsys.estimate_x0(system, clean), atol=1e-9)
+    loss = eqx.filter_jit(lambda o, m, b: o.loss((m, None), b))
+    assert loss(objective, system, batch) < 1e-20
 
 
 def test_channel_normalisation_makes_units_irrelevant():
@@ -124,12 +127,13 @@ def test_ragged_loss_gradient_and_fit_equal_the_unpadded_experiments():
     objective = _objective("simulation", ragged, model, False, None, None)
     batch = _batch(ragged, jnp.float64)
 
-    def masked(model):
+    @jax.jit
+    def masked(model, batch=batch):
         return objective.loss((model, None), batch)
 
     np.testing.assert_allclose(masked(model), reference(model), rtol=1e-12)
-    g_masked = jax.grad(masked)(model)
-    g_reference = jax.grad(reference)(model)
+    g_masked = jax.jit(jax.grad(masked))(model)
+    g_reference = jax.jit(jax.grad(reference))(model)
     for a, b in zip(jax.tree.leaves(g_masked), jax.tree.leaves(g_reference)):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
     # Garbage (NaN) in the padding never reaches the loss or the gradient.
@@ -137,13 +141,14 @@ def test_ragged_loss_gradient_and_fit_equal_the_unpadded_experiments():
     pad = ~np.asarray(batch["mask"])
     poisoned["ys"] = jnp.where(pad[..., None], jnp.nan, batch["ys"])
     poisoned["us"] = jnp.where(pad[..., None], jnp.nan, batch["us"])
-    g_poisoned = jax.grad(lambda m: objective.loss((m, None), poisoned))(model)
+    g_poisoned = jax.jit(jax.grad(masked))(model, poisoned)
     for a, b in zip(jax.tree.leaves(g_poisoned), jax.tree.leaves(g_masked)):
-        np.testing.assert_array_equal(a, b)
+        assert np.all(np.isfinite(a))
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
     # The fit itself: the same optimiser on the written-out loss through train.
-    lbfgs = optax.lbfgs()
-    fitted = dynsys.fit(model, ragged, optimizer=lbfgs, num_steps=6, progress=False)
-    trained = dynsys.train(reference, model, optimizer=lbfgs, num_steps=6, progress=False)
+    sgd = optax.sgd(0.05)
+    fitted = dynsys.fit(model, ragged, optimizer=sgd, num_steps=6, progress=False)
+    trained = dynsys.train(reference, model, optimizer=sgd, num_steps=6, progress=False)
     np.testing.assert_allclose(fitted.losses, trained.losses, rtol=1e-8)
     for a, b in zip(jax.tree.leaves(fitted.model), jax.tree.leaves(trained.model)):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
