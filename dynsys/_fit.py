@@ -1,8 +1,10 @@
-"""Fitting systems to data: closed-form least squares and gradient fitting."""
+"""`fit`: fit any `AbstractSystem` to trajectories (states) or to measured outputs
+(output error), with a default optimiser that needs no learning rate."""
 
 import dataclasses
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any, Literal
 
 import equinox as eqx
@@ -10,145 +12,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxtyping import Array, PRNGKeyArray
+from jaxtyping import Array, PRNGKeyArray, PyTree
 
+from ._adjoint import AbstractAdjoint, LinearAdjoint
 from ._data import Dataset
-from ._metrics import nrmse, spectral_radius
-from ._ode import Discretized
-from ._rollout import _times, rollout
-from ._stable import StableLinearSystem
-from ._system import AbstractSystem, LinearSystem
-from ._train import train, TrainResult
-
-
-def _check_data(call: str, data) -> Dataset:
-    if not isinstance(data, Dataset):
-        raise TypeError(
-            f"{call}(data=...): expected a dynsys.Dataset, got {type(data)}."
-        )
-    return data
-
-
-def fit_least_squares(
-    data: Dataset, *, ridge: float = 0.0, offset: bool = False
-) -> LinearSystem:
-    """The one-step least-squares `LinearSystem` (DMD with control) for `data`.
-
-    Stacks every transition $(x_t, u_t) \\to x_{t+1}$ of every trajectory and solves
-
-    $\\min_{K, B, c} \\sum_{i,t} \\lVert x^i_{t+1} - K x^i_t - B u^i_t - c \\rVert^2
-    + \\mathrm{ridge}\\,(\\lVert K \\rVert_F^2 + \\lVert B \\rVert_F^2)$
-
-    by an orthogonal (QR/SVD) least-squares solve, not the normal equations, so
-    noise-free data give `K` and `B` to round-off. The `offset` $c$ is not
-    penalised. With measurement noise on the states this estimate is biased
-    (errors in variables); `fit(..., loss="simulation")` is not.
-
-    **Arguments:**
-
-    - `data`: a `Dataset`; `B` is estimated when it has inputs.
-    - `ridge`: the Tikhonov weight ($\\ge 0$).
-    - `offset`: also estimate a constant term $c$.
-
-    **Returns:**
-
-    A `LinearSystem(K, B, offset=...)`, with `dt` from `data.ts` when uniform.
-
-    **Raises:**
-
-    `ValueError` if `ridge` is negative, or if without ridge the regressors
-    $[x_t, u_t, 1]$ do not have full column rank (too few transitions, or inputs
-    that do not excite the system), which would make the estimate not unique.
-
-    **Example:**
-
-    ```python
-    system = dynsys.LinearSystem(K=jnp.array([[0.9, 0.2], [-0.2, 0.9]]),
-                                 B=jnp.array([[0.0], [1.0]]))
-    us = jax.random.normal(jax.random.key(1), (4, 30, 1))
-    data = dynsys.simulate(system, jnp.ones((4, 2)), 30, inputs=us)
-    estimate = dynsys.fit_least_squares(data)   # estimate.K == system.K to round-off
-    ```
-    """
-    data = _check_data("fit_least_squares", data)
-    if not (isinstance(ridge, int | float) and math.isfinite(ridge) and ridge >= 0):
-        raise ValueError(
-            f"fit_least_squares(ridge=...): expected a finite number >= 0, got "
-            f"{ridge!r}."
-        )
-    n, m = data.state_size, data.input_size
-    X = data.xs[:, :-1].reshape(-1, n)
-    Y = data.xs[:, 1:].reshape(-1, n)
-    columns = [X]
-    if m:
-        assert data.us is not None
-        columns.append(data.us.reshape(-1, m))
-    if offset:
-        columns.append(jnp.ones((X.shape[0], 1), X.dtype))
-    Z = jnp.concatenate(columns, axis=1)
-    d = Z.shape[1]
-    if ridge > 0:
-        penalised = jnp.sqrt(ridge) * jnp.eye(n + m, d, dtype=Z.dtype)
-        Z = jnp.concatenate([Z, penalised], axis=0)
-        Y = jnp.concatenate([Y, jnp.zeros((n + m, n), Y.dtype)], axis=0)
-    else:
-        rank = int(np.linalg.matrix_rank(np.asarray(Z)))
-        if rank < d:
-            names = "[x_t" + (", u_t" if m else "") + (", 1" if offset else "") + "]"
-            raise ValueError(
-                f"fit_least_squares(data=...): the regressors {names} have rank "
-                f"{rank} < {d} over {Z.shape[0]} transitions, so the estimate is not "
-                "unique; use more (or more varied) trajectories and inputs, or "
-                "ridge > 0."
-            )
-    theta, *_ = jnp.linalg.lstsq(Z, Y)
-    K = theta[:n].T
-    B = theta[n : n + m].T if m else None
-    c = theta[n + m] if offset else None
-    return LinearSystem(K, B, offset=c, dt=data.dt)
-
-
-class MultipleShooting(eqx.Module):
-    """The multiple-shooting loss: free-run simulation over windows of the data.
-
-    Each trajectory is cut into windows of `horizon` steps starting every `stride`
-    steps; each window is simulated from its measured first state (or, with
-    `fit(..., fit_x0=True)`, from a fitted state per window) and compared with the
-    data. Short windows keep the loss smooth for long or chaotic trajectories, where
-    a full free run has a rugged loss surface; `horizon=1` is the one-step loss and
-    `horizon=T` the simulation loss.
-
-    **Arguments:**
-
-    - `horizon`: steps per window (a positive integer, at most the data's `T`).
-    - `stride`: steps between window starts; default `horizon` (windows touch).
-
-    **Example:**
-
-    ```python
-    loss = dynsys.MultipleShooting(horizon=10)
-    ```
-    """
-
-    horizon: int = eqx.field(static=True)
-    stride: int = eqx.field(static=True)
-
-    def __init__(self, horizon: int, stride: int | None = None):
-        self.horizon = horizon
-        self.stride = horizon if stride is None else stride
-
-    def __check_init__(self):
-        for name in ("horizon", "stride"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"MultipleShooting({name}=...): expected a positive integer, got "
-                    f"{value!r}."
-                )
-
-    def starts(self, num_steps: int) -> np.ndarray:
-        """The first step of each window for trajectories of `num_steps` steps."""
-        return np.arange(0, num_steps - self.horizon + 1, self.stride)
+from ._least_squares import _check_data, step_mask
+from ._losses import (
+    channel_weights,
+    FitObjective,
+    is_linear,
+    materialise,
+    MultipleShooting,
+    one_step_predictions,
+)
+from ._method import AbstractMethod
+from ._metrics import spectral_radius
+from ._rollout import rollout
+from ._solvers import DEFAULT_MAX_STEPS, default_strategy, lbfgs_strategy, tolerances
+from ._system import AbstractSystem
+from ._train import optax_strategy, optimise, TrainResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,17 +41,26 @@ class FitResult:
 
     - `model`: the best model (lowest validation loss when `val_data` was given,
         else lowest training loss).
-    - `x0s`: with `fit_x0=True`, the fitted initial states of the best step, shape
+    - `x0s`: the initial states of the best model, when they are not the measured
+        ones: with `fit_x0=True` on state data the fitted ones, on output data the
+        estimated ones (closed form for linear models, trained otherwise); shape
         `(N, n)` (or `(N, W, n)`, one per window, for `MultipleShooting`); else
         `None`.
     - `losses`: the training loss of each step, shape `(steps_run,)`.
     - `val_losses`: `(step, validation loss)` pairs (empty without `val_data`).
     - `best_step`: the step of `model`.
-    - `stop_reason`: `None` if every step ran, else why the fit stopped (e.g. a
-        non-finite loss, naming the step).
+    - `stop_reason`: `None` when the fit ran normally (converged, or every step
+        ran); else what went wrong, with a suggestion: a non-finite loss (naming the
+        step), a fit no better than its start, a loss that grew by orders of
+        magnitude, an interrupt or the callback.
+    - `converged`: whether the optimiser's tolerances ended the fit.
+    - `optimizer`: the optimiser used, in words (e.g. `"Levenberg–Marquardt
+        (optimistix)"`).
+    - `steps_run`: the number of optimiser steps run.
     - `metrics`: `{"train": {...}, "validation": {...}}` (the latter only with
-        `val_data`), each with `loss`, `simulation_nrmse`, `fit_percent` (free run
-        from each trajectory's first state over all steps), `one_step_nrmse`, and
+        `val_data`), each with `loss`, `simulation_nrmse` and `fit_percent` (free
+        run over all steps, from the measured, fitted or estimated initial states,
+        on the outputs for output data), `one_step_nrmse` (state data only), and
         `spectral_radius` for models with a transition matrix `K`.
     - `train_result`: the underlying `TrainResult`.
     """
@@ -182,83 +73,16 @@ class FitResult:
     stop_reason: str | None
     metrics: dict[str, dict[str, float]]
     train_result: TrainResult
-
-
-def _materialise(model: AbstractSystem) -> AbstractSystem:
-    """Compute derived matrices once per loss evaluation, not once per step.
-
-    A `StableLinearSystem` builds `K` from its parameters and a `Discretized` ODE
-    takes a matrix exponential: both are turned into the equivalent `LinearSystem`
-    (differentiably) before the rollout.
-    """
-    if isinstance(model, StableLinearSystem | Discretized):
-        return model.to_linear()
-    return model
-
-
-def _step_times(model, num_steps: int, dtype) -> Array:
-    return _times(model, 0, num_steps, dtype)
-
-
-def _squared_error(predicted, xs, fitted_x0: bool):
-    """Mean squared error over the predicted states $x_1 \\dots$; with a fitted
-    initial state also over $x_0$."""
-    if not fitted_x0:
-        predicted, xs = predicted[..., 1:, :], xs[..., 1:, :]
-    return jnp.mean((predicted - xs) ** 2)
-
-
-def _simulation_loss(model, xs, us, x0=None):
-    start = xs[:, 0] if x0 is None else x0
-    traj = rollout(model, start, xs.shape[-2] - 1, inputs=us)
-    return _squared_error(traj.xs, xs, x0 is not None)
-
-
-def _one_step_predictions(model, xs, us):
-    ts = _step_times(model, xs.shape[-2] - 1, xs.dtype)[:-1]
-
-    def one(x_traj, u_traj):
-        if u_traj is None:
-            return jax.vmap(lambda t, x: model.step(t, x, None))(ts, x_traj[:-1])
-        return jax.vmap(model.step)(ts, x_traj[:-1], u_traj)
-
-    if us is None:
-        return jax.vmap(lambda x: one(x, None))(xs)
-    return jax.vmap(one)(xs, us)
-
-
-def _one_step_loss(model, xs, us):
-    return jnp.mean((_one_step_predictions(model, xs, us) - xs[:, 1:]) ** 2)
-
-
-def _windows(shooting: MultipleShooting, xs, us):
-    T = xs.shape[1] - 1
-    starts = shooting.starts(T)
-    h = shooting.horizon
-    x_windows = xs[:, starts[:, None] + np.arange(h + 1)]  # (N, W, h+1, n)
-    u_windows = None if us is None else us[:, starts[:, None] + np.arange(h)]
-    return starts, x_windows, u_windows
-
-
-def _shooting_loss(model, shooting: MultipleShooting, xs, us, x0=None):
-    starts, x_windows, u_windows = _windows(shooting, xs, us)
-    times = _step_times(model, xs.shape[1] - 1, xs.dtype)
-    fitted_x0 = x0 is not None
-    if x0 is None:
-        x0 = x_windows[:, :, 0]
-
-    def window(x0_w, u_w, x_w, t0):
-        traj = rollout(model, x0_w, shooting.horizon, inputs=u_w, t0=t0)
-        return _squared_error(traj.xs, x_w, fitted_x0)
-
-    u_axis = None if u_windows is None else 1
-    per_window = jax.vmap(window, in_axes=(1, u_axis, 1, 0))(
-        x0, u_windows, x_windows, times[starts]
-    )
-    return jnp.mean(per_window)
+    converged: bool = False
+    optimizer: str = ""
+    steps_run: int = 0
 
 
 LossName = Literal["simulation", "one_step"]
+
+
+def _has_outputs(data) -> bool:
+    return getattr(data, "ys", None) is not None
 
 
 def _check_loss(loss, data: Dataset):
@@ -275,11 +99,25 @@ def _check_loss(loss, data: Dataset):
             "fit(loss=...): expected 'simulation', 'one_step' or "
             f"MultipleShooting(horizon), got {loss!r}."
         )
+    if loss == "one_step" and _has_outputs(data):
+        raise ValueError(
+            "fit(loss='one_step'): the data have outputs (ys), not states; a one-step "
+            "prediction needs the state at each step, which output data do not "
+            "measure. Use loss='simulation', or MultipleShooting(horizon) (each "
+            "window's state is estimated)."
+        )
     return loss
 
 
 def _check_compatible(call: str, model: AbstractSystem, data: Dataset, name: str):
-    if model.state_size != data.state_size:
+    if _has_outputs(data):
+        p = data.ys.shape[-1]
+        if model.output_size != p:
+            raise ValueError(
+                f"{call}({name}=...): the data have p = {p} output channels but the "
+                f"model has output_size = {model.output_size}."
+            )
+    elif model.state_size != data.state_size:
         raise ValueError(
             f"{call}({name}=...): the data have n = {data.state_size} state columns "
             f"but the model has state_size = {model.state_size}."
@@ -302,38 +140,190 @@ def _check_compatible(call: str, model: AbstractSystem, data: Dataset, name: str
         )
 
 
-def _loss_value(loss, model, xs, us, x0=None):
-    model = _materialise(model)
-    if loss == "one_step":
-        return _one_step_loss(model, xs, us)
-    if loss == "simulation":
-        return _simulation_loss(model, xs, us, x0)
-    return _shooting_loss(model, loss, xs, us, x0)
+def _model_dtype(model):
+    leaves = jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array))
+    return jnp.result_type(*leaves) if leaves else jnp.result_type(float)
 
 
-@eqx.filter_jit
-def _evaluate(model, loss, xs, us, x0):
-    model = _materialise(model)
-    # The free run starts from the fitted initial state (the first window's, for
-    # multiple shooting) when there is one, else from the measured one.
-    start = xs[:, 0] if x0 is None else (x0 if x0.ndim == 2 else x0[:, 0])
-    simulated = rollout(model, start, xs.shape[1] - 1, inputs=us).xs
-    one_step = _one_step_predictions(model, xs, us)
+def _batch(data: Dataset, dtype) -> dict:
+    """The arrays the loss reads, each with the experiments on its leading axis, in
+    the model's floating dtype (a float32 model is fitted in float32)."""
+    N = data.num_trajectories
+    batch = {"index": jnp.arange(N), "mask": jnp.asarray(step_mask(data))}
+    if _has_outputs(data):
+        batch["ys"] = jnp.asarray(data.ys, dtype)
+    else:
+        batch["xs"] = jnp.asarray(data.xs, dtype)
+    if data.us is not None:
+        batch["us"] = jnp.asarray(data.us, dtype)
+    return batch
+
+
+def _objective(loss, data, model, fit_x0, method, adjoint) -> FitObjective:
+    if _has_outputs(data):
+        batch_mask = jnp.asarray(step_mask(data))
+        weights = channel_weights(jnp.asarray(data.ys, _model_dtype(model)), batch_mask)
+        mode = "closed_form" if is_linear(model) else "trained"
+        return FitObjective(loss, True, mode, method, adjoint, weights)
+    mode = "fitted" if fit_x0 else "data"
+    return FitObjective(loss, False, mode, method, adjoint, None)
+
+
+class _ValidationLoss(eqx.Module):
+    """The loss on held-out data (from their measured or estimated initial
+    states)."""
+
+    objective: FitObjective
+    batch: dict
+
+    def __call__(self, params):
+        return self.objective.loss((params[0], None), self.batch)
+
+
+class _ModelCallback(eqx.Module):
+    callback: Any = eqx.field(static=True)
+
+    def __call__(self, step, params, loss):
+        return self.callback(step, params[0], loss)
+
+
+def _initial_x0s(objective: FitObjective, loss, data: Dataset, model):
+    """The trained initial states' starting values, or `None`."""
+    n = model.state_size
+    N = data.num_trajectories
+    if objective.x0 == "fitted":
+        xs = jnp.asarray(data.xs, _model_dtype(model))
+        if isinstance(loss, MultipleShooting):
+            return xs[:, loss.starts(data.num_steps)]
+        return xs[:, 0]
+    if objective.x0 == "trained":
+        dtype = _model_dtype(model)
+        if isinstance(loss, MultipleShooting):
+            return jnp.zeros((N, len(loss.starts(data.num_steps)), n), dtype)
+        return jnp.zeros((N, n), dtype)
+    return None
+
+
+def _strategy(optimizer, objective, params, batch, batch_size, adjoint, rtol, atol):
+    """The optimiser strategy and its default number of steps."""
+    if optimizer is not None:
+        if rtol is not None or atol is not None:
+            raise ValueError(
+                "fit(rtol=..., atol=...): tolerances apply to the default optimiser "
+                "(optimizer=None) only."
+            )
+        return optax_strategy(optimizer), DEFAULT_MAX_STEPS["optax"]
+    if batch_size is not None:
+        raise ValueError(
+            f"fit(batch_size={batch_size}): the default optimiser uses all the data "
+            "at each step; pass an optax optimizer (e.g. optax.adam(1e-3)) to train "
+            "on minibatches."
+        )
+    trainable = [leaf for leaf in jax.tree.leaves(params) if eqx.is_inexact_array(leaf)]
+    num_params = sum(leaf.size for leaf in trainable)
+    dtype = trainable[0].dtype
+    if isinstance(adjoint, LinearAdjoint):
+        # Levenberg–Marquardt builds its Jacobian in forward mode, which the
+        # hand-written reverse pass of LinearAdjoint does not provide.
+        default_rtol = tolerances(dtype)[0] if rtol is None else rtol
+        return lbfgs_strategy(default_rtol), DEFAULT_MAX_STEPS["lbfgs"]
+    strategy, kind = default_strategy(
+        objective.num_residuals(batch), num_params, dtype, rtol, atol
+    )
+    return strategy, DEFAULT_MAX_STEPS[kind]
+
+
+def _suggestion(default: bool) -> str:
+    if default:
+        return (
+            "try a better start (fit_subspace or fit_least_squares), "
+            "StableLinearSystem.from_linear(start), or MultipleShooting(horizon)"
+        )
     return (
-        _loss_value(loss, model, xs, us, x0),
-        nrmse(xs[:, 1:], simulated[:, 1:]),
-        nrmse(xs[:, 1:], one_step),
+        "try optimizer=None (Levenberg–Marquardt or L-BFGS, no learning rate to "
+        "tune), a smaller learning rate, or StableLinearSystem"
     )
 
 
-def _metrics(model, loss, data: Dataset, x0=None) -> dict[str, float]:
-    value, sim, one = (float(v) for v in _evaluate(model, loss, data.xs, data.us, x0))
+def _honest_stop_reason(result: TrainResult, default: bool) -> str | None:
+    """`result.stop_reason`, or why the fit is not to be trusted: no better than its
+    start, or a loss that grew by orders of magnitude."""
+    if result.stop_reason is not None:
+        if result.stop_reason.startswith("non-finite"):
+            return (
+                f"{result.stop_reason} (step {result.best_step}); "
+                f"{_suggestion(default)}"
+            )
+        return result.stop_reason
+    losses = result.losses
+    finite = losses[np.isfinite(losses)]
+    if len(finite) == 0:
+        return None
+    start, largest = float(losses[0]), float(np.max(finite))
+    problems = []
+    if result.best_step == 0 and not result.converged and result.steps_run > 1:
+        problems.append("no better than the start (best step 0)")
+    if largest > 100.0 * start and largest > 0:
+        problems.append(
+            f"the loss grew by orders of magnitude, from {start:.3g} to {largest:.3g}"
+        )
+    if not problems:
+        return None
+    return "; ".join(problems) + f"; {_suggestion(default)}"
+
+
+@eqx.filter_jit
+def _predict(objective: FitObjective, model, x0s, batch):
+    """Free-run predictions over all steps (outputs, or states) and, on state data,
+    one-step predictions; plus the loss."""
+    loss = objective.loss((model, x0s), batch)
+    simulation = dataclasses.replace(objective, kind="simulation")
+    linear = materialise(model)
+    mask = batch["mask"]
+    us = batch.get("us")
+    if us is not None:
+        us = jnp.where(mask[..., None], us, 0.0)
+    if objective.outputs:
+        ys = jnp.where(mask[..., None], batch["ys"], 0.0)
+        start = x0s
+        if start is not None and start.ndim == 3:
+            start = start[:, 0]
+        predicted = simulation._predict_outputs(linear, start, ys, us, mask, None)
+        return loss, predicted, None
+    xs = batch["xs"]
+    start = xs[:, 0] if x0s is None else (x0s if x0s.ndim == 2 else x0s[:, 0])
+    free = rollout(linear, start, xs.shape[1] - 1, inputs=us).xs[:, 1:]
+    return loss, free, one_step_predictions(linear, xs, us)
+
+
+@eqx.filter_jit
+def _initial_states(objective: FitObjective, model, batch):
+    return objective.initial_states(model, batch)
+
+
+def _masked_nrmse(y, y_hat, mask) -> float:
+    """The channel-averaged NRMSE over the valid steps."""
+    valid = np.asarray(mask)[..., None]
+    y, y_hat = np.asarray(y, np.float64), np.asarray(y_hat, np.float64)
+    count = valid.sum()
+    mean = np.where(valid, y, 0.0).sum(axis=(0, 1)) / count
+    error = np.sqrt(np.where(valid, (y - y_hat) ** 2, 0.0).sum(axis=(0, 1)))
+    spread = np.sqrt(np.where(valid, (y - mean) ** 2, 0.0).sum(axis=(0, 1)))
+    return float(np.mean(error / np.where(spread > 0, spread, 1.0)))
+
+
+def _metrics(objective, model, x0s, batch) -> dict[str, float]:
+    loss, free, one_step = _predict(objective, model, x0s, batch)
+    mask = batch["mask"]
+    target = batch["ys"] if objective.outputs else batch["xs"][:, 1:]
+    simulation = _masked_nrmse(target, free, mask)
     metrics = {
-        "loss": value,
-        "simulation_nrmse": sim,
-        "fit_percent": 100.0 * (1.0 - sim),
-        "one_step_nrmse": one,
+        "loss": float(loss),
+        "simulation_nrmse": simulation,
+        "fit_percent": 100.0 * (1.0 - simulation),
     }
+    if one_step is not None:
+        metrics["one_step_nrmse"] = _masked_nrmse(target, one_step, mask)
     if hasattr(model, "K"):
         metrics["spectral_radius"] = spectral_radius(model.K)
     return metrics
@@ -345,57 +335,103 @@ def fit(
     *,
     loss: LossName | MultipleShooting = "simulation",
     optimizer: optax.GradientTransformation | None = None,
-    num_steps: int,
+    num_steps: int | None = None,
     batch_size: int | None = None,
     fit_x0: bool = False,
     key: PRNGKeyArray | None = None,
     progress: bool = True,
     val_data: Dataset | None = None,
+    method: AbstractMethod | None = None,
+    adjoint: AbstractAdjoint | None = None,
+    callback: Callable[[int, AbstractSystem, float], bool | None] | None = None,
+    filter_spec: PyTree = eqx.is_inexact_array,
+    rtol: float | None = None,
+    atol: float | None = None,
 ) -> FitResult:
-    """Fit the parameters of any `AbstractSystem` to trajectories by gradient descent.
+    """Fit the parameters of any `AbstractSystem` to data: measured states, or
+    measured outputs (output error).
 
-    Minimises the mean squared error between the data's states and the model's
-    predictions of them ($x_1 \\dots$; also $x_0$ when it is fitted), with `optax`
-    through `dynsys.train` (one jitted step, progress bar, best-model tracking, a
-    stop at the first non-finite loss or gradient):
+    Minimises the error of the model's predictions, through the loop of
+    `dynsys.train` (several steps per dispatch, compiled once and reused by later
+    calls with the same shapes, progress bar, best-model tracking, a stop at the
+    first non-finite loss or gradient):
 
-    - `"simulation"`: the free run from each trajectory's first state over all `T`
-        steps, driven by the data's inputs (output error; unbiased under measurement
-        noise, but a rugged loss for long or chaotic data);
+    - `"simulation"`: the free run over all `T` steps, driven by the data's inputs
+        (output error; unbiased under measurement noise, but a rugged loss for long
+        or chaotic data);
     - `"one_step"`: $x_{t+1}$ against `model.step(t, x_t, u_t)` (equation error; fast
-        and convex for linear models, biased by measurement noise);
+        and convex for linear models, biased by measurement noise); states only;
     - `MultipleShooting(horizon)`: free runs over windows of `horizon` steps.
 
-    Every inexact array of `model` is trained (nonlinear and neural models too).
+    **State data** (no `ys`): the loss is the mean squared error of the predicted
+    states $x_1 \\dots$ (also $x_0$ when it is fitted), each run starting from the
+    measured state. **Output data** (`data.ys`): the loss compares `model.output`
+    with the measured outputs, each channel's squared error divided by its variance
+    in the data (so channels in different units count alike), averaged over
+    channels; every inexact array of the model trains (`C` and `D` like `K` and
+    `B`); each experiment's initial state (each window's, for multiple shooting) is
+    estimated: in closed form inside the loss for linear models (`LinearSystem`,
+    `StableLinearSystem`, `Discretized`: the least-squares $x_0$ of the current
+    model, differentiated through), trained from zero otherwise. Experiments of
+    different lengths count only their valid steps (`data.step_mask`).
+
+    **The default optimiser** (`optimizer=None`) needs no learning rate:
+    Levenberg–Marquardt on the residual vector (`optimistix.LevenbergMarquardt`, a
+    lineax QR solve of the damped Gauss–Newton step) when its Jacobian (residuals x
+    trained parameters) has at most $2^{24}$ entries (128 MiB in float64), else
+    L-BFGS with a zoom line search (`optax.lbfgs`). It stops at its tolerances
+    (`rtol`, `atol`: 1e-8, 1e-10 in float64; 1e-5, 1e-7 in float32) or after
+    `num_steps` (default 200 for Levenberg–Marquardt, 1000 for L-BFGS).
+    `result.optimizer` names the one used. Any optax transform can be given
+    instead (default `num_steps` 1000).
+
+    **Honest results:** a fit that ends no better than its start, or whose loss grew
+    by orders of magnitude (more than 100 times its start) or became non-finite,
+    warns once and says so, with a suggestion, in `result.stop_reason`.
 
     **Arguments:**
 
-    - `model`: the initial `AbstractSystem` (e.g. `fit_least_squares(data)`).
-    - `data`: a `Dataset` whose widths match the model's `state_size` and
-        `input_size`.
+    - `model`: the initial `AbstractSystem` (e.g. `fit_least_squares(data)` on
+        states, `fit_subspace(data)` on outputs).
+    - `data`: a `Dataset`; with outputs its `output_size` must match the model's,
+        else its `state_size`; its inputs the model's `input_size`.
     - `loss`: `"simulation"`, `"one_step"` or a `MultipleShooting`.
-    - `optimizer`: an optax optimiser; default `optax.adam(1e-3)`.
-    - `num_steps`: the number of optimiser steps.
-    - `batch_size`: trajectories per step (`None`: all).
-    - `fit_x0`: also fit each trajectory's initial state (each window's, for
-        `MultipleShooting`), starting from the measured one; the exact gradient with
-        respect to `x0` drives it. Not with `"one_step"`.
+    - `optimizer`: `None` (the default rule above) or an optax transform
+        (`optax.adam(1e-3)`, `optax.lbfgs()`, ...). Reuse the same object across
+        calls to reuse the compilation.
+    - `num_steps`: the maximum number of optimiser steps (`None`: the default of
+        the optimiser).
+    - `batch_size`: trajectories per step (`None`: all); needs an optax optimizer.
+    - `fit_x0`: on state data, also fit each trajectory's initial state (each
+        window's, for `MultipleShooting`), starting from the measured one. Not with
+        `"one_step"`. (On output data the initial states are always estimated.)
     - `key`: PRNG key for the minibatches.
     - `progress`: show a progress bar.
-    - `val_data`: an optional held-out `Dataset`; its loss (from its measured
-        initial states) is evaluated every 10 steps and picks the best model.
+    - `val_data`: an optional held-out `Dataset` of the same kind; its loss (from
+        its measured initial states, or on output data its estimated ones, linear
+        models only) is evaluated every 10 steps and picks the best model.
+    - `method`, `adjoint`: passed to `rollout` (default: its default method,
+        `Autodiff()`). With `LinearAdjoint` the default optimiser is L-BFGS
+        (Levenberg–Marquardt needs forward-mode derivatives).
+    - `callback`: `callback(step, model, loss)` after each step; return `True` to
+        stop (one step per dispatch then).
+    - `filter_spec`: which parts of the model train, as in `train` (e.g. freeze
+        `B`).
+    - `rtol`, `atol`: tolerances of the default optimiser.
 
     **Returns:**
 
-    A `FitResult` (the best model, the loss histories, the best step, metrics on the
+    A `FitResult` (the best model, the estimated initial states, the loss
+    histories, the best step, the stop reason, the optimiser, metrics on the
     training and validation data).
 
     **Raises:**
 
-    `ValueError` naming the argument: state or input widths that do not match the
-    model (inputs in the data but a model without inputs, or the reverse), an
-    unknown loss, a shooting horizon longer than the trajectories, `fit_x0` with
-    `"one_step"`.
+    `ValueError` naming the argument: widths that do not match the model (outputs,
+    states or inputs), an unknown loss, the one-step loss on output data, a shooting
+    horizon longer than the trajectories (or too short to determine a window's state
+    from outputs), `fit_x0` with `"one_step"`, `batch_size` with the default
+    optimiser.
 
     **Example:**
 
@@ -403,9 +439,8 @@ def fit(
     true = dynsys.LinearSystem(K=jnp.array([[0.9, 0.2], [-0.2, 0.9]]))
     data = dynsys.simulate(true, jax.random.normal(jax.random.key(0), (4, 2)), 20)
     start = dynsys.LinearSystem(K=0.5 * jnp.eye(2))
-    result = dynsys.fit(start, data, optimizer=optax.adam(1e-2), num_steps=200,
-                        progress=False)
-    result.metrics["train"]["fit_percent"]  # close to 100
+    result = dynsys.fit(start, data, progress=False)
+    result.optimizer, result.metrics["train"]["fit_percent"]  # LM, close to 100
     ```
     """
     if not isinstance(model, AbstractSystem):
@@ -415,66 +450,91 @@ def fit(
     data = _check_data("fit", data)
     _check_compatible("fit", model, data, "data")
     loss = _check_loss(loss, data)
+    outputs = _has_outputs(data)
     if val_data is not None:
         val_data = _check_data("fit", val_data)
         _check_compatible("fit", model, val_data, "val_data")
+        if _has_outputs(val_data) != outputs:
+            raise ValueError(
+                "fit(val_data=...): the training data have "
+                + ("outputs" if outputs else "states only")
+                + " but the validation data have "
+                + ("outputs" if _has_outputs(val_data) else "states only")
+                + "; give both the same kind of measurements."
+            )
         if isinstance(loss, MultipleShooting) and loss.horizon > val_data.num_steps:
             raise ValueError(
                 f"fit(val_data=...): the MultipleShooting horizon {loss.horizon} is "
                 f"longer than the validation trajectories ({val_data.num_steps} "
                 "steps)."
             )
+        if outputs and not is_linear(model):
+            raise ValueError(
+                f"fit(val_data=...): the initial states of held-out output data are "
+                f"estimated in closed form for linear models only, got "
+                f"{type(model).__name__}; fit without val_data and validate with a "
+                "known initial state."
+            )
     if fit_x0 and loss == "one_step":
         raise ValueError(
             "fit(fit_x0=True): the one-step loss does not depend on the initial "
             "state; use loss='simulation' or MultipleShooting(horizon)."
         )
-    if optimizer is None:
-        optimizer = optax.adam(1e-3)
+    if num_steps is not None and (
+        isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1
+    ):
+        raise ValueError(
+            f"fit(num_steps=...): expected a positive integer or None, got "
+            f"{num_steps!r}."
+        )
+    if outputs and isinstance(loss, MultipleShooting) and is_linear(model):
+        p, n = data.ys.shape[-1], model.state_size
+        if loss.horizon * p < n:
+            raise ValueError(
+                f"fit(loss=MultipleShooting(horizon={loss.horizon})): each window's "
+                f"initial state is estimated from its horizon * p = "
+                f"{loss.horizon * p} output samples, fewer than the n = {n} states; "
+                f"use a horizon >= {math.ceil(n / p)}."
+            )
 
-    N = data.num_trajectories
-    batch = {"xs": data.xs, "index": jnp.arange(N)}
-    if data.us is not None:
-        batch["us"] = data.us
-    x0s = None
-    if fit_x0:
-        if isinstance(loss, MultipleShooting):
-            x0s = _windows(loss, data.xs, data.us)[1][:, :, 0]
-        else:
-            x0s = data.xs[:, 0]
-
-    def loss_fn(params, batch):
-        model, x0s = params
-        x0 = None if x0s is None else x0s[batch["index"]]
-        return _loss_value(loss, model, batch["xs"], batch.get("us"), x0)
-
-    val_fn = None
+    objective = _objective(loss, data, model, fit_x0, method, adjoint)
+    batch = _batch(data, _model_dtype(model))
+    x0s = _initial_x0s(objective, loss, data, model)
+    params = (model, x0s)
+    strategy, default_steps = _strategy(
+        optimizer, objective, params, batch, batch_size, adjoint, rtol, atol
+    )
+    evaluator = None
     if val_data is not None:
-        val_xs, val_us = val_data.xs, val_data.us
-
-        def val_fn(params):
-            return _loss_value(loss, params[0], val_xs, val_us)
-
-    result = train(
-        loss_fn,
-        (model, x0s),
+        val_objective = _objective(loss, val_data, model, False, method, adjoint)
+        val_batch = _batch(val_data, _model_dtype(model))
+        evaluator = _ValidationLoss(val_objective, val_batch)
+    result = optimise(
+        objective,
+        strategy,
+        params,
         data=batch,
-        optimizer=optimizer,
-        num_steps=num_steps,
+        num_steps=default_steps if num_steps is None else num_steps,
         batch_size=batch_size,
         key=key,
         progress=progress,
-        val_fn=val_fn,
+        callback=None if callback is None else _ModelCallback(callback),
+        filter_spec=(filter_spec, True),
+        evaluator=evaluator,
+        warn=False,
+        caller="fit",
     )
+    stop_reason = _honest_stop_reason(result, optimizer is None)
+    if stop_reason is not None and not stop_reason.startswith("stopped by"):
+        warnings.warn(f"fit: {stop_reason}.", stacklevel=2)
+
     best_model, best_x0s = result.model
-    metrics = {"train": _metrics(best_model, loss, data, best_x0s)}
+    if objective.x0 == "closed_form":
+        best_x0s = _initial_states(objective, best_model, batch)
+    metrics = {"train": _metrics(objective, best_model, best_x0s, batch)}
     if val_data is not None:
-        metrics["validation"] = _metrics(best_model, loss, val_data)
-    if result.stop_reason is not None and "non-finite" in result.stop_reason:
-        warnings.warn(
-            f"fit: {result.stop_reason}; returning the model of step "
-            f"{result.best_step}.",
-            stacklevel=2,
+        metrics["validation"] = _metrics(
+            evaluator.objective, best_model, None, evaluator.batch
         )
     return FitResult(
         model=best_model,
@@ -482,7 +542,10 @@ def fit(
         losses=result.losses,
         val_losses=list(result.val_losses),
         best_step=result.best_step,
-        stop_reason=result.stop_reason,
+        stop_reason=stop_reason,
         metrics=metrics,
         train_result=result,
+        converged=result.converged,
+        optimizer=result.optimizer,
+        steps_run=result.steps_run,
     )

@@ -5,13 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from ._custom_types import Input, State, Time
+from ._custom_types import Input, Output, State, Time
 from ._system import (
     _as_float_arrays,
     AbstractSystem,
     check_state_space_shapes,
     LinearSystem,
     shape_error,
+    state_space_output,
 )
 
 
@@ -19,8 +20,9 @@ _EPS = 1e-6  # S = L L^T + _EPS I is positive definite whatever L is.
 
 
 class StableLinearSystem(AbstractSystem):
-    """A linear system $x_{t+1} = K x_t + B u_t + \\mathrm{offset}$ whose $K$ has
-    spectral radius below `bound` for every value of its parameters.
+    """A linear system $x_{t+1} = K x_t + B u_t + \\mathrm{offset}$,
+    $y_t = C x_t + D u_t$, whose $K$ has spectral radius below `bound` for every
+    value of its parameters.
 
     $K = S^{-1} M S$ with $S = L L^\\top + \\epsilon I$ (symmetric positive definite,
     so invertible) and $M = \\mathrm{bound}\\; W / \\sqrt{1 + \\sigma_{\\max}(W)^2}$.
@@ -35,6 +37,9 @@ class StableLinearSystem(AbstractSystem):
     - `W`: unconstrained, shape `(n, n)`.
     - `L`: unconstrained, shape `(n, n)`.
     - `B`: input matrix, shape `(n, m)`, or `None`.
+    - `C`: output matrix, shape `(p, n)`; `None` means $y_t = x_t$.
+    - `D`: feedthrough matrix, shape `(p, m)` (with `p = n` when `C` is `None`);
+        needs `B`.
     - `offset`: constant term, shape `(n,)`, or `None`.
     - `bound`: the bound on the spectral radius (a positive Python float).
     - `dt`: optional sampling period, only used to label time.
@@ -54,6 +59,8 @@ class StableLinearSystem(AbstractSystem):
     W: Float[Array, "n n"]
     L: Float[Array, "n n"]
     B: Float[Array, "n m"] | None
+    C: Float[Array, "p n"] | None
+    D: Float[Array, "p m"] | None
     offset: Float[Array, " n"] | None
     bound: float = eqx.field(static=True)
     dt: float | None = eqx.field(static=True)
@@ -63,18 +70,24 @@ class StableLinearSystem(AbstractSystem):
         W: Float[ArrayLike, "n n"],
         L: Float[ArrayLike, "n n"],
         B: Float[ArrayLike, "n m"] | None = None,
+        C: Float[ArrayLike, "p n"] | None = None,
+        D: Float[ArrayLike, "p m"] | None = None,
         offset: Float[ArrayLike, " n"] | None = None,
         *,
         bound: float = 1.0,
         dt: float | None = None,
     ):
-        self.W, self.L, self.B, self.offset = _as_float_arrays(W, L, B, offset)
+        self.W, self.L, self.B, self.C, self.D, self.offset = _as_float_arrays(
+            W, L, B, C, D, offset
+        )
         self.bound = float(bound)
         self.dt = None if dt is None else float(dt)
 
     def __check_init__(self):
         call = "StableLinearSystem"
-        check_state_space_shapes(call, "W", self.W, self.B, offset=self.offset)
+        check_state_space_shapes(
+            call, "W", self.W, self.B, self.C, self.D, self.offset
+        )
         n = self.W.shape[0]
         if self.L.shape != (n, n):
             raise shape_error(call, "L", f"(n, n) = ({n}, {n})", self.L.shape)
@@ -97,6 +110,10 @@ class StableLinearSystem(AbstractSystem):
         return 0 if self.B is None else self.B.shape[-1]
 
     @property
+    def output_size(self) -> int:
+        return self.state_size if self.C is None else self.C.shape[-2]
+
+    @property
     def K(self) -> Float[Array, "n n"]:
         """The transition matrix $K = S^{-1} M S$, with $\\rho(K) < $ `bound`."""
         n = self.state_size
@@ -107,18 +124,25 @@ class StableLinearSystem(AbstractSystem):
 
     def to_linear(self) -> LinearSystem:
         """The same system as a `LinearSystem` (computes `K` once; differentiable)."""
-        return LinearSystem(self.K, self.B, offset=self.offset, dt=self.dt)
+        return LinearSystem(
+            self.K, self.B, self.C, self.D, offset=self.offset, dt=self.dt
+        )
 
     def step(self, t: Time, x: State, u: Input) -> State:
         # For long rollouts, `to_linear()` first avoids recomputing K at every step;
         # `fit` does that.
         return self.to_linear().step(t, x, u)
 
+    def output(self, t: Time, x: State, u: Input) -> Output:
+        del t
+        return state_space_output(self.C, self.D, x, u)
+
     @classmethod
     def from_linear(
         cls, system: LinearSystem, *, bound: float = 1.0, margin: float = 1e-3
     ) -> "StableLinearSystem":
-        """The `StableLinearSystem` with the same `K`, `B` and `offset` as `system`.
+        """The `StableLinearSystem` with the same `K`, `B`, `C`, `D` and `offset` as
+        `system`.
 
         If $\\rho(K) \\ge (1 - \\mathrm{margin})\\,\\mathrm{bound}$, `K` is first
         scaled down to spectral radius $(1 - \\mathrm{margin})\\,\\mathrm{bound}$ (a
@@ -127,7 +151,7 @@ class StableLinearSystem(AbstractSystem):
 
         **Arguments:**
 
-        - `system`: a `LinearSystem` without output map (`C`, `D` are `None`).
+        - `system`: a `LinearSystem` (its `C` and `D` are carried over).
         - `bound`: the spectral-radius bound of the result.
         - `margin`: the relative distance to the bound that an estimate is pulled to.
 
@@ -138,13 +162,8 @@ class StableLinearSystem(AbstractSystem):
 
         **Raises:**
 
-        `ValueError` if `system` has an output map or `margin` is not in `(0, 1)`.
+        `ValueError` if `margin` is not in `(0, 1)`.
         """
-        if system.C is not None or system.D is not None:
-            raise ValueError(
-                "StableLinearSystem.from_linear(system=...): the system must have no "
-                "output map (C and D None)."
-            )
         if not 0.0 < margin < 1.0:
             raise ValueError(
                 "StableLinearSystem.from_linear(margin=...): margin must be in (0, 1), "
@@ -176,6 +195,8 @@ class StableLinearSystem(AbstractSystem):
             jnp.asarray(W, dtype),
             jnp.asarray(L, dtype),
             system.B,
+            system.C,
+            system.D,
             system.offset,
             bound=bound,
             dt=system.dt,

@@ -14,6 +14,7 @@ import optax
 from jaxtyping import Array, PRNGKeyArray, PyTree, Scalar
 
 from ._sharding import constrain_batch, leading_axis_shardings
+from ._solvers import describe, LossFunction, OptaxStrategy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,9 @@ class TrainResult:
     - `steps_run`: the number of steps run.
     - `stop_reason`: `None` if all `num_steps` ran, else why training stopped early
         (a non-finite loss or gradient, naming the step; the callback; an interrupt).
+    - `converged`: whether the optimiser's tolerances stopped it (only optimisers
+        with a convergence test, such as `fit`'s defaults).
+    - `optimizer`: the optimiser's name.
     """
 
     model: Any
@@ -46,6 +50,8 @@ class TrainResult:
     best_loss: float
     steps_run: int
     stop_reason: str | None
+    converged: bool = False
+    optimizer: str = ""
 
 
 def _leading_size(data: PyTree) -> int:
@@ -100,9 +106,310 @@ def _strong(leaf):
     return leaf
 
 
-def _all_finite(tree: PyTree) -> Array:
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+def _tree_where(pred, new, old):
+    return jax.tree.map(
+        lambda a, b: jnp.where(pred, a, b) if eqx.is_array(a) else a, new, old
+    )
+
+
+def _gather(data, indices, shardings):
+    if indices is None:
+        return data
+    batch = jax.tree.map(
+        lambda leaf: leaf[indices] if eqx.is_array(leaf) else leaf, data
+    )
+    return constrain_batch(batch, shardings)
+
+
+@eqx.filter_jit
+def _init_carry(strategy, params):
+    return strategy.init(params)
+
+
+@eqx.filter_jit
+def _evaluate(evaluator, params, static):
+    return evaluator(eqx.combine(params, static))
+
+
+@eqx.filter_jit
+def _run_chunk(
+    strategy, objective, static, params, carry, best, data, indices, ks, end,
+    shardings, track_best,
+):
+    """Run the steps `ks` (those below `end`) in one dispatch: a `lax.scan` over
+    steps, each skipped once a step was non-finite or converged. Compiled once per
+    strategy, objective structure, model structure and shapes (a module-level cache,
+    shared across calls)."""
+    first = _gather(data, None if indices is None else indices[0], shardings)
+    state = strategy.begin(objective, params, static, carry, first)
+    dynamic, state_static = eqx.partition(state, eqx.is_array)
+
+    def body(loop, x):
+        params, dynamic, best, stopped = loop
+        k, index, warm = x
+
+        def run(_):
+            state = eqx.combine(dynamic, state_static)
+            batch = _gather(data, index, shardings)
+            loss, finite, new_params, new_state, converged = strategy.step(
+                objective, params, static, state, batch
+            )
+            finite = finite | warm
+            converged = converged & jnp.logical_not(warm)
+            apply = finite & jnp.logical_not(converged)
+            new_params = _tree_where(apply, new_params, params)
+            new_dynamic = _tree_where(
+                apply, eqx.partition(new_state, eqx.is_array)[0], dynamic
+            )
+            best_loss, best_step, best_params = best
+            new_best = best
+            if track_best:
+                better = jnp.isfinite(loss) & (loss < best_loss) & jnp.logical_not(warm)
+                new_best = (
+                    jnp.where(better, loss, best_loss).astype(best_loss.dtype),
+                    jnp.where(better, k, best_step),
+                    _tree_where(better, params, best_params),
+                )
+            stop = jnp.logical_not(finite) | converged
+            return (new_params, new_dynamic, new_best, stop), (
+                loss.astype(best_loss.dtype),
+                finite,
+                converged,
+            )
+
+        def skip(_):
+            nan = jnp.array(jnp.nan, best[0].dtype)
+            return (params, dynamic, best, stopped), (nan, jnp.array(True), stopped)
+
+        return jax.lax.cond((k < end) & jnp.logical_not(stopped), run, skip, None)
+
+    warm = jnp.zeros(ks.shape, bool)
+    if strategy.warmup:
+        ks = jnp.concatenate([ks[:1], ks])
+        warm = jnp.concatenate([jnp.ones(1, bool), warm])
+        if indices is not None:
+            indices = jnp.concatenate([indices[:1], indices])
+    loop = (params, dynamic, best, jnp.array(False))
+    (params, dynamic, best, _), outputs = jax.lax.scan(
+        body, loop, (ks, indices, warm)
+    )
+    if strategy.warmup:
+        outputs = jax.tree.map(lambda v: v[1:], outputs)
+    carry = strategy.end(eqx.combine(dynamic, state_static))
+    return params, carry, best, outputs
+
+
+class _UserFunction(eqx.Module):
+    fn: Any = eqx.field(static=True)
+
+    def __call__(self, model):
+        return self.fn(model)
+
+
+class _FullLoss(eqx.Module):
+    objective: Any
+    data: Any
+
+    def __call__(self, model):
+        return self.objective.loss(model, self.data)
+
+
+_CHUNK = 32  # at most this many steps per dispatch
+
+
+def chunk_length(data, extra_work: int = 1) -> int:
+    """Steps per dispatch: many for small problems (Python overhead dominates), few
+    for large ones (the progress bar and Ctrl-C stay responsive)."""
+    size = sum(
+        int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(data) if eqx.is_array(leaf)
+    )
+    return int(max(1, min(_CHUNK, 2**19 // max(1, size * extra_work))))
+
+
+def optimise(
+    objective,
+    strategy,
+    model: PyTree,
+    *,
+    data: PyTree | None,
+    num_steps: int,
+    batch_size: int | None = None,
+    key: PRNGKeyArray | None = None,
+    progress: bool = True,
+    callback: Callable | None = None,
+    filter_spec: PyTree = eqx.is_inexact_array,
+    evaluator: Callable | None = None,
+    eval_every: int = 10,
+    warn: bool = True,
+    chunk: int | None = None,
+    caller: str = "train",
+) -> "TrainResult":
+    """The loop shared by `train` and `fit`: `strategy` minimises `objective` over
+    the trainable arrays of `model`, a chunk of steps per dispatch."""
+    if key is None:
+        key = jax.random.key(0)
+    # Trainable: what filter_spec selects, and of that only the inexact arrays.
+    params, static = eqx.partition(model, filter_spec)
+    params, frozen = eqx.partition(params, eqx.is_inexact_array)
+    static = eqx.combine(static, frozen)
+    if not jax.tree.leaves(params):
+        raise ValueError(
+            f"{caller}(model=..., filter_spec=...): no trainable inexact arrays are "
+            "left (the model has none, or filter_spec froze them all)."
+        )
+    params = jax.tree.map(_strong, params)
+    carry = jax.tree.map(_strong, _init_carry(strategy, params))
+
+    batches = None
+    if data is not None:
+        size = _leading_size(data)
+        # Arrays go to the device once, not at every step.
+        data = jax.tree.map(lambda x: jnp.asarray(x) if eqx.is_array(x) else x, data)
+        if batch_size is not None:
+            if (
+                isinstance(batch_size, bool)
+                or not isinstance(batch_size, int)
+                or not 1 <= batch_size <= size
+            ):
+                raise ValueError(
+                    f"{caller}(batch_size=...): batch_size must be an integer in "
+                    f"[1, {size}] (the size of data), got {batch_size!r}."
+                )
+            batches = _iter_batches(key, size, batch_size, num_steps)
+    # Minibatches of data sharded over devices stay sharded (see shard_batch).
+    shardings = None if data is None else leading_axis_shardings(data)
+
+    losses: list[float] = []
+    val_losses: list[tuple[int, float]] = []
+    full_losses: list[tuple[int, float]] = []
+    # How the best model is chosen: validation loss if given; else, on minibatches,
+    # the loss on all of data every `eval_every` steps; else each step's loss.
+    evaluations = None
+    if evaluator is not None:
+        evaluations = val_losses
+    elif batches is not None:
+        evaluator = _FullLoss(objective, data)
+        evaluations = full_losses
+    track_best = evaluator is None
+    if chunk is None:
+        chunk = chunk_length(data)
+    if callback is not None:
+        chunk = 1
+    if evaluator is not None:
+        chunk = min(chunk, eval_every)
+    # Not shortened to num_steps: the chunk's length is part of what is compiled,
+    # and steps past num_steps are skipped at run time.
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=num_steps, desc=caller, mininterval=0.5, leave=True)
+
+    dtype = jnp.result_type(*[leaf.dtype for leaf in jax.tree.leaves(params)])
+    best_device = (jnp.array(jnp.inf, dtype), jnp.array(-1), params)
+    best_host = (math.inf, -1, params)  # chosen by evaluations
+    stop_reason, converged, evaluated_last = None, False, -1
+
+    def evaluate(step: int):
+        nonlocal best_host, evaluated_last
+        value = float(_evaluate(evaluator, params, static))
+        evaluations.append((step, value))
+        evaluated_last = step
+        if math.isfinite(value) and value < best_host[0]:
+            best_host = (value, step, params)
+
+    try:
+        k = 0
+        while k < num_steps:
+            if evaluator is not None and k % eval_every == 0:
+                evaluate(k)
+            count = min(chunk, num_steps - k)
+            if evaluator is not None:
+                count = min(count, eval_every - k % eval_every)
+            indices = None
+            if batches is not None:
+                rows = [next(batches) for _ in range(count)]
+                rows += [rows[-1]] * (chunk - count)
+                indices = jnp.asarray(np.stack(rows))
+            ks = jnp.arange(k, k + chunk)
+            new_params, new_carry, best_device, outputs = _run_chunk(
+                strategy, objective, static, params, carry, best_device, data,
+                indices, ks, jnp.asarray(k + count), shardings, track_best,
+            )
+            chunk_losses, chunk_finite, chunk_converged = (
+                np.asarray(v) for v in outputs
+            )
+            params, carry = new_params, new_carry
+            ran = 0
+            for j in range(count):
+                loss = float(chunk_losses[j])
+                losses.append(loss)
+                ran += 1
+                if not chunk_finite[j]:
+                    what = "loss" if not math.isfinite(loss) else "gradient"
+                    stop_reason = (
+                        f"non-finite {what} at step {k + j}; kept the best model"
+                    )
+                    break
+                if chunk_converged[j]:
+                    converged = True
+                    break
+            k += ran
+            if bar is not None:
+                bar.update(ran)
+                bar.set_postfix(loss=f"{losses[-1]:.4g}", refresh=False)
+            if stop_reason is not None or converged:
+                break
+            if callback is not None and callback(
+                k - 1, eqx.combine(params, static), losses[-1]
+            ):
+                stop_reason = f"stopped by the callback after step {k - 1}"
+                break
+        if evaluator is not None and stop_reason is None and evaluated_last != k:
+            # The model after the last update has no step loss; it competes only
+            # where models are compared by evaluation.
+            evaluate(k)
+    except KeyboardInterrupt:
+        stop_reason = f"interrupted at step {len(losses)}; kept the best model"
+        if warn:
+            warnings.warn(f"{caller}: {stop_reason}.", stacklevel=3)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    if track_best:
+        best_loss = float(best_device[0])
+        best = (best_loss, int(best_device[1]), best_device[2])
+    else:
+        best = best_host
+    best_loss, best_step, best_params = best
+    if best_step < 0:  # the very first loss was non-finite
+        best_params, best_step = params, 0
+    if warn and stop_reason is not None and stop_reason.startswith("non-finite"):
+        warnings.warn(f"{caller}: {stop_reason} (step {best_step}).", stacklevel=3)
+    return TrainResult(
+        model=eqx.combine(best_params, static),
+        final_model=eqx.combine(params, static),
+        losses=np.asarray(losses),
+        val_losses=val_losses,
+        full_losses=full_losses,
+        best_step=best_step,
+        best_loss=best_loss,
+        steps_run=len(losses),
+        stop_reason=stop_reason,
+        converged=converged,
+        optimizer=strategy.name,
+    )
+
+
+_DEFAULT_OPTIMIZER = OptaxStrategy(optax.adam(1e-2), "optax (adam 1e-2)")
+
+
+def optax_strategy(optimizer) -> OptaxStrategy:
+    """The strategy of an optax transform (equal for the same transform object, so
+    that reusing the object reuses the compiled chunk)."""
+    return OptaxStrategy(optimizer, describe(optimizer))
 
 
 def train(
@@ -122,9 +429,13 @@ def train(
 ) -> TrainResult:
     """Minimise `loss_fn` over the inexact arrays of `model` with an optax optimiser.
 
-    One jitted step (compiled once), a progress bar with the current loss, the loss
+    Several steps per dispatch (a `lax.scan` over steps, so that small problems are
+    not bound by Python overhead), a progress bar with the current loss, the loss
     history, best-model tracking, and a guard: training stops at the first non-finite
     loss or gradient, warns at which step, and returns the best model so far.
+    Optimisers with a line search (`optax.lbfgs()`) work as they are: `train` passes
+    them `value`, `grad` and `value_fn`, and reuses the value and gradient their line
+    search stored.
 
     **Arguments:**
 
@@ -153,8 +464,12 @@ def train(
         `data` is evaluated the same way and chooses the best model.)
     - `eval_every`: how often (in steps) `val_fn` or the full-data loss is evaluated.
 
-    The jitted step is compiled once per call of `train` (`loss_fn` is traced once
-    for the step, and once more for the evaluation when there is one).
+    The chunk of steps is compiled once and cached at module level: a second call
+    with the same `loss_fn` and `optimizer` objects, the same model structure and
+    the same shapes does not trace `loss_fn` again (`loss_fn` is traced once for
+    the step, and once more for the evaluation when there is one). A new closure or
+    a new `optax.adam(...)` object at each call is a new function to JAX: keep them
+    to reuse the compilation.
 
     **Raises:**
 
@@ -192,145 +507,20 @@ def train(
             f"train(batch_size=...): batch_size={batch_size!r} was given without "
             "data; minibatches are drawn from data."
         )
-    if optimizer is None:
-        optimizer = optax.adam(1e-2)
-    if key is None:
-        key = jax.random.key(0)
-    # Trainable: what filter_spec selects, and of that only the inexact arrays.
-    params, static = eqx.partition(model, filter_spec)
-    params, frozen = eqx.partition(params, eqx.is_inexact_array)
-    static = eqx.combine(static, frozen)
-    if not jax.tree.leaves(params):
-        raise ValueError(
-            "train(model=..., filter_spec=...): no trainable inexact arrays are left "
-            "(the model has none, or filter_spec froze them all)."
-        )
-    params = jax.tree.map(_strong, params)
-    opt_state = jax.tree.map(_strong, optimizer.init(params))
-
-    batches = None
-    if data is not None:
-        size = _leading_size(data)
-        # Arrays go to the device once, not at every step.
-        data = jax.tree.map(lambda x: jnp.asarray(x) if eqx.is_array(x) else x, data)
-        if batch_size is not None:
-            if (
-                isinstance(batch_size, bool)
-                or not isinstance(batch_size, int)
-                or not 1 <= batch_size <= size
-            ):
-                raise ValueError(
-                    f"train(batch_size=...): batch_size must be an integer in "
-                    f"[1, {size}] (the size of data), got {batch_size!r}."
-                )
-            batches = _iter_batches(key, size, batch_size, num_steps)
-
-    def compute_loss(params, batch):
-        model = eqx.combine(params, static)
-        return loss_fn(model) if data is None else loss_fn(model, batch)
-
-    # Minibatches of data sharded over devices stay sharded (see shard_batch).
-    shardings = None if data is None else leading_axis_shardings(data)
-
-    @eqx.filter_jit
-    def step(params, opt_state, data, indices):
-        batch = data
-        if indices is not None:
-            batch = jax.tree.map(
-                lambda leaf: leaf[indices] if eqx.is_array(leaf) else leaf, data
-            )
-            batch = constrain_batch(batch, shardings)
-        loss, grads = eqx.filter_value_and_grad(compute_loss)(params, batch)
-        finite = jnp.isfinite(loss) & _all_finite(grads)
-        updates, new_opt_state = optimizer.update(grads, opt_state, params)
-        new_params = eqx.apply_updates(params, updates)
-        # Keep the old state when anything is non-finite: nothing is lost.
-        new_params, new_opt_state = jax.tree.map(
-            lambda new, old: jnp.where(finite, new, old) if eqx.is_array(new) else new,
-            (new_params, new_opt_state),
-            (params, opt_state),
-        )
-        return new_params, new_opt_state, loss, finite
-
-    losses: list[float] = []
-    val_losses: list[tuple[int, float]] = []
-    full_losses: list[tuple[int, float]] = []
-    # How the best model is chosen: validation loss if given; else, on minibatches,
-    # the loss on all of data every `eval_every` steps; else each step's loss.
-    evaluate, evaluations = None, None
-    if val_fn is not None:
-        evaluate = eqx.filter_jit(lambda p: val_fn(eqx.combine(p, static)))
-        evaluations = val_losses = []
-    elif batches is not None:
-        evaluate = eqx.filter_jit(lambda p: compute_loss(p, data))
-        evaluations = full_losses = []
-
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=num_steps, desc="train", mininterval=0.5, leave=True)
-
-    best = (math.inf, -1, params)
-    stop_reason = None
-    try:
-        for k in range(num_steps):
-            indices = None if batches is None else jnp.asarray(next(batches))
-            new_params, new_opt_state, loss, finite = step(
-                params, opt_state, data, indices
-            )
-            loss = float(loss)
-            losses.append(loss)
-            # `params` (the model before update k) competes for best; a finite loss
-            # with a non-finite gradient still names a usable model.
-            if evaluate is None and math.isfinite(loss) and loss < best[0]:
-                best = (loss, k, params)
-            if evaluate is not None and k % eval_every == 0:
-                value = float(evaluate(params))
-                evaluations.append((k, value))
-                if math.isfinite(value) and value < best[0]:
-                    best = (value, k, params)
-            if not bool(finite):
-                what = "loss" if not math.isfinite(loss) else "gradient"
-                stop_reason = f"non-finite {what} at step {k}; kept the best model"
-                warnings.warn(
-                    f"train: {stop_reason} (step {max(best[1], 0)}).", stacklevel=2
-                )
-                break
-            params, opt_state = new_params, new_opt_state
-            if bar is not None:
-                bar.update(1)
-                if k % 10 == 0 or k == num_steps - 1:
-                    bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
-            if callback is not None and callback(k, eqx.combine(params, static), loss):
-                stop_reason = f"stopped by the callback after step {k}"
-                break
-        else:
-            # The model after the last update has no step loss; it competes only
-            # where models are compared by evaluation.
-            if evaluate is not None:
-                value = float(evaluate(params))
-                evaluations.append((num_steps, value))
-                if math.isfinite(value) and value < best[0]:
-                    best = (value, num_steps, params)
-    except KeyboardInterrupt:
-        stop_reason = f"interrupted at step {len(losses)}; kept the best model"
-        warnings.warn(f"train: {stop_reason}.", stacklevel=2)
-    finally:
-        if bar is not None:
-            bar.close()
-
-    best_loss, best_step, best_params = best
-    if best_step < 0:  # the very first loss was non-finite
-        best_params, best_step = params, 0
-    return TrainResult(
-        model=eqx.combine(best_params, static),
-        final_model=eqx.combine(params, static),
-        losses=np.asarray(losses),
-        val_losses=val_losses,
-        full_losses=full_losses,
-        best_step=best_step,
-        best_loss=best_loss,
-        steps_run=len(losses),
-        stop_reason=stop_reason,
+    strategy = (
+        _DEFAULT_OPTIMIZER if optimizer is None else optax_strategy(optimizer)
+    )
+    return optimise(
+        LossFunction(loss_fn, data is not None),
+        strategy,
+        model,
+        data=data,
+        num_steps=num_steps,
+        batch_size=batch_size,
+        key=key,
+        progress=progress,
+        callback=callback,
+        filter_spec=filter_spec,
+        evaluator=None if val_fn is None else _UserFunction(val_fn),
+        eval_every=eval_every,
     )

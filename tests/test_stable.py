@@ -64,10 +64,37 @@ def test_errors():
         dynsys.StableLinearSystem.from_linear(
             dynsys.LinearSystem(np.eye(2)), margin=0.0
         )
-    with pytest.raises(ValueError, match="must have no output map"):
-        dynsys.StableLinearSystem.from_linear(
-            dynsys.LinearSystem(np.eye(2), C=np.eye(2))
+    with pytest.raises(
+        ValueError,
+        match=r"StableLinearSystem\(C=...\): C must have shape \(p, n\) = \(p, 2\), got \(1, 3\)",
+    ):
+        dynsys.StableLinearSystem(np.eye(2), np.eye(2), C=np.ones((1, 3)))
+    with pytest.raises(
+        ValueError,
+        match=r"StableLinearSystem\(D=...\): D must have shape \(p, m\) = \(1, 1\), got \(2, 1\)",
+    ):
+        dynsys.StableLinearSystem(
+            np.eye(2), np.eye(2), np.ones((2, 1)), np.ones((1, 2)), np.ones((2, 1))
         )
+
+
+def test_output_map_carried_and_used():
+    """from_linear keeps C and D; the outputs equal those of the LinearSystem (and
+    of y = C x + D u written out)."""
+    K = np.array([[0.8, 0.3], [-0.2, 0.7]])
+    B, C, D = np.array([[0.0], [1.0]]), np.array([[1.0, -0.5]]), np.array([[0.25]])
+    linear = dynsys.LinearSystem(K, B, C, D)
+    stable = dynsys.StableLinearSystem.from_linear(linear)
+    assert stable.output_size == 1 and stable.to_linear().output_size == 1
+    np.testing.assert_array_equal(stable.C, C)
+    np.testing.assert_array_equal(stable.D, D)
+    us = jax.random.normal(jax.random.key(0), (12, 1))
+    x0 = jnp.array([1.0, -1.0])
+    a = dynsys.rollout(stable, x0, 12, inputs=us)
+    b = dynsys.rollout(linear, x0, 12, inputs=us)
+    np.testing.assert_allclose(a.ys, b.ys, atol=1e-5)
+    expected = np.asarray(b.xs[:-1]) @ C.T + np.asarray(us) @ D.T
+    np.testing.assert_allclose(a.ys, expected, atol=1e-5)
 
 
 def _nearly_unstable_data(seed):
