@@ -12,6 +12,7 @@ import abc
 import functools
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -126,8 +127,26 @@ class AbstractMethod(eqx.Module):
 
 # --- Solvers of the affine recurrence x_{t+1} = M x_t + b_t (one trajectory) -------
 #
-# Each returns the full trajectory x_0 … x_T, shape (T+1, n). `b_seq` is `(T, n)` or
-# None and `b_const` is `(n,)` or None; b_t = b_seq[t] + b_const.
+# Each returns the full trajectory x_0 … x_T, shape (T+1, n). `b_seq` is `(T, n)`, a
+# `Factored` input term, or None, and `b_const` is `(n,)` or None;
+# b_t = b_seq[t] + b_const.
+
+
+class Factored(NamedTuple):
+    """The input term $b_t = B w_t$ kept as its factors: `inputs (N or 1, T, m)` and
+    `matrix (n, m)`. `Chunked` works with the `m`-wide inputs directly (its
+    block-Toeplitz product is then `size·m` wide instead of `size·n`); the other
+    solvers take `dense(b_seq)`."""
+
+    inputs: Float[Array, "N T m"]
+    matrix: Float[Array, "n m"]
+
+
+def _dense(b_seq):
+    """`b_seq` as an array `(N or 1, T, n)` (a `Factored` term multiplied out)."""
+    if isinstance(b_seq, Factored):
+        return jnp.einsum("ntm,am->nta", b_seq.inputs, b_seq.matrix)
+    return b_seq
 
 
 def _add(x, *terms):
@@ -137,19 +156,10 @@ def _add(x, *terms):
     return x
 
 
-def _scan_solve(scan, M, x0, b_seq, b_const, num_steps):
-    def body(x, b):
-        x_next = _add(M @ x, None if b_seq is None else b, b_const)
-        return x_next, x
-
-    xs = b_seq if b_seq is not None else jnp.zeros((num_steps, 0), x0.dtype)
-    final, before = scan(body, x0, xs)
-    return jnp.concatenate([before, final[None]], axis=0)
-
-
 def _scan_solve_batch(scan, M, x0, b_seq, b_const, num_steps):
     """The sequential solver for a whole batch: the carry is `(N, n)`."""
     Mt = M.T
+    b_seq = _dense(b_seq)
     b_const = None if b_const is None else b_const[None]
     if b_seq is None:
         xs = jnp.zeros((num_steps, 0), x0.dtype)
@@ -200,14 +210,36 @@ def _transposed_powers(M, count):
     return powers
 
 
+def _toeplitz(stack):
+    """Block-Toeplitz matrices of a stack `(size, r, n)` of blocks `stack[k]`.
+
+    `toeplitz[(j, c), (i, a)] = stack[i-1-j][c, a]` where `j < i`, else 0, shape
+    `(size*r, size*n)`; and `to_end[(j, c), a] = stack[size-1-j][c, a]`, shape
+    `(size*r, n)`. With `stack[k] = (M^k G)^T`, a chunk of drives `w (size*r,)`
+    contributes `w @ toeplitz` to the chunk's states and `w @ to_end` to the next
+    chunk's start.
+    """
+    size, r, n = stack.shape
+    i = jnp.arange(size)
+    lag = i[None, :] - 1 - i[:, None]  # [j, i] -> i - 1 - j
+    blocks = jnp.where(
+        (lag >= 0)[:, :, None, None], stack[jnp.clip(lag, 0, size - 1)], 0
+    )  # [j, i, c, a]
+    toeplitz = blocks.transpose(0, 2, 1, 3).reshape(size * r, size * n)
+    return toeplitz, stack[::-1].reshape(size * r, n)
+
+
 def _chunked_solve_batch(scan, size, M, x0, b_seq, b_const, num_steps):
-    """The chunked solver for a whole batch: `x0 (N, n)`, `b_seq (N or 1, T, n)`.
+    """The chunked solver for a whole batch: `x0 (N, n)`, `b_seq (N or 1, T, n)` or
+    a `Factored` input term.
 
     Chunk `c` holds positions `c*size … c*size + size-1`; there are enough chunks to
     cover `x_0 … x_T`. The large products have the batch and chunk axes folded into
     the rows, `(N*C, n) @ (n, size*n)`, so their result is already laid out as
     `(N, time, n)`: no large array is transposed, and when `size` divides `T+1`
-    none is padded or sliced either.
+    none is padded or sliced either. A `Factored` term $B w_t$ enters through the
+    blocks $(M^k B)^T$: its block-Toeplitz product is `(N*C, size*m) @
+    (size*m, size*n)`, `size*m*n` multiply-adds per step instead of `size*n*n`.
     """
     batch, n = x0.shape
     num_chunks = -(-(num_steps + 1) // size)
@@ -219,25 +251,30 @@ def _chunked_solve_batch(scan, size, M, x0, b_seq, b_const, num_steps):
     # starts (N*C, n) @ to_states (n, size*n), with to_states[b, (i, a)] = M^i[a, b].
     to_states = powers.transpose(1, 0, 2).reshape(n, size * n)
     within = end = None
-    if b_seq is not None or b_const is not None:
-        i = jnp.arange(size)
-        lag = i[None, :] - 1 - i[:, None]  # [j, i] -> i - 1 - j
-        # toeplitz[(j, b), (i, a)] = M^{i-1-j}[a, b] where j < i, else 0.
-        blocks = jnp.where(
-            (lag >= 0)[:, :, None, None], powers[jnp.clip(lag, 0, size - 1)], 0
-        )  # [j, i, b, a]
-        toeplitz = blocks.transpose(0, 2, 1, 3).reshape(size * n, size * n)
-        # to_end[(j, b), a] = M^{size-1-j}[a, b]: the next start's input term.
-        to_end = powers[::-1].reshape(size * n, n)
     if b_seq is not None:
-        chunks = jnp.pad(b_seq, ((0, 0), (0, padded - num_steps), (0, 0)))
-        chunks = chunks.reshape(b_seq.shape[0], num_chunks, size * n)
-        within = chunks @ toeplitz  # (N or 1, C, size*n)
-        end = chunks @ to_end  # (N or 1, C, n)
+        if isinstance(b_seq, Factored):
+            drives, matrix = b_seq
+            # (M^k B)^T = B^T (M^T)^k, shape (size, m, n).
+            stack = jnp.matmul(matrix.T[None], powers)
+        else:
+            drives, stack = b_seq, powers
+        rows, width = drives.shape[0], drives.shape[-1]
+        chunks = jnp.pad(drives, ((0, 0), (0, padded - num_steps), (0, 0)))
+        # Two-dimensional products: the reverse pass of a (rows, C, k) @ (k, j)
+        # product contracts two axes, which XLA's CPU backend runs several times
+        # slower than the same contraction over one folded axis.
+        chunks = chunks.reshape(rows * num_chunks, size * width)
+        toeplitz, to_end = _toeplitz(stack)
+        within = (chunks @ toeplitz).reshape(rows, num_chunks, size * n)
+        end = (chunks @ to_end).reshape(rows, num_chunks, n)
     if b_const is not None:
-        flat = jnp.tile(b_const, size)
-        within = _add((flat @ toeplitz)[None, None], within)
-        end = _add((flat @ to_end)[None, None], end)
+        # A constant term adds sum_{k<i} M^k b at position i of every chunk, and
+        # sum_{k<size} M^k b to the next start: one cumulative sum of M^k b.
+        terms = jnp.einsum("b,kba->ka", b_const, powers)  # row k: (M^k b)^T
+        sums = jnp.cumsum(terms, axis=0)
+        const = jnp.concatenate([jnp.zeros_like(sums[:1]), sums[:-1]]).reshape(-1)
+        within = _add(const[None, None], within)
+        end = _add(sums[-1][None, None], end)
 
     if end is None:
         free = jnp.zeros((num_chunks, 0), x0.dtype)
@@ -258,7 +295,7 @@ def _batched(single):
     """A batched solver from a one-trajectory one (vmapped; inputs may broadcast)."""
 
     def solve(M, x0, b_seq, b_const, num_steps):
-        b_seq, axis = _batch_input_axis(b_seq, x0.shape[0])
+        b_seq, axis = _batch_input_axis(_dense(b_seq), x0.shape[0])
         fn = lambda x, b: single(M, x, b, b_const, num_steps)  # noqa: E731
         return jax.vmap(fn, in_axes=(0, axis))(x0, b_seq)
 
@@ -281,7 +318,7 @@ def _closed_loop_matrix(K, B, G):
 def _states(solve, num_steps, K, B, offset, G, x0, w):
     dtype = x0.dtype
     M = _closed_loop_matrix(K, B, G).astype(dtype)
-    b_seq = None if w is None else jnp.einsum("ntm,am->nta", w, B).astype(dtype)
+    b_seq = None if w is None else Factored(w.astype(dtype), B.astype(dtype))
     b_const = None if offset is None else offset.astype(dtype)
     return solve(M, x0, b_seq, b_const, num_steps)
 
@@ -302,8 +339,12 @@ def _states_bwd(solve, num_steps, residuals, g):
     Mt = _closed_loop_matrix(K, B, G).astype(dtype).T
     lambdas = _reverse_solve(solve, Mt, g[:, -1], g[:, :-1])  # lambda_0 … lambda_T
     later = lambdas[:, 1:]  # lambda_{t+1}, t = 0 … T-1
-    # One matrix product over all trajectories and steps: sum_t lambda_{t+1} x_t^T.
-    dM = jnp.einsum("nta,ntb->ab", later, xs[:, :-1])
+    # One matrix product over all trajectories and steps: sum_t lambda_{t+1} x_t^T
+    # (batch and time folded into one axis: XLA's CPU backend contracts one axis
+    # several times faster than two).
+    n = xs.shape[-1]
+    flat_later = later.reshape(-1, n)
+    dM = flat_later.T @ xs[:, :-1].reshape(-1, n)
     dK = dM.astype(K.dtype)
     dB = dG = doffset = dw = None
     if G is not None:
@@ -313,7 +354,7 @@ def _states_bwd(solve, num_steps, residuals, g):
         dB = jnp.zeros(B.shape, dtype)
         if w is not None:
             if w.shape[0] == later.shape[0]:
-                dB = jnp.einsum("nta,ntm->am", later, w.astype(dtype))
+                dB = flat_later.T @ w.reshape(-1, w.shape[-1]).astype(dtype)
             else:
                 dB = jnp.einsum("ta,tm->am", later.sum(0), w[0].astype(dtype))
         if G is not None:
@@ -530,12 +571,14 @@ class Chunked(_AbstractLinearMethod):
 
 def _chunked_or_scan_solve(size, M, x0, b_seq, b_const, num_steps):
     """`Chunked`'s solver under `LinearAdjoint`, which also solves the adjoint
-    recurrence with it; that recurrence is driven at every step (by the cotangent of
-    every state), where the block-Toeplitz term costs `size` times a scan step. So a
-    driven recurrence with large steps, `N * n**2 > 65536` multiply-adds (the rule of
-    `default_method`), is solved by the batched scan instead."""
+    recurrence with it; that recurrence is driven at every step by the cotangent of
+    every state, an `n`-wide term (not a `Factored` `m`-wide one) whose
+    block-Toeplitz product costs `size` times a scan step. So a recurrence driven
+    by an `n`-wide term with large steps, `N * n**2 > 65536` multiply-adds, is
+    solved by the batched scan instead."""
     batch, n = x0.shape
-    if b_seq is not None and batch * n * n > 65536:
+    dense = b_seq is not None and not isinstance(b_seq, Factored)
+    if dense and batch * n * n > 65536:
         return _scan_solve_batch(jax.lax.scan, M, x0, b_seq, b_const, num_steps)
     return _chunked_solve_batch(jax.lax.scan, size, M, x0, b_seq, b_const, num_steps)
 
@@ -552,58 +595,68 @@ def default_method(
 
     - Not a linear case (any other system or controller): `Sequential()`.
     - A linear case with `num_steps < 64`: `Sequential()` (nothing to gain).
-    - A linear case without open-loop inputs (autonomous, offset and/or linear
-        feedback): `Chunked(size)` with `size` from `default_chunk_size`, unless that
-        is below 4 (a large state and few trajectories, where the powers of $M$
-        would cost more than the rollout): then `Sequential()`. Chunking does the
-        same multiply-adds as the scan, in a few large products instead of $T$
-        small ones.
-    - A linear case with open-loop inputs: `Chunked(size)` if the per-step work is
-        small, `batch_size * n**2 <= 65536` multiply-adds (a scan step then costs
-        mostly overhead, and the block-Toeplitz input term, `size` times a step's
-        work, is cheap); otherwise `Sequential()`.
+    - Otherwise `Chunked(size)` with `size` from `default_chunk_size`, unless that
+        is below 4: then `Sequential()`. Below 4 means a large state with few
+        trajectories (the powers of $M$ would cost more than the rollout), or
+        open-loop inputs with more than $n/2$ inputs and large steps (the
+        block-Toeplitz input term, `size * m * n` multiply-adds per step, would
+        cost more than twice the scan's `n * n`).
     """
     del adjoint
     if not is_linear_case(system, controller) or num_steps < 64:
         return Sequential()
-    n = system.state_size
-    if has_inputs and batch_size * n * n > 65536:
-        return Sequential()
-    size = default_chunk_size(n, num_steps, has_inputs, batch_size)
+    input_size = system.input_size if has_inputs else 0
+    size = default_chunk_size(
+        system.state_size, num_steps, has_inputs, batch_size, input_size=input_size
+    )
     return Chunked(size) if size >= 4 else Sequential()
 
 
 def default_chunk_size(
-    state_size: int, num_steps: int, has_inputs: bool = True, batch_size: int = 1
+    state_size: int,
+    num_steps: int,
+    has_inputs: bool = True,
+    batch_size: int = 1,
+    *,
+    input_size: int = 1,
 ) -> int:
     """The chunk size `Chunked` gets by default.
 
-    First an ideal size:
+    First an ideal size, about $\\sqrt{(T+1) N / n}$ for $N$ trajectories: this
+    balances the scan over chunks ($N n^2$ per chunk) against the powers of $M$
+    ($n^3$ per power). Then a cap:
 
-    - with inputs, about $\\sqrt{T}$ (the scan over chunks has $T/\\text{size}$
-        steps and the block-Toeplitz input term costs $O(\\text{size}\\, n^2)$ per
-        step; $\\sqrt{T}$ balances the two), capped so that `size * n <= 1024`;
-    - without inputs, about $\\sqrt{(T+1) N / n}$ for $N$ trajectories: this
-        balances the scan over chunks ($N n^2$ per chunk) against the powers of $M$
-        ($n^3$ per power), capped so that the stacked powers hold at most $2^{21}$
-        numbers.
+    - at most $2^{21}$ numbers in the stacked powers;
+    - with `m` open-loop inputs, also at most $\\sqrt{T}$ (the powers and the chunk
+        starts are two scans, of `size` and $T/\\text{size}$ steps) and at most
+        $2n/m$: the block-Toeplitz input term, `size * m * n` multiply-adds per
+        step, then costs at most twice a scan step's `n * n`. Where a batched scan
+        step is tiny ($N \\ge 2$ and $N n^2 \\le 8192$: it then costs mostly loop
+        overhead and transposes), the cap is at least 4.
 
-    Then, if a divisor of $T+1$ lies within a factor of 4 of it, the nearest such
-    divisor: the chunks then tile $x_0 \\dots x_T$ exactly and the trajectory is
-    never padded and sliced (a copy of the whole trajectory).
+    Then, if a divisor of $T+1$ lies within a factor of 4 of it (2 with inputs,
+    whose Toeplitz term grows with the size; under the cap, and not below 4), the
+    nearest such divisor: the chunks then tile $x_0 \\dots x_T$ exactly and the
+    trajectory is never padded and sliced (a copy of the whole trajectory).
+    A result below 4 means chunking does not pay (`default_method` then picks
+    `Sequential()`).
     """
     n = max(state_size, 1)
     length = num_steps + 1
+    ideal = math.isqrt(length * max(batch_size, 1) // n)
+    cap = 2**21 // (n * n)
     if has_inputs:
-        ideal, cap = math.isqrt(num_steps), 1024 // n
-    else:
-        ideal = math.isqrt(length * max(batch_size, 1) // n)
-        cap = 2**21 // (n * n)
+        per_input = 2 * n // max(input_size, 1)
+        if batch_size >= 2 and batch_size * n * n <= 8192:
+            per_input = max(per_input, 4)
+        cap = min(cap, math.isqrt(num_steps), per_input)
     cap = max(1, min(cap, length))
     ideal = max(1, min(ideal, cap))
-    divisors = [
-        d for d in range(max(1, ideal // 4), min(4 * ideal, cap) + 1) if length % d == 0
-    ]
+    # A larger size costs more with inputs (the Toeplitz term grows with it): move
+    # by at most 2x there, 4x without; and never below 4 from an ideal of 4 or more.
+    spread = 2 if has_inputs else 4
+    low = max(1, ideal // spread, min(ideal, 4))
+    divisors = [d for d in range(low, min(spread * ideal, cap) + 1) if length % d == 0]
     if not divisors:
         return ideal
     return min(divisors, key=lambda d: abs(math.log(d / ideal)))

@@ -198,11 +198,16 @@ def test_default_method_rule():
     big = dynsys.LinearSystem(jnp.eye(32))
     assert default_method(big, None, False, autodiff, 1000, 1024) == dynsys.Chunked(143)
     assert default_method(big, None, False, autodiff, 1000, 16) == dynsys.Chunked(13)
-    # With inputs and large per-step products (batch * n^2 > 65536): the plain scan.
+    # With a few inputs: chunked at any batch size (the input term is m-wide), at
+    # most sqrt(T) = 31 here.
     big_b = dynsys.LinearSystem(jnp.eye(32), jnp.ones((32, 1)))
-    assert (
-        default_method(big_b, None, True, autodiff, 1000, 1024) == dynsys.Sequential()
-    )
+    assert default_method(big_b, None, True, autodiff, 1000, 1024) == dynsys.Chunked(31)
+    # As many inputs as states: the Toeplitz term would cost more than the scan.
+    square = dynsys.LinearSystem(jnp.eye(32), jnp.ones((32, 32)))
+    assert default_method(square, None, True, autodiff, 1000, 64) == dynsys.Sequential()
+    # ...unless the batched steps are tiny (they then cost mostly loop overhead).
+    tiny = dynsys.LinearSystem(jnp.eye(4), jnp.ones((4, 4)))
+    assert default_method(tiny, None, True, autodiff, 1000, 4) == dynsys.Chunked(4)
     # A large state and one trajectory: the powers would cost more than the scan.
     huge = dynsys.LinearSystem(jnp.eye(256))
     assert default_method(huge, None, False, autodiff, 1000) == dynsys.Sequential()
@@ -211,17 +216,72 @@ def test_default_method_rule():
 
 
 @pytest.mark.parametrize(
-    "n, num_steps, has_inputs, batch, want",
+    "n, num_steps, has_inputs, batch, m, want",
     [
-        (32, 1000, False, 1024, 143),  # ideal 179; divisors of 1001: 77, 91, 143
-        (256, 2000, False, 16, 23),  # ideal 11; divisors of 2001: 3, 23, 29
-        (3, 100_000, False, 1, 182),  # ideal 182; 100001 = 11 * 9091: padded
-        (3, 10_000, True, 1, 73),  # ideal 100; 10001 = 73 * 137
-        (300, 100, True, 1, 1),  # capped at 1024 // 300 = 3; 101 is prime, 1 divides it
+        (32, 1000, False, 1024, 0, 143),  # ideal 179; divisors of 1001: 77, 91, 143
+        (256, 2000, False, 16, 0, 23),  # ideal 11; divisors of 2001: 3, 23, 29
+        (3, 100_000, False, 1, 0, 182),  # ideal 182; 100001 = 11 * 9091: padded
+        (3, 10_000, True, 1, 1, 6),  # ideal 57, capped at 2 n / m = 6
+        (3, 10_000, True, 4, 5, 4),  # 2 n / m = 1, but tiny steps: 4
+        (300, 100, True, 1, 1, 1),  # ideal sqrt(101/300) < 1
+        # The reported case (64 x 1000 steps, 32 states, 4 inputs): capped at
+        # 2 n^2 / (m n) = 16, then the divisor 13 of 1001.
+        (32, 1000, True, 64, 4, 13),
+        (32, 1000, True, 1, 4, 7),  # one trajectory: ideal sqrt(1001/32) = 5 -> 7
+        (256, 2000, True, 16, 4, 11),  # no divisor of 2001 within 2x of 11
+        (8, 1000, True, 64, 8, 4),  # 2 n / m = 2, but N n^2 = 4096 is tiny: 4
+        (32, 1000, True, 64, 32, 2),  # capped at 2: chunking does not pay
+        (32, 1000, True, 1024, 1, 31),  # sqrt(T); no divisor of 1001 in 16..31
     ],
 )
-def test_default_chunk_size(n, num_steps, has_inputs, batch, want):
-    assert default_chunk_size(n, num_steps, has_inputs, batch) == want
+def test_default_chunk_size(n, num_steps, has_inputs, batch, m, want):
+    got = default_chunk_size(n, num_steps, has_inputs, batch, input_size=m)
+    assert got == want
+
+
+@pytest.mark.parametrize(
+    "adjoint", [dynsys.Autodiff(), dynsys.LinearAdjoint()], ids=["autodiff", "linear"]
+)
+@pytest.mark.parametrize("case", ["inputs", "affine", "feedback", "wide"])
+def test_default_with_inputs_equals_sequential(getkey, case, adjoint):
+    """With inputs the default is `Chunked`, whose input term goes through the
+    m-wide blocks (M^k B)^T: values and gradients (K, B, C, D, offset, gain, x0 and
+    the inputs) equal Sequential's in float64; also with more inputs than states
+    ("wide") and a chunk size that does not divide T+1 = 101 (4: tiny steps)."""
+    num_steps, batch = 100, (4,)
+    arrays = make_case(getkey, "affine" if case == "wide" else case, num_steps, batch)
+    if case == "wide":
+        arrays["B"] = jax.random.normal(getkey(), (3, 5))
+        arrays["D"] = jax.random.normal(getkey(), (2, 5))
+        arrays["inputs"] = jax.random.normal(getkey(), batch + (num_steps, 5))
+    system = dynsys.LinearSystem(arrays["K"], arrays["B"])
+    method = default_method(system, None, True, adjoint, num_steps, 4)
+    assert method == dynsys.Chunked(4)
+    assert_trees_close(
+        run(arrays, num_steps, None, adjoint),
+        run(arrays, num_steps, dynsys.Sequential()),
+    )
+    assert_trees_close(
+        grad_loss(arrays, num_steps, None, adjoint),
+        grad_loss(arrays, num_steps, dynsys.Sequential()),
+    )
+
+
+def test_factored_input_term_equals_dense(getkey):
+    """The chunked solver gives the same states whether the input term B w_t comes
+    as its factors (m-wide Toeplitz) or multiplied out (n-wide Toeplitz)."""
+    from dynsys._method import _chunked_solve_batch, _dense, Factored
+
+    M = 0.4 * jax.random.normal(getkey(), (3, 3))
+    x0 = jax.random.normal(getkey(), (2, 3))
+    term = Factored(
+        jax.random.normal(getkey(), (2, 30, 2)), jax.random.normal(getkey(), (3, 2))
+    )
+    offset = jax.random.normal(getkey(), (3,))
+    for size in (1, 4, 7, 31):
+        got = _chunked_solve_batch(jax.lax.scan, size, M, x0, term, offset, 30)
+        want = _chunked_solve_batch(jax.lax.scan, size, M, x0, _dense(term), offset, 30)
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
 def test_default_gradient_memory_below_sequential(getkey):
