@@ -261,8 +261,9 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
         echo(f"  {label:<{label_width}}" + "".join(f"{v:>15.1f}" for v in row.values()))
     echo("")
     echo(
-        f"  fit time {fit_seconds:.1f} s ({fit_cfg['steps']} steps, including "
-        f"compilation); best step {result.best_step}"
+        f"  fit time {fit_seconds:.1f} s ({int(result.losses.shape[0])} of "
+        f"{fit_cfg['steps']} steps, including compilation); best step "
+        f"{result.best_step}"
     )
 
     metrics = {
