@@ -94,7 +94,7 @@ def _hostile_model_files(folder: pathlib.Path) -> dict[str, str]:
         "fields": {"K": {"shape": big, "dtype": "float32"}}})  # fmt: skip
     add("bomb_fields", "disagree", {**linear, "leaves": [two],
         "fields": {"K": {"shape": big, "dtype": "float32"}}})  # fmt: skip
-    add("bomb_rank", "not a list of sizes", {**linear, "leaves": [two],
+    add("bomb_rank", "has rank 40", {**linear, "leaves": [two],
         "fields": {"K": {"shape": [2] * 40, "dtype": "float32"}}})  # fmt: skip
     add("object_dtype", "not a numeric dtype", {**linear,
         "leaves": [{"shape": [2, 2], "dtype": "object"}],
