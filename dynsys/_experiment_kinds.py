@@ -5,6 +5,7 @@ Each runner takes a resolved config (see `_experiment._schema`) and returns an
 """
 
 import time
+import zipfile
 
 import numpy as np
 
@@ -141,7 +142,7 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     else:
         try:
             data = dynsys.load_dataset(data_cfg["file"])
-        except ValueError as error:
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
             raise ConfigError(f"config key 'data.file': {error}") from None
         source = (
             f"{data_cfg['file']}: {data.num_trajectories} trajectories x "

@@ -268,6 +268,17 @@ def test_out_replaces_only_its_own_run_folder(tmp_path):
     dynsys.run_experiment(FIT, out=out, progress=False, echo=None)
     assert not (out / "stale.txt").exists()  # replaced whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    older = tmp_path / "older"  # a run folder from before the marker
+    older.mkdir()
+    for name in ("config.toml", "metrics.json", "model.dynsys", "loss.png"):
+        (older / name).write_text("")
+    dynsys.run_experiment(FIT, out=older, progress=False, echo=None)
+    assert (older / MARKER).is_file()
+    (older / MARKER).unlink()
+    (older / "notes.txt").write_text("mine")  # no longer only a run's files
+    with pytest.raises(ValueError, match="did not write"):
+        dynsys.run_experiment(FIT, out=older, progress=False, echo=None)
+    assert (older / "notes.txt").read_text() == "mine"
     empty = tmp_path / "empty"
     empty.mkdir()  # an empty folder holds nothing to lose
     dynsys.run_experiment(FIT, out=empty, progress=False, echo=None)
@@ -288,6 +299,8 @@ def test_out_replaces_only_its_own_run_folder(tmp_path):
         (["simulate", "lotka_volterra"], "--x0-mean 2"),
         (["fit", "--seed", str(2**70)], "--seed"),
         (["fit", "DIR"], "DATA"),
+        (["fit", "EMPTY.npz"], "DATA"),
+        (["fit", "GARBAGE.npz"], "DATA"),
         (["fit", "--loss", "shooting", "--horizon", "500"], "--horizon"),
         (["run", "BAD:system.params={num_masses = -2}"], "need at least 1 mass"),
         (["run", "BAD:system.params={mass = 0}"], "mass=0"),
@@ -300,6 +313,8 @@ def test_out_replaces_only_its_own_run_folder(tmp_path):
 )
 def test_bad_input_is_one_line_with_status_2(args, words, tmp_path, capsys):
     (tmp_path / "DIR").mkdir()
+    (tmp_path / "EMPTY.npz").write_bytes(b"")
+    (tmp_path / "GARBAGE.npz").write_bytes(b"PK\x03\x04" + bytes(range(256)) * 4)
     config = tmp_path / "c.toml"
     config.write_text(
         'kind = "fit"\n[data]\ntrajectories = 4\nlength = 20\n[fit]\nsteps = 3\n'
@@ -312,7 +327,8 @@ def test_bad_input_is_one_line_with_status_2(args, words, tmp_path, capsys):
             args = ["run", str(tmp_path / target)]
         args += ["--out-root", str(tmp_path / "runs"), "--no-progress"]
     else:
-        args = [str(tmp_path / a) if a == "DIR" else a for a in args]
+        files = {"DIR", "EMPTY.npz", "GARBAGE.npz"}
+        args = [str(tmp_path / a) if a in files else a for a in args]
         args += ["--out", str(tmp_path / "out")]
         if args[0] == "fit":
             args += ["--no-progress", "--steps", "3", "--trajectories", "4"]
