@@ -128,6 +128,11 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
     dynsys.load("model.dynsys").K  # [[0.5, 0], [0, 0.5]]
     ```
     """
+    if pathlib.Path(path).is_dir():
+        raise ValueError(
+            f"save(path={str(path)!r}): a folder is there; give a file name such as "
+            f"{str(pathlib.Path(path) / 'model.dynsys')!r}."
+        )
     buffer = io.BytesIO()
     eqx.tree_serialise_leaves(buffer, model)
     payload = buffer.getvalue()

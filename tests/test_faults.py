@@ -262,8 +262,16 @@ def test_out_over_user_files_is_refused_before_anything_runs(
 
 def test_out_replaces_only_its_own_run_folder(tmp_path):
     out = tmp_path / "run"
-    first = dynsys.run_experiment(FIT, out=out, progress=False, echo=None)
+    description = "line1\nline2\ttab\x07bell\x00nul\x7fdel \"q\" \\ é \u2028"
+    first = dynsys.run_experiment(
+        {**FIT, "description": description}, out=out, progress=False, echo=None
+    )
     assert (out / MARKER).is_file() and first.metrics["status"] == "complete"
+    # config.toml round-trips any string; metrics.json is strict JSON.
+    written = tomllib.loads((out / "config.toml").read_text(encoding="utf-8"))
+    assert written["description"] == description
+    assert written["precision"] == "float64"
+    _strict_json((out / "metrics.json").read_text())
     (out / "stale.txt").write_text("from the first run")
     dynsys.run_experiment(FIT, out=out, progress=False, echo=None)
     assert not (out / "stale.txt").exists()  # replaced whole
@@ -352,20 +360,6 @@ def test_metrics_are_strict_json_with_a_reason_for_non_finite_values():
     value = _strict_json(text)
     assert value["a"] is None and value["b"] == [1.0, None] and value["c"] == {"d": 2}
     assert value["non_finite"] == {"a": "inf", "b[1]": "nan"}
-
-
-def test_config_toml_round_trips_any_string(tmp_path):
-    description = "line1\nline2\ttab\x07bell\x00nul\x7fdel \"q\" \\ é \u2028"
-    result = dynsys.run_experiment(
-        {**FIT, "description": description},
-        out=tmp_path / "run",
-        progress=False,
-        echo=None,
-    )
-    written = tomllib.loads((result.path / "config.toml").read_text(encoding="utf-8"))
-    assert written["description"] == description
-    assert written["precision"] == "float64"
-    _strict_json((result.path / "metrics.json").read_text())
 
 
 # ---------------------------------------------------------------------------------
