@@ -506,10 +506,15 @@ def _write_single(
 
 
 def _run_single(
-    config: dict, folder: pathlib.Path, progress: bool, echo, interrupts: Interrupts
+    config: dict,
+    folder: pathlib.Path,
+    progress: bool,
+    echo,
+    interrupts: Interrupts | None = None,
 ) -> ExperimentResult:
     from ._experiment_kinds import RUNNERS
 
+    interrupts = Interrupts() if interrupts is None else interrupts
     start = time.perf_counter()
     outcome = RUNNERS[config["kind"]](config, progress=progress, echo=echo)
     return _write_single(
@@ -518,10 +523,15 @@ def _run_single(
 
 
 def _run_sweep(
-    config: dict, folder: pathlib.Path, progress: bool, echo, interrupts: Interrupts
+    config: dict,
+    folder: pathlib.Path,
+    progress: bool,
+    echo,
+    interrupts: Interrupts | None = None,
 ) -> ExperimentResult:
     """One run per value; a signal stops the sweep after the sub-run it hit (which is
     kept, marked interrupted, when it got as far as writing its folder)."""
+    interrupts = Interrupts() if interrupts is None else interrupts
     key, values = config["sweep"]["key"], config["sweep"]["values"]
     runs: list[ExperimentResult] = []
     taken: set[str] = set()

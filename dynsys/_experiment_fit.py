@@ -10,6 +10,7 @@ Two paths share the data handling:
 """
 
 import time
+import zipfile
 
 import numpy as np
 
@@ -205,7 +206,7 @@ def _from_file(config: dict) -> _Data:
     }
     try:
         data = dynsys.load_dataset(data_cfg["file"], **roles)
-    except ValueError as error:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
         raise ConfigError(f"config key 'data.file': {error}") from None
     lengths = sorted(set(data.lengths))
     steps = (

@@ -128,6 +128,11 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
     dynsys.load("model.dynsys").K  # [[0.5, 0], [0, 0.5]]
     ```
     """
+    if pathlib.Path(path).is_dir():
+        raise ValueError(
+            f"save(path={str(path)!r}): a folder is there; give a file name such as "
+            f"{str(pathlib.Path(path) / 'model.dynsys')!r}."
+        )
     buffer = io.BytesIO()
     eqx.tree_serialise_leaves(buffer, model)
     payload = buffer.getvalue()
@@ -260,6 +265,8 @@ def _array_spec(info: Any, where: str, fail) -> jax.ShapeDtypeStruct:
     if not isinstance(info, dict):
         raise fail(f"{where} is not a table in the header.")
     shape, dtype = info.get("shape"), info.get("dtype")
+    if isinstance(shape, list) and len(shape) > _MAX_RANK:
+        raise fail(f"{where} has rank {len(shape)} in the header (at most {_MAX_RANK}).")
     if (
         not isinstance(shape, list)
         or len(shape) > _MAX_RANK

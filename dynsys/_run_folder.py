@@ -30,7 +30,8 @@ def check_out(out: "str | os.PathLike", call: str) -> pathlib.Path:
     """Check that dynsys may write the run folder `out`, before anything runs.
 
     `out` may be missing, an empty folder, or a folder dynsys wrote (it holds the
-    marker). `call` names the caller in the error (e.g. `run_experiment(out=...)`).
+    marker, or, from an older dynsys, only the files of a run). `call` names the
+    caller in the error (e.g. `run_experiment(out=...)`).
 
     **Raises:**
 
@@ -69,7 +70,11 @@ def check_out(out: "str | os.PathLike", call: str) -> pathlib.Path:
             return _raise(
                 fail("is an existing file; dynsys replaces only a run folder it wrote.")
             )
-        if not (path / MARKER).is_file() and any(path.iterdir()):
+        if (
+            not (path / MARKER).is_file()
+            and any(path.iterdir())
+            and not _older_run_folder(path)
+        ):
             return _raise(
                 fail(
                     f"is a folder that dynsys did not write (it has no {MARKER} "
@@ -89,6 +94,37 @@ def check_out(out: "str | os.PathLike", call: str) -> pathlib.Path:
     if not os.access(path.absolute().parent, os.W_OK):
         return _raise(fail("cannot be created (its parent folder is not writable)."))
     return path
+
+
+# What a run folder of dynsys 0.1 (written before the marker) holds.
+_OLDER_RUN_FILES = {
+    "config.toml",
+    "metrics.json",
+    "history.csv",
+    "model.dynsys",
+    "summary.md",
+    "data.npz",
+    "summary.json",
+    "trajectory.npz",
+}
+
+
+def _older_run_folder(path: pathlib.Path) -> bool:
+    """A run folder written by a dynsys from before the marker: only the files a run
+    writes (and its PNG figures), with its metrics. Nothing else would be lost."""
+    entries = list(path.iterdir())
+    names = {entry.name for entry in entries}
+    if not all(
+        entry.is_file()
+        and not entry.is_symlink()
+        and (entry.name in _OLDER_RUN_FILES or entry.name.endswith(".png"))
+        for entry in entries
+    ):
+        return False
+    return {"config.toml", "metrics.json"} <= names or {
+        "summary.json",
+        "trajectory.npz",
+    } <= names
 
 
 def _raise(error: ValueError):

@@ -352,6 +352,7 @@ def test_folder_names_are_reserved_and_safe(tmp_path):
     assert _folder_label("loss=one_step", taken) == "loss=one_step"
 
 
+@pytest.mark.slow
 def test_the_precision_is_the_configs_not_the_sessions(tmp_path):
     """`dynsys run` and `dynsys.run_experiment` from a float32 session give the same
     metrics: the run computes in the config's precision, and records it."""

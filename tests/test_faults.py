@@ -94,7 +94,7 @@ def _hostile_model_files(folder: pathlib.Path) -> dict[str, str]:
         "fields": {"K": {"shape": big, "dtype": "float32"}}})  # fmt: skip
     add("bomb_fields", "disagree", {**linear, "leaves": [two],
         "fields": {"K": {"shape": big, "dtype": "float32"}}})  # fmt: skip
-    add("bomb_rank", "not a list of sizes", {**linear, "leaves": [two],
+    add("bomb_rank", "has rank 40", {**linear, "leaves": [two],
         "fields": {"K": {"shape": [2] * 40, "dtype": "float32"}}})  # fmt: skip
     add("object_dtype", "not a numeric dtype", {**linear,
         "leaves": [{"shape": [2, 2], "dtype": "object"}],
@@ -262,12 +262,31 @@ def test_out_over_user_files_is_refused_before_anything_runs(
 
 def test_out_replaces_only_its_own_run_folder(tmp_path):
     out = tmp_path / "run"
-    first = dynsys.run_experiment(FIT, out=out, progress=False, echo=None)
+    description = "line1\nline2\ttab\x07bell\x00nul\x7fdel \"q\" \\ é \u2028"
+    first = dynsys.run_experiment(
+        {**FIT, "description": description}, out=out, progress=False, echo=None
+    )
     assert (out / MARKER).is_file() and first.metrics["status"] == "complete"
+    # config.toml round-trips any string; metrics.json is strict JSON.
+    written = tomllib.loads((out / "config.toml").read_text(encoding="utf-8"))
+    assert written["description"] == description
+    assert written["precision"] == "float64"
+    _strict_json((out / "metrics.json").read_text())
     (out / "stale.txt").write_text("from the first run")
     dynsys.run_experiment(FIT, out=out, progress=False, echo=None)
     assert not (out / "stale.txt").exists()  # replaced whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    older = tmp_path / "older"  # a run folder from before the marker
+    older.mkdir()
+    for name in ("config.toml", "metrics.json", "model.dynsys", "loss.png"):
+        (older / name).write_text("")
+    dynsys.run_experiment(FIT, out=older, progress=False, echo=None)
+    assert (older / MARKER).is_file()
+    (older / MARKER).unlink()
+    (older / "notes.txt").write_text("mine")  # no longer only a run's files
+    with pytest.raises(ValueError, match="did not write"):
+        dynsys.run_experiment(FIT, out=older, progress=False, echo=None)
+    assert (older / "notes.txt").read_text() == "mine"
     empty = tmp_path / "empty"
     empty.mkdir()  # an empty folder holds nothing to lose
     dynsys.run_experiment(FIT, out=empty, progress=False, echo=None)
@@ -288,6 +307,8 @@ def test_out_replaces_only_its_own_run_folder(tmp_path):
         (["simulate", "lotka_volterra"], "--x0-mean 2"),
         (["fit", "--seed", str(2**70)], "--seed"),
         (["fit", "DIR"], "DATA"),
+        (["fit", "EMPTY.npz"], "DATA"),
+        (["fit", "GARBAGE.npz"], "DATA"),
         (["fit", "--loss", "shooting", "--horizon", "500"], "--horizon"),
         (["run", "BAD:system.params={num_masses = -2}"], "need at least 1 mass"),
         (["run", "BAD:system.params={mass = 0}"], "mass=0"),
@@ -300,6 +321,8 @@ def test_out_replaces_only_its_own_run_folder(tmp_path):
 )
 def test_bad_input_is_one_line_with_status_2(args, words, tmp_path, capsys):
     (tmp_path / "DIR").mkdir()
+    (tmp_path / "EMPTY.npz").write_bytes(b"")
+    (tmp_path / "GARBAGE.npz").write_bytes(b"PK\x03\x04" + bytes(range(256)) * 4)
     config = tmp_path / "c.toml"
     config.write_text(
         'kind = "fit"\n[data]\ntrajectories = 4\nlength = 20\n[fit]\nsteps = 3\n'
@@ -312,7 +335,8 @@ def test_bad_input_is_one_line_with_status_2(args, words, tmp_path, capsys):
             args = ["run", str(tmp_path / target)]
         args += ["--out-root", str(tmp_path / "runs"), "--no-progress"]
     else:
-        args = [str(tmp_path / a) if a == "DIR" else a for a in args]
+        files = {"DIR", "EMPTY.npz", "GARBAGE.npz"}
+        args = [str(tmp_path / a) if a in files else a for a in args]
         args += ["--out", str(tmp_path / "out")]
         if args[0] == "fit":
             args += ["--no-progress", "--steps", "3", "--trajectories", "4"]
@@ -336,20 +360,6 @@ def test_metrics_are_strict_json_with_a_reason_for_non_finite_values():
     value = _strict_json(text)
     assert value["a"] is None and value["b"] == [1.0, None] and value["c"] == {"d": 2}
     assert value["non_finite"] == {"a": "inf", "b[1]": "nan"}
-
-
-def test_config_toml_round_trips_any_string(tmp_path):
-    description = "line1\nline2\ttab\x07bell\x00nul\x7fdel \"q\" \\ é \u2028"
-    result = dynsys.run_experiment(
-        {**FIT, "description": description},
-        out=tmp_path / "run",
-        progress=False,
-        echo=None,
-    )
-    written = tomllib.loads((result.path / "config.toml").read_text(encoding="utf-8"))
-    assert written["description"] == description
-    assert written["precision"] == "float64"
-    _strict_json((result.path / "metrics.json").read_text())
 
 
 # ---------------------------------------------------------------------------------
@@ -400,12 +410,16 @@ def test_repeated_eager_rollouts_do_not_recompile_or_grow(tmp_path):
 # Signals and kills (subprocesses running the real command)
 
 _LONG = """
-kind = "fit"
+kind = "train_controller"
 name = "long"
-[data]
-trajectories = 4
-length = 20
-[fit]
+[controller]
+type = "mlp"
+width = 4
+depth = 1
+[train]
+horizon = 10
+initial_states = 8
+test_states = 2
 steps = 100000000
 """
 
@@ -428,11 +442,19 @@ def _start(args, cwd) -> subprocess.Popen:
     )
 
 
-def _wait_for(process: subprocess.Popen, words: str) -> str:
+def _wait_for(process: subprocess.Popen, words: str, timeout: float = 240) -> str:
     """Read the process's output until `words` appear (progress bars end lines with
     a carriage return, so read what is there, not lines)."""
-    seen = ""
+    import select
+
+    seen, deadline = "", time.monotonic() + timeout
     while words not in seen:
+        ready, _, _ = select.select([process.stdout], [], [], 1.0)
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"{words!r} never came:\n{seen}")
+        if not ready:
+            continue
         chunk = os.read(process.stdout.fileno(), 4096).decode(errors="replace")
         if not chunk:
             raise AssertionError(seen)
@@ -453,8 +475,9 @@ def _check_runs(runs: pathlib.Path) -> list[pathlib.Path]:
         assert {"config.toml", "metrics.json", "summary.md", MARKER} <= names, names
         metrics = _strict_json((entry / "metrics.json").read_text())
         assert metrics["status"] in ("complete", "interrupted")
-        if "sweep" not in metrics:
-            dynsys.load(entry / "model.dynsys")
+        if "sweep" not in metrics:  # the model file is whole (its checksum holds)
+            with pytest.raises(ValueError, match="not built into dynsys"):
+                dynsys.load(entry / "model.dynsys")  # a controller: needs like=
         complete.append(entry)
     return complete
 
@@ -467,7 +490,7 @@ def test_sigterm_stops_two_identical_runs_started_together(tmp_path):
     sig = signal.SIGTERM
     (tmp_path / "long.toml").write_text(_LONG)
     processes = [_start(["run", "long.toml"], tmp_path) for _ in range(2)]
-    seen = [_wait_for(p, "train:") for p in processes]  # training has begun
+    seen = [_wait_for(p, "%|") for p in processes]  # training has begun
     time.sleep(3.0)
     for process in processes:
         process.send_signal(sig)
@@ -489,10 +512,10 @@ def test_sigterm_stops_two_identical_runs_started_together(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_stops_a_whole_sweep(tmp_path):
-    sweep = _LONG + '[sweep]\nkey = "fit.lr"\nvalues = [0.001, 0.002, 0.003]\n'
+    sweep = _LONG + '[sweep]\nkey = "train.lr"\nvalues = [0.001, 0.002, 0.003]\n'
     (tmp_path / "sweep.toml").write_text(sweep)
     process = _start(["run", "sweep.toml"], tmp_path)
-    seen = _wait_for(process, "train:")
+    seen = _wait_for(process, "%|")
     time.sleep(3.0)
     process.send_signal(signal.SIGINT)
     output = seen + process.communicate(timeout=180)[0]

@@ -112,3 +112,9 @@ def test_saved_files_get_the_usual_permissions(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+
+
+def test_save_onto_a_folder_is_one_value_error(tmp_path):
+    with pytest.raises(ValueError, match=r"save\(path=.*\): a folder is there"):
+        dynsys.save(tmp_path, dynsys.LinearSystem(np.eye(2)))
+    assert os.listdir(tmp_path) == []
