@@ -316,3 +316,142 @@ def test_headless_without_pyplot(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{k}.png" for k in range(5)]
+
+
+def _drawn(ax, label):
+    (line,) = [line for line in ax.get_lines() if line.get_label() == label]
+    return line
+
+
+def test_bode_against_the_closed_form(tmp_path):
+    """x_{t+1} = a x_t + u_t, y = x: H(z) = 1 / (z - a) at z = exp(i w dt)."""
+    a, dt = 0.5, 0.1
+    system = dynsys.LinearSystem(K=jnp.array([[a]]), B=jnp.array([[1.0]]), dt=dt)
+    fig = plot.bode({"fitted": system}, hz=True, num=40)
+    mag_ax, phase_ax = fig.get_axes()
+    mag, phase = _drawn(mag_ax, "fitted"), _drawn(phase_ax, "fitted")
+    hz = mag.get_xdata()
+    z = np.exp(1j * 2 * np.pi * hz * dt)
+    np.testing.assert_allclose(mag.get_ydata(), 20 * np.log10(np.abs(1 / (z - a))))
+    np.testing.assert_allclose(phase.get_ydata(), np.degrees(np.angle(1 / (z - a))))
+    assert hz.max() == pytest.approx(0.5 / dt)  # up to Nyquist, in Hz
+    assert phase_ax.get_xlabel() == "frequency (Hz)"
+    # A precomputed response needs its frequencies; with them it is drawn as given.
+    w = np.linspace(0.1, 3.0, 5)
+    response = np.asarray(dynsys.frequency_response(system, w / dt))
+    fig = plot.bode({"given": response}, w / dt, dt=dt)
+    drawn = _drawn(fig.get_axes()[0], "given").get_ydata()
+    np.testing.assert_allclose(drawn, 20 * np.log10(np.abs(response[:, 0, 0])))
+    with pytest.raises(ValueError, match=r"bode\(frequencies=...\): 'given' is"):
+        plot.bode({"given": response})
+    with pytest.raises(ValueError, match=r"bode\(hz=True\): Hz needs"):
+        plot.bode(dynsys.LinearSystem(K=jnp.array([[a]]), B=jnp.array([[1.0]])), hz=True)
+    _save(fig, tmp_path, "bode.png")
+
+
+def test_step_response_against_a_loop_and_for_nonlinear_systems():
+    a = 0.5
+    system = dynsys.LinearSystem(K=jnp.array([[a]]), B=jnp.array([[1.0]]))
+    fig = plot.step_response({"fitted": system}, 6)
+    (ax,) = fig.get_axes()
+    expected = [sum(a**k for k in range(t)) for t in range(6)]  # s_t
+    np.testing.assert_allclose(_drawn(ax, "fitted").get_ydata(), expected)
+    assert ax.get_xlabel() == "t (steps)"
+    # Any system with inputs: by rollout from rest under a unit step.
+    pendulum = zoo.Pendulum()
+    fig = plot.step_response({"pendulum": pendulum}, 5, output_names=["θ (rad)",
+                             "ω (rad/s)"])  # fmt: skip
+    reference = dynsys.rollout(pendulum, jnp.zeros(2), 5, inputs=jnp.ones((5, 1))).ys
+    theta = _drawn(fig.get_axes()[0], "pendulum").get_ydata()
+    np.testing.assert_allclose(theta, np.asarray(reference[:, 0]))
+    with pytest.raises(ValueError, match=r"step_response\(systems=...\): 'x' has no"):
+        plot.step_response({"x": dynsys.LinearSystem(K=jnp.eye(2))}, 3)
+
+
+def test_eigenvalue_modes_recover_natural_frequency_and_damping():
+    ode = dynsys.LinearODE(jnp.array([[0.0, 1.0], [-4.0, -0.8]]))  # wn 2, zeta 0.2
+    system = dynsys.discretize(ode, 0.1)
+    fig = plot.eigenvalues({"fitted": system}, roles={"fitted": "fit"})
+    disc, close, modes = fig.get_axes()
+    point = _drawn(modes, "fitted")
+    np.testing.assert_allclose(point.get_xdata(), [2.0], rtol=1e-6)
+    np.testing.assert_allclose(point.get_ydata(), [0.2], rtol=1e-6)
+    assert modes.get_xlabel() == "natural frequency (rad/s)"
+    # No dt: no modes panel; truth gets the hollow circle and nothing else does.
+    fig = plot.eigenvalues({"a": np.diag([0.5, 0.9])}, truth=np.diag([0.4, 0.8]))
+    disc, close = fig.get_axes()
+    assert _drawn(disc, "true system").get_marker() == "o"
+    assert _drawn(disc, "a").get_marker() != "o"
+    with pytest.raises(ValueError, match=r"roles=...\): 'a' cannot take the role"):
+        plot.eigenvalues({"a": np.eye(2)}, roles={"a": "truth"})
+
+
+def test_singular_values_and_the_chosen_order():
+    values = np.array([4.0, 2.0, 1.0, 1e-4, 5e-5])
+    fig = plot.singular_values(values, order=3)
+    (ax,) = fig.get_axes()
+    np.testing.assert_allclose(_drawn(ax, "singular values").get_ydata(), values / 4)
+    assert _drawn(ax, "chosen order n = 3").get_xdata()[0] == 3.5
+    with pytest.raises(ValueError, match=r"singular_values\(order=...\): expected"):
+        plot.singular_values(values, order=6)
+
+
+def test_residuals_from_residual_analysis(getkey):
+    system = dynsys.LinearSystem(
+        K=jnp.array([[0.8, 0.1], [0.0, 0.7]]), B=jnp.array([[1.0], [0.5]]),
+        C=jnp.array([[1.0, 0.0]]),
+    )  # fmt: skip
+    inputs = jax.random.normal(getkey(), (2, 200, 1))
+    data = dynsys.simulate(system, jnp.zeros((2, 2)), 200, inputs=inputs,
+                           measurement_noise=0.1, key=getkey())  # fmt: skip
+    result = dynsys.residual_analysis(system, data, max_lag=10)
+    fig = plot.residuals(result)
+    auto, cross = fig.get_axes()
+    markers = [line for line in auto.get_lines() if line.get_label() == "correlation"]
+    np.testing.assert_allclose(markers[0].get_ydata(), result.autocorrelation[:, 0])
+    np.testing.assert_allclose(markers[0].get_xdata(), np.arange(11))
+    bounds = [line.get_ydata()[0] for line in cross.get_lines()
+              if line.get_label().startswith("confidence bound")]  # fmt: skip
+    np.testing.assert_allclose(sorted(bounds), [-result.bound, result.bound])
+    assert cross.get_xlim()[0] < -9  # lags -L..L
+    with pytest.raises(ValueError, match=r"residuals\(result=...\): give"):
+        plot.residuals()
+
+
+def test_comparison_from_compare_shows_each_channels_fit(getkey):
+    system = dynsys.LinearSystem(
+        K=jnp.array([[0.9, 0.2], [-0.2, 0.9]]), B=jnp.array([[0.0], [1.0]]),
+        C=jnp.eye(2), dt=0.1,
+    )  # fmt: skip
+    inputs = jax.random.normal(getkey(), (2, 50, 1))
+    data = dynsys.simulate(system, jnp.zeros((2, 2)), 50, inputs=inputs,
+                           measurement_noise=0.05, key=getkey())  # fmt: skip
+    result = dynsys.compare(system, data)
+    fig = plot.comparison({"model": result}, experiment=1, dt=0.1, names=["a (m)",
+                          "b (m/s)"])  # fmt: skip
+    first, second = fig.get_axes()
+    fits = np.asarray(result.fit_percent_per_experiment[1])
+    assert first.get_title(loc="left") == f"fit: model {fits[0]:.1f} %"
+    assert second.get_title(loc="left") == f"fit: model {fits[1]:.1f} %"
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["measured", f"model (mean fit {fits.mean():.1f} %)"]
+    np.testing.assert_allclose(_drawn(first, "measured").get_ydata(),
+                               np.asarray(data.ys[1, :, 0]))  # fmt: skip
+    assert second.get_xlabel() == "t (s)"
+    # One channel: its fit in the legend.
+    fig = plot.comparison(result, channels=[1])
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[1] == f"model (fit {float(result.fit_percent_per_experiment[0, 1]):.1f} %)"
+
+
+def test_loss_history_marks_the_returned_step_and_clips_a_divergence():
+    losses = np.r_[np.exp(-np.arange(20) / 5.0), 1e30, np.inf]
+    fig = plot.loss_history(losses, best_step=19, stop_reason="diverged at step 21")
+    (ax,) = fig.get_axes()
+    star = _drawn(ax, "returned model (step 19)")
+    assert star.get_xdata()[0] == 19 and star.get_ydata()[0] == losses[19]
+    assert ax.get_ylim()[1] == pytest.approx(1e6 * losses[0])
+    assert "stopped: diverged at step 21" in ax.get_title(loc="left")
+    assert "above the axis" in ax.get_title(loc="left")
+    with pytest.raises(ValueError, match=r"loss_history\(best_step=...\)"):
+        plot.loss_history(losses, best_step=99)
