@@ -144,7 +144,9 @@ def _layout(data: Dataset) -> np.ndarray:
     return np.asarray(sizes, np.int64)
 
 
-def global_dataset(local_data: Dataset, *, sharding: NamedSharding | None = None):
+def global_dataset(
+    local_data: Dataset, *, sharding: NamedSharding | None = None
+) -> Dataset:
     """One `Dataset` of every process's experiments, sharded over all devices.
 
     Each process passes the experiments it loaded (the same number in each, the
@@ -233,6 +235,14 @@ def global_dataset(local_data: Dataset, *, sharding: NamedSharding | None = None
             )
     ts = getattr(local_data, "ts", None)
     if ts is not None:
+        every = np.asarray(multihost_utils.process_allgather(np.asarray(ts)))
+        for p in range(count):
+            if not np.array_equal(every.reshape(count, -1)[p], np.asarray(ts)):
+                raise ValueError(
+                    "global_dataset(local_data=...): every process must have the "
+                    f"same sample times ts; process {jax.process_index()} and "
+                    f"process {p} differ."
+                )
         replacements["ts"] = jax.make_array_from_process_local_data(
             replicated, np.asarray(ts)
         )

@@ -101,7 +101,14 @@ WORKER = (
         indivisible = str(error)
     else:
         indivisible = ""
-    np.savez(f"{out}/process-{process_id}.npz", K=whole.model.K, B=whole.model.B,
+    try:
+        dynsys.global_dataset(dynsys.Dataset(full.xs[mine], full.us[mine],
+                                             ts=np.arange(T + 1.0) * (1 + process_id)))
+    except ValueError as error:
+        times = str(error)
+    else:
+        times = ""
+    np.savez(f"{out}/process-{process_id}.npz", times=times, K=whole.model.K, B=whole.model.B,
              losses=whole.losses, K_batches=batches.model.K,
              losses_batches=batches.losses, K_default=default.model.K,
              B_default=default.model.B, losses_default=default.losses,
@@ -267,6 +274,10 @@ def test_two_processes_fit_and_rollout_equal_one_process(tmp_path):
     assert (
         "process 0 has N_local = 3 experiments, which must be a multiple of its 2 "
         "device(s) in the sharding" in str(results[0]["indivisible"])
+    )
+    assert (
+        "every process must have the same sample times ts; process 1 and process 0 "
+        "differ" in str(results[1]["times"])
     )
     _check_command_line_run(tmp_path)
 
