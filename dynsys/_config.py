@@ -199,9 +199,16 @@ def read_toml(path: str | pathlib.Path) -> dict:
     """
     path = pathlib.Path(path)
     try:
-        return tomllib.loads(path.read_text())
+        if path.exists() and not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} is not a regular file.")
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file {str(path)!r} does not exist.") from None
+    except (OSError, UnicodeDecodeError) as error:
+        why = getattr(error, "strerror", None) or str(error)
+        raise ConfigError(
+            f"config file {str(path)!r} cannot be read ({why})."
+        ) from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(
             f"config file {str(path)!r} is not valid TOML: {error}"
@@ -266,14 +273,34 @@ def _toml_key(key: str) -> str:
     return _toml_value(str(key))
 
 
+_TOML_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def _toml_char(c: str) -> str:
+    """One character of a TOML basic string: escaped when TOML requires it (the
+    quote, the backslash and every control character)."""
+    if c in _TOML_ESCAPES:
+        return _TOML_ESCAPES[c]
+    if ord(c) < 0x20 or ord(c) == 0x7F:
+        return f"\\u{ord(c):04X}"
+    return c
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-        return f'"{escaped}"'
+        return '"' + "".join(_toml_char(c) for c in value) + '"'
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):

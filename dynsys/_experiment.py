@@ -10,8 +10,10 @@ share: the schema, the run folder, sweeps and the entry point `run_experiment`.
 import contextvars
 import copy
 import dataclasses
+import hashlib
 import inspect
 import json
+import math
 import os
 import pathlib
 import shutil
@@ -28,6 +30,15 @@ from ._config import (
     read_toml,
     resolve,
     Schema,
+)
+from ._interrupt import catch_interrupts, Interrupts
+from ._run_folder import (
+    check_out,
+    clean_stale,
+    replace_folder,
+    reserve_folder,
+    staging_folder,
+    write_marker,
 )
 
 
@@ -48,7 +59,15 @@ def _schema(kind: str) -> Schema:
         "": {
             "kind": Option((str,), kind, KINDS, "the kind of experiment"),
             "name": Option((str,), None, help="run folder prefix (default: kind)"),
-            "seed": Option((int,), 0, low=0, help="the one seed of the run"),
+            "seed": Option(
+                (int,), 0, low=0, high=2**63 - 1, help="the one seed of the run"
+            ),
+            "precision": Option(
+                (str,),
+                "float64",
+                ("float64", "float32"),
+                "the floating-point precision of the whole run",
+            ),
             "description": Option((str,), "", help="one line for summary.md"),
         },
         "system": {
@@ -164,6 +183,11 @@ def resolve_config(
             f"config key 'name': expected letters, digits, '_', '-' and '.' (a folder "
             f"name), got {name!r}."
         )
+    if len(name) > 150:
+        raise ConfigError(
+            f"config key 'name': expected at most 150 characters (it names a folder), "
+            f"got {len(name)}."
+        )
     _check_params(resolved["system"]["model"], resolved["system"]["params"])
     return resolved
 
@@ -186,6 +210,47 @@ def _check_params(model: str, params: dict) -> None:
                 f"config key 'system.params.{name}': expected a number, got "
                 f"{type(value).__name__} {value!r}."
             )
+        if not math.isfinite(value):
+            raise ConfigError(
+                f"config key 'system.params.{name}': expected a finite number, got "
+                f"{value!r}."
+            )
+    _check_model_builds(model, params)
+
+
+# The largest zoo model a config may build (elements over all its arrays).
+_MAX_MODEL_SIZE = 10**8
+
+
+def _check_model_builds(model: str, params: dict) -> None:
+    """Build the zoo model abstractly (no memory for its arrays): a parameter it
+    refuses, or arrays too large to allocate, are a ConfigError before anything runs.
+    """
+    import equinox as eqx
+    import jax
+
+    builder = _zoo().ZOO[model]
+    call = f"{model}({', '.join(f'{k}={v!r}' for k, v in params.items())})"
+    try:
+        shapes = eqx.filter_eval_shape(lambda: builder(**params))
+    except Exception as error:  # the builder's own check, or arithmetic on a bad value
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        reason = reason or type(error).__name__
+        if not isinstance(error, ValueError):
+            reason = f"{type(error).__name__}: {reason}"
+        raise ConfigError(
+            f"config key 'system.params': {call} cannot be built: {reason}"
+        ) from None
+    size = sum(
+        math.prod(leaf.shape)
+        for leaf in jax.tree.leaves(shapes)
+        if isinstance(leaf, jax.ShapeDtypeStruct)
+    )
+    if size > _MAX_MODEL_SIZE:
+        raise ConfigError(
+            f"config key 'system.params': {call} would hold {size:,} numbers (at "
+            f"most {_MAX_MODEL_SIZE:,}); choose smaller sizes."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,22 +306,13 @@ class Outcome:
     )  # extra files: name -> writer(path)
 
 
-def _reserve_folder(root: pathlib.Path, name: str) -> pathlib.Path:
-    """Create (so no other run can take it) an empty `root/<name>-<timestamp>`."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    k = 1
-    while True:
-        folder = root / (f"{name}-{stamp}" + (f"-{k}" if k > 1 else ""))
-        try:
-            folder.mkdir()
-            return folder
-        except FileExistsError:
-            k += 1
+_reserve_folder = reserve_folder  # the name tests and older code use
 
 
 def _folder_label(label: str, taken: set[str]) -> str:
     """A sweep sub-run's folder name: `key=value`, made safe and unique."""
     safe = "".join(c if c.isalnum() or c in "_.=+-" else "_" for c in label)
+    safe = safe[:100]
     candidate, k = safe, 2
     while candidate in taken:
         candidate, k = f"{safe}-{k}", k + 1
@@ -264,33 +320,134 @@ def _folder_label(label: str, taken: set[str]) -> str:
     return candidate
 
 
-def _replace_folder(staging: pathlib.Path, out: pathlib.Path) -> None:
-    """Move the finished `staging` folder to `out`, replacing an earlier run."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(staging, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _markdown_number(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
+    if value is None:
+        return "n/a"
     return str(value)
 
 
+def _strict(value, path: str, notes: dict[str, str]):
+    """`value` with every non-finite float replaced by `None` (noted in `notes`)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        notes[path] = repr(value)
+        return None
+    if isinstance(value, dict):
+        return {
+            k: _strict(v, f"{path}.{k}" if path else str(k), notes)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_strict(v, f"{path}[{k}]", notes) for k, v in enumerate(value)]
+    return value
+
+
+def strict_json(value) -> str:
+    """`value` as strict JSON (no NaN/Infinity): a non-finite number becomes `null`,
+    and the top level gains `"non_finite": {"path": "inf", ...}` saying which."""
+    notes: dict[str, str] = {}
+    value = _strict(value, "", notes)
+    if notes and isinstance(value, dict):
+        value["non_finite"] = notes
+    return json.dumps(value, indent=2, allow_nan=False) + "\n"
+
+
+def _file_digest(path: pathlib.Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# Keys that only a simulated-data fit uses (left out of a data-file run's config.toml).
+_SIMULATED_ONLY = {
+    "data": (
+        "trajectories",
+        "length",
+        "measurement_noise",
+        "process_noise",
+        "x0_mean",
+        "x0_scale",
+        "input_scale",
+    ),
+    "system": ("model", "params"),
+}
+
+
+def _recorded(config: dict) -> dict:
+    """The config as written to `config.toml`: only what the run used."""
+    config = copy.deepcopy(config)
+    if config["kind"] == "fit" and config["data"]["file"] is not None:
+        for section, keys in _SIMULATED_ONLY.items():
+            for key in keys:
+                config[section].pop(key, None)
+    return config
+
+
+def _resolve_data_file(config: dict) -> dict:
+    """Make `data.file` absolute (a run folder reruns from anywhere) and check that
+    it is a readable regular file, before anything runs."""
+    if config["kind"] != "fit" or config["data"]["file"] is None:
+        return config
+    given = config["data"]["file"]
+    path = pathlib.Path(given).expanduser()
+    try:
+        path = path.resolve()
+    except (OSError, RuntimeError) as error:
+        raise ConfigError(
+            f"config key 'data.file': cannot resolve {given!r} ({error})."
+        ) from None
+    if not path.exists():
+        raise ConfigError(f"config key 'data.file': no such file {given!r}.")
+    if not path.is_file():
+        raise ConfigError(
+            f"config key 'data.file': {given!r} is not a regular file (a folder or a "
+            "device); give a .npz or .csv dataset."
+        )
+    config = copy.deepcopy(config)
+    config["data"]["file"] = str(path)
+    return config
+
+
+def _status_line(config: dict, metrics: dict) -> str:
+    if metrics["status"] == "complete":
+        return (
+            f"A `{config['kind']}` experiment, seed {config['seed']}, precision "
+            f"{config['precision']}. Rerun it with `dynsys run config.toml` (same "
+            "config and seed, same metrics)."
+        )
+    reason = metrics.get("stop_reason") or "stopped early"
+    return (
+        f"**Interrupted** ({metrics['signal']}): {reason}. This `{config['kind']}` "
+        f"experiment (seed {config['seed']}, precision {config['precision']}) is "
+        "incomplete: its metrics are those of the model kept when it stopped; "
+        "`dynsys run config.toml` runs it in full."
+    )
+
+
 def _write_single(
-    config: dict, folder: pathlib.Path, outcome: Outcome, seconds: float
+    config: dict,
+    folder: pathlib.Path,
+    outcome: Outcome,
+    seconds: float,
+    interrupts: Interrupts,
 ) -> ExperimentResult:
     from ._io import save
 
+    recorded = _recorded(config)
     metrics = dict(outcome.metrics)
+    metrics["status"] = "interrupted" if interrupts.interrupted else "complete"
+    metrics["signal"] = interrupts.name
+    metrics["precision"] = config["precision"]
+    if config["kind"] == "fit" and config["data"]["file"] is not None:
+        path = pathlib.Path(config["data"]["file"])
+        metrics["data_file"] = {"path": str(path), "sha256": _file_digest(path)}
     metrics["summary"] = outcome.summary
     metrics["timing"] = {**metrics.get("timing", {}), "total_seconds": seconds}
-    (folder / "config.toml").write_text(dump_toml(config))
-    (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (folder / "config.toml").write_text(dump_toml(recorded), encoding="utf-8")
+    (folder / "metrics.json").write_text(strict_json(metrics))
     (folder / "history.csv").write_text("\n".join(outcome.history) + "\n")
     save(folder / "model.dynsys", outcome.model)
     for name, writer in outcome.files.items():
@@ -302,11 +459,14 @@ def _write_single(
     lines = [f"# {config['name']}", ""]
     if config["description"]:
         lines += [config["description"], ""]
+    lines += [_status_line(config, metrics), "", *outcome.notes]
+    if "data_file" in metrics:
+        lines += [
+            "",
+            f"Data file: `{metrics['data_file']['path']}` (SHA-256 "
+            f"`{metrics['data_file']['sha256']}`).",
+        ]
     lines += [
-        f"A `{config['kind']}` experiment, seed {config['seed']}. Rerun it with "
-        "`dynsys run config.toml` (same config and seed, same metrics).",
-        "",
-        *outcome.notes,
         "",
         f"Headline ({outcome.summary_label}):",
         "",
@@ -323,66 +483,120 @@ def _write_single(
     text = "\n".join(lines)
     while "\n\n\n" in text:
         text = text.replace("\n\n\n", "\n\n")
-    (folder / "summary.md").write_text(text)
-    return ExperimentResult(folder, config, metrics, tuple(figures))
+    (folder / "summary.md").write_text(text, encoding="utf-8")
+    return ExperimentResult(folder, recorded, metrics, tuple(figures))
 
 
 def _run_single(
-    config: dict, folder: pathlib.Path, progress: bool, echo
+    config: dict,
+    folder: pathlib.Path,
+    progress: bool,
+    echo,
+    interrupts: Interrupts | None = None,
 ) -> ExperimentResult:
     from ._experiment_kinds import RUNNERS
 
+    interrupts = Interrupts() if interrupts is None else interrupts
     start = time.perf_counter()
     outcome = RUNNERS[config["kind"]](config, progress=progress, echo=echo)
-    return _write_single(config, folder, outcome, time.perf_counter() - start)
+    return _write_single(
+        config, folder, outcome, time.perf_counter() - start, interrupts
+    )
 
 
 def _run_sweep(
-    config: dict, folder: pathlib.Path, progress: bool, echo
+    config: dict,
+    folder: pathlib.Path,
+    progress: bool,
+    echo,
+    interrupts: Interrupts | None = None,
 ) -> ExperimentResult:
-    from . import plot
-
+    """One run per value; a signal stops the sweep after the sub-run it hit (which is
+    kept, marked interrupted, when it got as far as writing its folder)."""
+    interrupts = Interrupts() if interrupts is None else interrupts
     key, values = config["sweep"]["key"], config["sweep"]["values"]
-    runs = []
+    runs: list[ExperimentResult] = []
     taken: set[str] = set()
     for (label, single), value in zip(expand_sweep(config), values):
         label = _folder_label(label, taken)
         echo(f"sweep {key} = {value!r} -> {label}/")
         sub = folder / label
         sub.mkdir()
-        runs.append(_run_single(single, sub, progress, echo))
+        write_marker(sub, "a sweep's sub-run")
+        try:
+            runs.append(_run_single(single, sub, progress, echo, interrupts))
+        except KeyboardInterrupt:
+            shutil.rmtree(sub, ignore_errors=True)
+            if not runs or not interrupts.interrupted:
+                raise
+        if interrupts.interrupted:
+            echo(f"sweep {key}: interrupted ({interrupts.name}); stopping the sweep")
+            break
+    return _write_sweep(config, folder, runs, interrupts)
+
+
+def _write_sweep(
+    config: dict, folder: pathlib.Path, runs: list, interrupts: Interrupts
+) -> ExperimentResult:
+    from . import plot
+
+    key, values = config["sweep"]["key"], config["sweep"]["values"]
+    done = values[: len(runs)]
     labels = list(runs[0].metrics["summary"])
     table = {label: [r.metrics["summary"][label] for r in runs] for label in labels}
     figure = plot.sweep(
-        key, values, table, ylabel=_summary_label(config), title=config["name"]
+        key, done, table, ylabel=_summary_label(config), title=config["name"]
     )
     figure.savefig(folder / "sweep.png", dpi=100)
+    status = "interrupted" if interrupts.interrupted else "complete"
     metrics = {
+        "status": status,
+        "signal": interrupts.name,
+        "precision": config["precision"],
         "sweep": {"key": key, "values": values},
         "runs": [
-            {"value": v, "folder": r.path.name, "summary": r.metrics["summary"]}
-            for v, r in zip(values, runs)
+            {
+                "value": v,
+                "folder": r.path.name,
+                "status": r.metrics["status"],
+                "summary": r.metrics["summary"],
+            }
+            for v, r in zip(done, runs)
         ],
+        "not_run": values[len(runs) :],
     }
-    (folder / "config.toml").write_text(dump_toml(config))
-    (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    recorded = _recorded(config)
+    (folder / "config.toml").write_text(dump_toml(recorded), encoding="utf-8")
+    (folder / "metrics.json").write_text(strict_json(metrics))
     lines = [f"# {config['name']}: sweep of `{key}`", ""]
     if config["description"]:
         lines += [config["description"], ""]
+    if interrupts.interrupted:
+        lines += [
+            f"**Interrupted** ({interrupts.name}): the sweep stopped after "
+            f"{len(runs)} of {len(values)} values; the last run below is marked.",
+            "",
+        ]
     lines += [
-        f"One `{config['kind']}` run per value of `{key}` (seed {config['seed']}); "
-        "each sub-folder is a complete run folder.",
+        f"One `{config['kind']}` run per value of `{key}` (seed {config['seed']}, "
+        f"precision {config['precision']}); each sub-folder is a run folder.",
         "",
-        f"| {key} | " + " | ".join(labels) + " | run |",
-        "|" + " --- |" * (len(labels) + 2),
+        f"| {key} | " + " | ".join(labels) + " | status | run |",
+        "|" + " --- |" * (len(labels) + 3),
     ]
-    for value, run in zip(values, runs):
+    for value, run in zip(done, runs):
         cells = " | ".join(_markdown_number(run.metrics["summary"][k]) for k in labels)
-        lines.append(f"| {value} | {cells} | [{run.path.name}]({run.path.name}/) |")
+        lines.append(
+            f"| {value} | {cells} | {run.metrics['status']} | "
+            f"[{run.path.name}]({run.path.name}/) |"
+        )
+    for value in values[len(runs) :]:
+        blanks = " | ".join("" for _ in labels)
+        lines.append(f"| {value} | {blanks} | not run | |")
     lines += ["", "![sweep](sweep.png)", ""]
-    (folder / "summary.md").write_text("\n".join(lines))
+    (folder / "summary.md").write_text("\n".join(lines), encoding="utf-8")
     return ExperimentResult(
-        folder, config, metrics, (folder / "sweep.png",), tuple(runs)
+        folder, recorded, metrics, (folder / "sweep.png",), tuple(runs)
     )
 
 
@@ -402,6 +616,22 @@ def _rebase(result: ExperimentResult, old: pathlib.Path, new: pathlib.Path):
         figures=tuple(move(p) for p in result.figures),
         runs=tuple(_rebase(r, old, new) for r in result.runs),
     )
+
+
+def _out_root(out_root: "str | os.PathLike") -> pathlib.Path:
+    root = pathlib.Path(out_root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        why = error.strerror.lower() if error.strerror else str(error)
+        raise ValueError(
+            f"run_experiment(out_root=...): cannot create {str(root)!r} ({why})."
+        ) from None
+    if not os.access(root, os.W_OK):
+        raise ValueError(
+            f"run_experiment(out_root=...): {str(root)!r} is not writable."
+        )
+    return root
 
 
 def run_experiment(
@@ -427,10 +657,17 @@ def run_experiment(
 
     The folder (`out`, or `out_root/<name>-<timestamp>/`) holds `config.toml` (the
     resolved config), `metrics.json`, `history.csv`, `model.dynsys`, PNG figures and
-    `summary.md`. It is built aside and moved into place whole; a failed run leaves
-    nothing behind. A `[sweep]` table (`key = "section.key"`, `values = [...]`) runs
-    once per value into sub-folders and adds `sweep.png` and a summary table. Same
-    config and seed, same metrics (except `metrics["timing"]`).
+    `summary.md`. It is built aside (a hidden `.<folder>.partial-<pid>`) and moved
+    into place whole; a failed run leaves nothing behind, and what a killed process
+    left is removed by the next run in the same place. A `[sweep]` table (`key =
+    "section.key"`, `values = [...]`) runs once per value into sub-folders and adds
+    `sweep.png` and a summary table. Same config and seed, same metrics (except
+    `metrics["timing"]`), whichever way it is started: the run uses the config's
+    `precision` (float64 by default) and records it.
+
+    SIGTERM is handled like SIGINT (Ctrl-C): training stops and keeps its best
+    model, the folder is written and marked interrupted (`metrics["status"]`,
+    `summary.md`), and a sweep stops after that run.
 
     In a run of several processes (`jax.distributed`, `dynsys run --distributed`),
     every process computes, and only process 0 prints and writes the run folder;
@@ -441,7 +678,9 @@ def run_experiment(
     - `config`: a TOML file's path or the parsed TOML as a dict (see
         `resolve_config` and the experiments guide for every key).
     - `out_root`: where the timestamped run folder is made.
-    - `out`: an exact folder to write instead (an earlier run there is replaced).
+    - `out`: an exact folder to write instead. An earlier run folder there is
+        replaced; anything else (a folder dynsys did not write, a file, `.`, `..`)
+        is refused before anything runs.
     - `overrides`: config keys to set first, `{"fit.steps": 10}` or
         `["fit.steps=10"]` (as `dynsys run --set`).
     - `progress`: show progress bars.
@@ -455,7 +694,9 @@ def run_experiment(
 
     `ConfigError` (a `ValueError`) naming the key and what is allowed, for an
     invalid config, an unreadable `data.file`, or values that do not fit the model
-    (e.g. a `cost.target` of the wrong length).
+    (e.g. a `cost.target` of the wrong length); `ValueError` for an `out` or
+    `out_root` that cannot or may not be written; `KeyboardInterrupt` for a signal
+    that came before there was anything to keep (nothing is written then).
 
     **Example:**
 
@@ -469,35 +710,37 @@ def run_experiment(
     """
     if _elsewhere():  # several processes: only process 0 writes
         return _run_without_writing(config, overrides)
-    resolved = resolve_config(config, overrides)
+    import jax
+
+    resolved = _resolve_data_file(resolve_config(config, overrides))
     echo = echo if echo is not None else (lambda line: None)
     if out is None:
-        root = pathlib.Path(out_root)
-        root.mkdir(parents=True, exist_ok=True)
-        folder = _reserve_folder(root, resolved["name"])
-        reserved = True
+        root = _out_root(out_root)
     else:
-        folder = pathlib.Path(out)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        reserved = False
-    staging = folder.with_name(f".{folder.name}.partial-{os.getpid()}")
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir()
-    try:
-        if "sweep" in resolved:
-            result = _run_sweep(resolved, staging, progress, echo)
-        else:
-            result = _run_single(resolved, staging, progress, echo)
-        if reserved:  # an empty folder of ours: renaming onto it is atomic
-            os.replace(staging, folder)
-        else:
-            _replace_folder(staging, folder)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if reserved:
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
+        out = check_out(out, "run_experiment(out=...)")
+        root = out.absolute().parent
+    clean_stale(root)
+    folder = staging = None
+    with catch_interrupts() as interrupts, jax.enable_x64(
+        resolved["precision"] == "float64"
+    ):
+        try:
+            folder = out if out is not None else reserve_folder(root, resolved["name"])
+            staging = staging_folder(folder)
+            if "sweep" in resolved:
+                result = _run_sweep(resolved, staging, progress, echo, interrupts)
+            else:
+                result = _run_single(resolved, staging, progress, echo, interrupts)
+            if out is None:  # an empty folder of ours: renaming onto it is atomic
+                os.replace(staging, folder)
+            else:
+                replace_folder(staging, folder, "run_experiment(out=...)")
+        except BaseException:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            if out is None and folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
     return _rebase(result, staging, folder)
 
 

@@ -5,6 +5,7 @@ Each runner takes a resolved config (see `_experiment._schema`) and returns an
 """
 
 import time
+import zipfile
 
 import numpy as np
 
@@ -82,6 +83,23 @@ def _loss_history(losses, extra: list[tuple[int, float]], name: str) -> list[str
     return lines
 
 
+def _detected(data) -> str:
+    """What the data hold: the state, input and output columns used."""
+
+    def part(count: int, what: str, names) -> str:
+        if not count:
+            return f"no {what}s"
+        return f"{count} {what}{'s' * (count != 1)} ({', '.join(names)})"
+
+    parts = [
+        part(data.state_size, "state", data.state_names),
+        part(data.input_size, "input", data.input_names),
+    ]
+    if getattr(data, "output_size", 0):
+        parts.append(part(data.output_size, "output", data.output_names))
+    return "Columns used: " + ", ".join(parts)
+
+
 def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     """Fit a linear (or stable linear) model to simulated or recorded data."""
     import jax
@@ -125,7 +143,7 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     else:
         try:
             data = dynsys.load_dataset(data_cfg["file"])
-        except ValueError as error:
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
             raise ConfigError(f"config key 'data.file': {error}") from None
         source = (
             f"{data_cfg['file']}: {data.num_trajectories} trajectories x "
@@ -148,11 +166,19 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     else:
         start_model = estimate
     if fit_cfg["loss"] == "shooting":
-        loss = dynsys.MultipleShooting(min(fit_cfg["horizon"], train_data.num_steps))
+        if fit_cfg["horizon"] > train_data.num_steps:
+            raise ConfigError(
+                f"config key 'fit.horizon': the shooting horizon {fit_cfg['horizon']} "
+                f"is longer than the trajectories ({train_data.num_steps} steps); "
+                f"choose a horizon <= {train_data.num_steps}."
+            )
+        loss = dynsys.MultipleShooting(fit_cfg["horizon"])
     else:
         loss = fit_cfg["loss"]
     held = "no held-out data" if val_data is None else f"{len(val_data.xs)} held out"
     echo(f"{config['name']}: {source}")
+    detected = _detected(data)
+    echo(f"  {detected}")
     echo(
         f"  {train_data.num_trajectories} for training, {held}; model "
         f"{fit_cfg['model']}, loss {fit_cfg['loss']}, {fit_cfg['steps']} Adam steps "
@@ -237,8 +263,9 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
         echo(f"  {label:<{label_width}}" + "".join(f"{v:>15.1f}" for v in row.values()))
     echo("")
     echo(
-        f"  fit time {fit_seconds:.1f} s ({fit_cfg['steps']} steps, including "
-        f"compilation); best step {result.best_step}"
+        f"  fit time {fit_seconds:.1f} s ({int(result.losses.shape[0])} of "
+        f"{fit_cfg['steps']} steps, including compilation); best step "
+        f"{result.best_step}"
     )
 
     metrics = {
@@ -292,7 +319,7 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
             result, title=f"{fit_cfg['loss']} loss ({fit_cfg['model']} model)"
         ),
     }
-    notes = [f"Data: {source}.", ""]
+    notes = [f"Data: {source}. {detected}.", ""]
     if result.stop_reason is not None:
         notes += [f"The fit stopped early: {result.stop_reason}.", ""]
     files = {}

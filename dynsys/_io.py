@@ -5,8 +5,10 @@ import hashlib
 import importlib.metadata
 import io
 import json
+import math
 import os
 import pathlib
+import stat
 import struct
 from typing import Any
 
@@ -39,7 +41,7 @@ def _class_name(model: Any) -> str:
 
 
 def _leaf_info(leaf) -> dict[str, Any]:
-    if isinstance(leaf, jax.Array | np.ndarray):
+    if isinstance(leaf, jax.Array | np.ndarray | jax.ShapeDtypeStruct):
         return {"shape": list(leaf.shape), "dtype": str(leaf.dtype)}
     return {"type": type(leaf).__name__}
 
@@ -58,11 +60,59 @@ def _fields(model) -> dict[str, Any]:
     return fields
 
 
+def _describe(value) -> Any:
+    """A JSON-able description of a static setting, equal for equal settings."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, list | tuple):
+        return [_describe(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _describe(v) for k, v in value.items()}
+    if isinstance(value, np.dtype):
+        return str(value)
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    if callable(value) and isinstance(name, str) and not isinstance(value, eqx.Module):
+        return f"{getattr(value, '__module__', None) or ''}.{name}"
+    return type(value).__qualname__
+
+
+def _static_settings(model: PyTree) -> dict[str, Any]:
+    """Every static field (bound, activation, use_time, sizes...) and every
+    non-array leaf of `model`, by path (`"layers[0].activation"`)."""
+    settings: dict[str, Any] = {}
+
+    def walk(node, path: str) -> None:
+        if isinstance(node, eqx.Module):
+            for field in dataclasses.fields(node):
+                value = getattr(node, field.name, None)
+                where = f"{path}.{field.name}" if path else field.name
+                if field.metadata.get("static", False):
+                    settings[where] = _describe(value)
+                else:
+                    walk(value, where)
+        elif isinstance(node, list | tuple):
+            for k, item in enumerate(node):
+                walk(item, f"{path}[{k}]")
+        elif isinstance(node, dict):
+            for k, item in node.items():
+                walk(item, f"{path}[{k!r}]")
+        elif node is None or eqx.is_array_like(node):
+            return
+        else:
+            settings[path] = _describe(node)
+
+    walk(model, "")
+    return settings
+
+
 def save(path: str | os.PathLike, model: PyTree) -> None:
     """Save `model` (an equinox module or any pytree of arrays) to `path`.
 
     The file is a magic line, a JSON header (class, field shapes and dtypes, the
-    dynsys version, a checksum) and the leaves as written by
+    static settings such as `bound`, activation or widths, the dynsys version, a
+    checksum) and the leaves as written by
     `eqx.tree_serialise_leaves`; nothing is pickled. It is written to a temporary
     file which is then renamed, so `path` never holds half a model.
 
@@ -87,6 +137,7 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
         "dynsys_version": importlib.metadata.version("dynsys"),
         "class": _class_name(model),
         "leaves": [_leaf_info(leaf) for leaf in jax.tree.leaves(model)],
+        "static": _static_settings(model),
         "payload_bytes": len(payload),
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
     }
@@ -97,58 +148,243 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
     _write_atomic(pathlib.Path(path), content)
 
 
+# Bounds on what a model file may claim, checked before anything is allocated.
+_MAX_HEADER_BYTES = 64 << 20
+_MAX_RANK = 32
+_NUMERIC_KINDS = "biufc"
+
+
 def _read(path: pathlib.Path) -> tuple[dict[str, Any], bytes]:
+    """Read and check a model file: a regular file only (never a FIFO or device,
+    even through a symbolic link), at most as many bytes as its header promises."""
+
     def fail(why: str) -> ValueError:
         return ValueError(f"load(path={str(path)!r}): {why}")
 
-    if not path.exists():
-        raise fail("no such file.")
-    content = path.read_bytes()
-    if not content.startswith(_MAGIC):
-        raise fail(
-            "not a dynsys model file (it does not start with the dynsys header); "
-            "models are written by dynsys.save."
-        )
-    start = len(_MAGIC) + 8
-    if len(content) < start:
-        raise fail("the file is truncated (it ends inside the header).")
-    (length,) = struct.unpack("<Q", content[len(_MAGIC) : start])
-    if len(content) < start + length:
-        raise fail("the file is truncated (it ends inside the header).")
     try:
-        header = json.loads(content[start : start + length])
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise fail(f"the header is not valid JSON ({error}).") from None
-    if header.get("format") != "dynsys-model":
-        raise fail("not a dynsys model file (wrong format in the header).")
-    if header.get("format_version", 0) > _FORMAT_VERSION:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise fail("no such file.") from None
+    except OSError as error:
+        raise fail(f"cannot read it ({error.strerror or error}).") from None
+    if not stat.S_ISREG(info.st_mode):
+        what = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise fail(f"{what} (a model file is a regular file written by dynsys.save).")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise fail(f"cannot read it ({error.strerror or error}).") from None
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since the stat
+            raise fail("not a regular file.")
+        magic = f.read(len(_MAGIC))
+        if magic != _MAGIC:
+            raise fail(
+                "not a dynsys model file (it does not start with the dynsys header); "
+                "models are written by dynsys.save."
+            )
+        raw_length = f.read(8)
+        start = len(_MAGIC) + 8
+        if len(raw_length) < 8:
+            raise fail("the file is truncated (it ends inside the header).")
+        (length,) = struct.unpack("<Q", raw_length)
+        if start + length > size:
+            raise fail("the file is truncated (it ends inside the header).")
+        if length > _MAX_HEADER_BYTES:
+            raise fail(
+                f"the header claims {length} bytes (at most {_MAX_HEADER_BYTES})."
+            )
+        encoded = f.read(length)
+        if len(encoded) != length:
+            raise fail("the file is truncated (it ends inside the header).")
+        header = _parse_header(encoded, fail)
+        payload_bytes = header["payload_bytes"]
+        if payload_bytes != size - start - length:
+            raise fail(
+                f"the file is truncated or damaged: {size - start - length} bytes of "
+                f"leaves, the header says {payload_bytes}."
+            )
+        _check_leaves(header, fail)
+        payload = f.read(payload_bytes + 1)
+    if len(payload) != payload_bytes:
         raise fail(
-            f"the file has format version {header['format_version']}, newer than "
-            f"this dynsys understands ({_FORMAT_VERSION}); upgrade dynsys."
-        )
-    payload = content[start + length :]
-    if len(payload) != header["payload_bytes"]:
-        raise fail(
-            f"the file is truncated or damaged: {len(payload)} bytes of leaves, "
-            f"the header says {header['payload_bytes']}."
+            f"the file is truncated or damaged: {len(payload)} bytes of leaves, the "
+            f"header says {payload_bytes}."
         )
     if hashlib.sha256(payload).hexdigest() != header["payload_sha256"]:
         raise fail("the file is damaged: the checksum of the leaves does not match.")
     return header, payload
 
 
-def _template(header: dict[str, Any]):
+def _parse_header(encoded: bytes, fail) -> dict[str, Any]:
+    try:
+        header = json.loads(encoded)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        why = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise fail(f"the header is not valid JSON ({why}).") from None
+    if not isinstance(header, dict) or header.get("format") != "dynsys-model":
+        raise fail("not a dynsys model file (wrong format in the header).")
+    version = header.get("format_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise fail(f"the header's format_version is {version!r}, not an integer.")
+    if version > _FORMAT_VERSION:
+        raise fail(
+            f"the file has format version {version}, newer than this dynsys "
+            f"understands ({_FORMAT_VERSION}); upgrade dynsys."
+        )
+    wanted = {
+        "class": str,
+        "leaves": list,
+        "payload_bytes": int,
+        "payload_sha256": str,
+    }
+    for key, kind in wanted.items():
+        value = header.get(key)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise fail(
+                f"the header's {key!r} is {type(value).__name__}, expected "
+                f"{kind.__name__} (the file is damaged or not written by dynsys)."
+            )
+    fields = header.get("fields")
+    if fields is not None and not isinstance(fields, dict):
+        raise fail("the header's 'fields' is not a table.")
+    static = header.get("static")
+    if static is not None and not isinstance(static, dict):
+        raise fail("the header's 'static' is not a table.")
+    return header
+
+
+def _array_spec(info: Any, where: str, fail) -> jax.ShapeDtypeStruct:
+    """The shape and dtype a header entry claims, checked (numeric dtypes only)."""
+    if not isinstance(info, dict):
+        raise fail(f"{where} is not a table in the header.")
+    shape, dtype = info.get("shape"), info.get("dtype")
+    if isinstance(shape, list) and len(shape) > _MAX_RANK:
+        raise fail(f"{where} has rank {len(shape)} in the header (at most {_MAX_RANK}).")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > _MAX_RANK
+        or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        )
+    ):
+        raise fail(f"{where} has shape {shape!r} in the header, not a list of sizes.")
+    try:
+        np_dtype = np.dtype(dtype) if isinstance(dtype, str) else None
+    except TypeError:
+        np_dtype = None
+    if np_dtype is None or np_dtype.kind not in _NUMERIC_KINDS:
+        raise fail(f"{where} has dtype {dtype!r} in the header, not a numeric dtype.")
+    return jax.ShapeDtypeStruct(tuple(shape), np_dtype)
+
+
+def _check_leaves(header: dict[str, Any], fail) -> None:
+    """The arrays the header claims must fit in the payload (checked before any
+    allocation: a small file cannot claim gigabytes)."""
+    claimed = 0
+    for k, info in enumerate(header["leaves"]):
+        if isinstance(info, dict) and "shape" in info:
+            spec = _array_spec(info, f"leaf {k}", fail)
+            claimed += math.prod(spec.shape) * spec.dtype.itemsize
+    for name, info in (header.get("fields") or {}).items():
+        if isinstance(info, dict) and "shape" in info:
+            _array_spec(info, f"field {name!r}", fail)
+    if claimed > header["payload_bytes"]:
+        raise fail(
+            f"the header claims {claimed} bytes of arrays but the file holds "
+            f"{header['payload_bytes']} (the file is damaged or hostile)."
+        )
+
+
+def _template(header: dict[str, Any], fail):
+    """A shape-only model of a built-in class, from the header's fields."""
     cls = _BUILTIN[header["class"]]
-    kwargs = {}
-    for name, info in header["fields"].items():
+    names = {field.name for field in dataclasses.fields(cls)}
+    fields = header.get("fields")
+    if not isinstance(fields, dict):
+        raise fail("the header has no 'fields' to rebuild the model from.")
+    unknown = sorted(set(fields) - names)
+    if unknown:
+        raise fail(
+            f"the header names a field {unknown[0]!r} that "
+            f"{header['class']} does not have."
+        )
+    arrays, statics = {}, {}
+    for name, info in fields.items():
         if info is None:
-            kwargs[name] = None
-        elif "static" in info:
-            kwargs[name] = info["static"]
+            statics[name] = None
+        elif isinstance(info, dict) and "static" in info:
+            statics[name] = info["static"]
         else:
-            dtype = jax.dtypes.canonicalize_dtype(np.dtype(info["dtype"]))
-            kwargs[name] = jnp.zeros(info["shape"], dtype)
-    return cls(**kwargs)
+            arrays[name] = _array_spec(info, f"field {name!r}", fail)
+    try:
+        return eqx.filter_eval_shape(lambda a: cls(**a, **statics), arrays)
+    except Exception as error:
+        raise fail(
+            f"the header's fields do not make a {header['class']} ("
+            f"{str(error).strip().splitlines()[0] if str(error).strip() else error})."
+        ) from None
+
+
+def _compare_static(header: dict[str, Any], like: PyTree) -> None:
+    """A template whose static settings differ from the file's is refused."""
+    saved = header.get("static")
+    if saved is None:  # a file from before static settings were recorded
+        return
+    have = _static_settings(like)
+    depth = lambda where: (where.count(".") + where.count("["), where)  # noqa: E731
+    for where in sorted(set(saved) | set(have), key=depth):
+        want, got = saved.get(where, "<missing>"), have.get(where, "<missing>")
+        if want != got:
+            raise ValueError(
+                f"load(like=...): like.{where} is {got!r}, but the model in the file "
+                f"has {want!r}; build like with the same settings."
+            )
+
+
+def _reader(fail):
+    """An `eqx.tree_deserialise_leaves` filter: read each array after checking its
+    own npy header against the template (shape, dtype, bytes left), so a payload
+    cannot make numpy allocate more than it holds."""
+
+    def read(f, like):
+        if not eqx.is_array_like(like) and not isinstance(like, jax.ShapeDtypeStruct):
+            return like
+        want_shape = tuple(np.shape(like)) if not hasattr(like, "shape") else like.shape
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        except ValueError as error:
+            raise fail(f"could not read the leaves ({error}).") from None
+        if dtype.hasobject or dtype.kind not in _NUMERIC_KINDS:
+            raise fail(f"a leaf has dtype {dtype} on disk, not a numeric dtype.")
+        if tuple(shape) != tuple(want_shape):
+            raise fail(
+                f"a leaf has shape {tuple(shape)} on disk but {tuple(want_shape)} in "
+                "the template."
+            )
+        want_dtype = getattr(like, "dtype", None)
+        if want_dtype is not None and np.dtype(want_dtype) != dtype:
+            raise ValueError(
+                f"load(like=...): a leaf has dtype {dtype} on disk but {want_dtype} "
+                "in like."
+            )
+        count = math.prod(shape)
+        data = f.read(count * dtype.itemsize)
+        if len(data) != count * dtype.itemsize:
+            raise fail("could not read the leaves (the payload ends inside a leaf).")
+        array = np.frombuffer(data, dtype).reshape(shape, order="F" if fortran else "C")
+        if isinstance(like, np.ndarray):
+            return array.copy()
+        if isinstance(like, jax.Array | jax.ShapeDtypeStruct):
+            return jnp.asarray(array)
+        return type(like)(array.item())
+
+    return read
 
 
 def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
@@ -156,8 +392,14 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
 
     The built-in models (`LinearSystem`, `StableLinearSystem`) load without a
     template. For any other class pass `like`, a model of the same class and
-    structure (its values are ignored); its leaves' shapes and dtypes must match the
-    file's.
+    structure (its values are ignored): its leaves' shapes and dtypes, and its
+    static settings (e.g. a controller's `bound`, activation, `use_time`), must
+    match the file's.
+
+    Untrusted files fail small: only a regular file is read (never a FIFO or a
+    device, even through a link), at most the bytes its header accounts for, and
+    the shapes the header claims are checked against the bytes present before
+    anything is allocated. Nothing is unpickled or imported.
 
     **Arguments:**
 
@@ -170,8 +412,10 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
 
     **Raises:**
 
-    `ValueError` for a missing, foreign, truncated or damaged file, a file written
-    from another class than `like`, or shapes that do not match `like`.
+    `ValueError` (one line) for a missing, foreign, truncated, damaged or hostile
+    file, a path that is not a regular file, a file written from another class than
+    `like`, or shapes, dtypes or static settings that do not match `like` (naming
+    the field).
 
     **Example:**
 
@@ -184,6 +428,11 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
     ```
     """
     path = pathlib.Path(path)
+    built = False
+
+    def fail(why: str) -> ValueError:
+        return ValueError(f"load(path={str(path)!r}): {why}")
+
     header, payload = _read(path)
     name = header["class"]
     if like is None:
@@ -192,28 +441,46 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
                 f"load(path={str(path)!r}): the file holds a {name}, which is not "
                 "built into dynsys; pass a template model of that class as like=."
             )
-        like = _template(header)
+        like = _template(header, fail)
+        built = True
     elif _class_name(like) != name:
         raise ValueError(
             f"load(like=...): the file holds a {name}, but like is a "
             f"{_class_name(like)}."
         )
+    else:
+        _compare_static(header, like)
     expected = header["leaves"]
     actual = [_leaf_info(leaf) for leaf in jax.tree.leaves(like)]
+    if built and [e.get("shape") if isinstance(e, dict) else e for e in expected] != [
+        a.get("shape") for a in actual
+    ]:
+        raise fail("the header's fields and leaves disagree (the file is damaged).")
     if len(expected) != len(actual):
         raise ValueError(
             f"load(like=...): the file has {len(expected)} leaves, like has "
             f"{len(actual)}."
         )
     for k, (want, have) in enumerate(zip(expected, actual)):
-        if want.get("shape") != have.get("shape"):
+        if not isinstance(want, dict) or want.get("shape") != have.get("shape"):
+            want_shape = want.get("shape", ()) if isinstance(want, dict) else want
             raise ValueError(
-                f"load(like=...): leaf {k} has shape {tuple(want.get('shape', ()))} in "
+                f"load(like=...): leaf {k} has shape {tuple(want_shape or ())} in "
                 f"the file but {tuple(have.get('shape', ()))} in like."
             )
+    stream = io.BytesIO(payload)
     try:
-        return eqx.tree_deserialise_leaves(io.BytesIO(payload), like)
-    except Exception as error:  # a damaged payload that passed the checksum
-        raise ValueError(
-            f"load(path={str(path)!r}): could not read the leaves ({error})."
-        ) from None
+        model = eqx.tree_deserialise_leaves(stream, like, filter_spec=_reader(fail))
+    except Exception as error:  # equinox wraps the reader's errors with the leaf path
+        cause = error
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        if isinstance(cause, ValueError) and str(cause).startswith("load("):
+            raise cause from None
+        raise fail(f"could not read the leaves ({cause}).") from None
+    if stream.tell() != len(payload):
+        raise fail(
+            f"the leaves end at byte {stream.tell()} of {len(payload)} (the file holds "
+            "more than the model)."
+        )
+    return model

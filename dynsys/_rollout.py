@@ -6,6 +6,7 @@ import numbers
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from ._adjoint import AbstractAdjoint, Autodiff
@@ -211,6 +212,61 @@ def rollout(
     traj.xs.shape  # (11, 2)
     ```
     """
+    num_steps = _check_num_steps(num_steps)
+    args = (system, controller, x0, inputs, t0, method, adjoint)
+    if _is_eager(args):
+        # Called outside any JAX transformation: run one compiled program, cached by
+        # the structure of the arguments (a fresh scan each call would recompile).
+        # Python numbers become arrays: as static arguments, 0 and 0.0 (or 1 and
+        # True) would share a cache entry.
+        if x0 is not None and not isinstance(x0, jax.Array | np.ndarray):
+            x0 = jnp.asarray(x0)
+        if inputs is not None and not isinstance(inputs, jax.Array | np.ndarray):
+            inputs = jnp.asarray(inputs)
+        if isinstance(t0, numbers.Number) and not isinstance(t0, bool):
+            t0 = jnp.asarray(t0)
+        run = _rollout_compiled
+    else:
+        run = _rollout
+    return run(
+        system,
+        x0,
+        num_steps,
+        controller=controller,
+        inputs=inputs,
+        t0=t0,
+        method=method,
+        adjoint=adjoint,
+    )
+
+
+def _is_eager(args) -> bool:
+    """True when no argument is being traced and their static parts are hashable
+    (so that `_rollout_compiled` can cache on them)."""
+    leaves = jax.tree.leaves(args)
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        return False
+    static = eqx.filter(args, eqx.is_array, inverse=True)
+    try:
+        hash(tuple(jax.tree.leaves(static)))
+    except TypeError:
+        return False
+    return True
+
+
+def _rollout(
+    system: AbstractSystem,
+    x0,
+    num_steps: int,
+    *,
+    controller: AbstractController | None,
+    inputs,
+    t0,
+    method: AbstractMethod | None,
+    adjoint: AbstractAdjoint,
+) -> Trajectory:
+    """The body of `rollout` (traced: under the caller's transformation, or once per
+    argument structure by `_rollout_compiled`)."""
     if not isinstance(system, AbstractSystem):
         raise TypeError(
             f"rollout(system=...): expected an AbstractSystem, got {type(system)}."
@@ -264,3 +320,8 @@ def rollout(
     unflatten = lambda a: a.reshape(batch_shape + a.shape[1:])  # noqa: E731
     us = None if us is None else unflatten(us)
     return Trajectory(ts=ts, xs=unflatten(xs), us=us, ys=unflatten(ys))
+
+
+# One compiled program per argument structure (array shapes and dtypes, static
+# fields, num_steps, method, adjoint): repeated eager calls reuse it.
+_rollout_compiled = eqx.filter_jit(_rollout)

@@ -1,7 +1,6 @@
 """The `dynsys` command."""
 
 import argparse
-import json
 import pathlib
 import sys
 import time
@@ -9,7 +8,31 @@ import time
 from . import __version__
 
 
+def _check_simulate_options(args: argparse.Namespace) -> None:
+    import math
+
+    for option, value, low in (("--steps", args.steps, 1), ("--batch", args.batch, 1)):
+        if value < low:
+            raise ValueError(f"{option}: expected an integer >= {low}, got {value}.")
+    if args.steps > 10**7 or args.batch * args.steps > 10**8:
+        raise ValueError(
+            f"--steps {args.steps} x --batch {args.batch}: at most 10^8 steps in all "
+            "(and --steps at most 10^7)."
+        )
+    for option, value in (("--x0-mean", args.x0_mean), ("--x0-scale", args.x0_scale)):
+        if not math.isfinite(value):
+            raise ValueError(f"{option}: expected a finite number, got {value}.")
+    if args.x0_scale < 0:
+        raise ValueError(f"--x0-scale: expected a number >= 0, got {args.x0_scale}.")
+    if not 0 <= args.seed < 2**63:
+        raise ValueError(f"--seed: expected an integer in [0, 2^63), got {args.seed}.")
+
+
 def _simulate(args: argparse.Namespace) -> int:
+    import logging
+    import os
+    import shutil
+
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -17,12 +40,17 @@ def _simulate(args: argparse.Namespace) -> int:
     import dynsys
     import dynsys.models as zoo
     from dynsys import plot
+    from dynsys._experiment import strict_json
+    from dynsys._run_folder import (
+        check_out,
+        clean_stale,
+        replace_folder,
+        staging_folder,
+    )
 
-    try:
-        system = zoo.get(args.model)
-    except ValueError as error:
-        print(f"dynsys simulate: {error}", file=sys.stderr)
-        return 2
+    _check_simulate_options(args)
+    system = zoo.get(args.model)
+    out = check_out(args.out, "--out")
     key_x0, key_u = jax.random.split(jax.random.key(args.seed))
     x0 = args.x0_mean + args.x0_scale * jax.random.normal(
         key_x0, (args.batch, system.state_size)
@@ -32,50 +60,69 @@ def _simulate(args: argparse.Namespace) -> int:
         inputs = 0.5 * jax.random.normal(
             key_u, (args.batch, args.steps, system.input_size)
         )
+    # A solver failure is raised from a callback, which JAX also logs with its
+    # traceback; the one line below says it all.
+    callback_logger = logging.getLogger("jax._src.callback")
+    level = callback_logger.level
+    callback_logger.setLevel(logging.CRITICAL)
     try:
         traj = dynsys.rollout(system, x0, args.steps, inputs=inputs)
         jax.block_until_ready(traj)
     except Exception as error:  # a solver failure is raised at run time
-        reason = str(error).strip().splitlines()[0]
-        print(
-            f"dynsys simulate: the rollout of {args.model} failed: {reason}\n"
-            "  Initial states are --x0-mean + --x0-scale * N(0, 1); models whose "
-            "states must stay positive (e.g. lotka_volterra) need a positive mean, "
-            "e.g. --x0-mean 2 --x0-scale 0.3.",
-            file=sys.stderr,
+        lines = [line.strip() for line in str(error).strip().splitlines()]
+        reason = next(
+            (line for line in lines if "failed" in line and "Traceback" not in line),
+            lines[0] if lines else type(error).__name__,
         )
-        return 2
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    unit = " (s)" if getattr(system, "dt", None) else " (steps)"
-    fig = plot.trajectory(
-        traj, time_label="t" + unit, title=f"{args.model}: {args.batch} trajectories"
-    )
-    figure_path = out / "trajectory.png"
-    fig.savefig(figure_path, dpi=120)
-    arrays = {"ts": traj.ts, "xs": traj.xs, "ys": traj.ys}
-    if traj.us is not None:
-        arrays["us"] = traj.us
-    np.savez(out / "trajectory.npz", **{k: np.asarray(v) for k, v in arrays.items()})
-    summary = {
-        "model": args.model,
-        "state_size": system.state_size,
-        "input_size": system.input_size,
-        "num_steps": args.steps,
-        "batch": args.batch,
-        "final_state_rms": float(jnp.sqrt(jnp.mean(traj.xs[..., -1, :] ** 2))),
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
-    print(f"wrote {figure_path}, {out / 'trajectory.npz'}, {out / 'summary.json'}")
+        if reason.startswith("equinox.") and ": " in reason:
+            reason = reason.split(": ", 1)[1]
+        raise ValueError(
+            f"the rollout of {args.model} failed: {reason} Initial states are "
+            "--x0-mean + --x0-scale * N(0, 1); models whose states must stay positive "
+            "(e.g. lotka_volterra) need a positive mean, e.g. --x0-mean 2 "
+            "--x0-scale 0.3."
+        ) from None
+    finally:
+        callback_logger.setLevel(level)
+    clean_stale(out.absolute().parent)
+    staging = staging_folder(out)
+    try:
+        unit = " (s)" if getattr(system, "dt", None) else " (steps)"
+        fig = plot.trajectory(
+            traj,
+            time_label="t" + unit,
+            title=f"{args.model}: {args.batch} trajectories",
+        )
+        fig.savefig(staging / "trajectory.png", dpi=120)
+        arrays = {"ts": traj.ts, "xs": traj.xs, "ys": traj.ys}
+        if traj.us is not None:
+            arrays["us"] = traj.us
+        np.savez(
+            staging / "trajectory.npz", **{k: np.asarray(v) for k, v in arrays.items()}
+        )
+        summary = {
+            "model": args.model,
+            "state_size": system.state_size,
+            "input_size": system.input_size,
+            "num_steps": args.steps,
+            "batch": args.batch,
+            "seed": args.seed,
+            "precision": str(traj.xs.dtype),
+            "final_state_rms": float(jnp.sqrt(jnp.mean(traj.xs[..., -1, :] ** 2))),
+        }
+        (staging / "summary.json").write_text(strict_json(summary))
+        replace_folder(staging, out, "--out")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    print(strict_json(summary), end="")
+    files = ("trajectory.png", "trajectory.npz", "summary.json")
+    print("wrote " + ", ".join(os.path.join(str(out), name) for name in files))
     return 0
 
 
 def _fit(args: argparse.Namespace) -> int:
     """`dynsys fit`: a fit experiment built from the options (see `_experiment`)."""
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
     import dynsys
 
     data = {
@@ -104,17 +151,26 @@ def _fit(args: argparse.Namespace) -> int:
         },
     }
     start = time.perf_counter()
-    try:
-        result = dynsys.run_experiment(
-            config, out=args.out, progress=not args.no_progress
-        )
-    except dynsys.ConfigError as error:
-        print(f"dynsys fit: {_option_names(str(error))}", file=sys.stderr)
-        return 2
-    written = sorted(p.name for p in result.path.iterdir())
+    result = dynsys.run_experiment(config, out=args.out, progress=not args.no_progress)
+    written = sorted(p.name for p in result.path.iterdir() if p.name != ".dynsys-run")
     print(f"  wrote {result.path}/: {', '.join(written)}")
     print(f"  total time {time.perf_counter() - start:.1f} s")
-    return 0
+    return _exit_status(result)
+
+
+def _exit_status(result) -> int:
+    """0, or 128 + the signal's number for a run stopped by SIGINT/SIGTERM."""
+    import signal
+
+    if result.metrics.get("status") != "interrupted":
+        return 0
+    name = result.metrics.get("signal") or "SIGINT"
+    print(
+        f"  interrupted ({name}): {result.path} holds the model kept when it "
+        "stopped, marked interrupted",
+        file=sys.stderr,
+    )
+    return 128 + int(getattr(signal, name, signal.SIGINT))
 
 
 _OPTIONS = {
@@ -128,13 +184,17 @@ _OPTIONS = {
     "'fit.lr'": "--lr",
     "'fit.ridge'": "--ridge",
     "'seed'": "--seed",
+    "run_experiment(out=...)": "--out",
 }
 
 
 def _option_names(message: str) -> str:
     """Name the command-line option rather than the config key it set."""
     for key, option in _OPTIONS.items():
-        message = message.replace(f"config key {key}", option)
+        if key.startswith("'"):
+            message = message.replace(f"config key {key}", option)
+        else:
+            message = message.replace(key, option)
     return message
 
 
@@ -142,26 +202,23 @@ def _run(args: argparse.Namespace) -> int:
     """`dynsys run CONFIG.toml`: one experiment (or sweep) into a run folder."""
     import dynsys
 
-    try:
-        result = _run_experiment(args)
-    except dynsys.ConfigError as error:
-        print(f"dynsys run: {error}", file=sys.stderr)
-        return 2
-    if not dynsys.is_main_process():
+    result = _run_experiment(args)
+    if not dynsys.is_main_process():  # process 0 reports
         return 0
     for run in result.runs:
         print(
             f"  {run.path.name}: "
-            + ", ".join(f"{k} {v:.4g}" for k, v in run.metrics["summary"].items())
+            + ", ".join(
+                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in run.metrics["summary"].items()
+            )
+            + (" (interrupted)" if run.metrics.get("status") == "interrupted" else "")
         )
-    return 0
+    return _exit_status(result)
 
 
 def _run_experiment(args: argparse.Namespace):
     """Run `args.config` with the run options; copy figures to `args.figures`."""
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
     import dynsys
 
     if getattr(args, "distributed", False):  # before any computation
@@ -235,7 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--x0-scale", type=float, default=1.0, help="spread of the initial states"
     )
-    simulate.add_argument("--out", default="runs/simulate", help="output folder")
+    simulate.add_argument(
+        "--out",
+        default="runs/simulate",
+        help="output folder (replaces only an earlier dynsys output folder)",
+    )
     simulate.set_defaults(handler=_simulate)
     fit = commands.add_parser(
         "fit",
@@ -271,7 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--noise", type=float, default=0.1, help="measurement noise")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--no-progress", action="store_true", help="no progress bar")
-    fit.add_argument("--out", default="runs/fit", help="output folder")
+    fit.add_argument(
+        "--out",
+        default="runs/fit",
+        help="output folder (replaces only an earlier dynsys run folder; any other "
+        "existing path is refused)",
+    )
     fit.set_defaults(handler=_fit)
     run = commands.add_parser(
         "run",
@@ -289,13 +355,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(error: BaseException) -> str:
+    text = " ".join(line.strip() for line in str(error).strip().splitlines())
+    return text or type(error).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The `dynsys` command. Bad input (a `ValueError` from the library, such as a
+    `ConfigError`, or a file that cannot be read or written) is one line on stderr
+    and exit status 2; an interrupt is 128 + the signal's number."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
-    return args.handler(args)
+    import signal
+    import zipfile
+
+    from ._interrupt import catch_interrupts
+
+    prefix = f"dynsys {args.command}"
+    try:
+        with catch_interrupts():
+            return args.handler(args)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+        print(f"{prefix}: {_option_names(_one_line(error))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as error:
+        name = error.args[0] if error.args else "SIGINT"
+        print(f"{prefix}: interrupted ({name}); nothing was written.", file=sys.stderr)
+        return 128 + int(getattr(signal, str(name), signal.SIGINT))
 
 
 if __name__ == "__main__":

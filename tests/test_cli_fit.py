@@ -11,6 +11,7 @@ from dynsys import cli
 
 
 FILES = {
+    ".dynsys-run",  # the marker: a later --out may replace this folder
     "config.toml",
     "model.dynsys",
     "metrics.json",

@@ -189,3 +189,13 @@ def test_overrides():
     # An override of an unknown key is caught by validation, naming it.
     with pytest.raises(dynsys.ConfigError, match=r"unknown config key 'fit.stepz'"):
         resolve(apply_overrides(raw, ["fit.stepz=1"]), SCHEMA)
+
+
+def test_dump_toml_round_trips_control_characters():
+    import tomllib
+
+    from dynsys._config import dump_toml
+
+    every = "".join(chr(c) for c in range(0x80)) + "é\u2028\U0001f600"
+    config = {"description": every, "section": {"key\nwith newline": "a\r\nb"}}
+    assert tomllib.loads(dump_toml(config)) == config

@@ -75,6 +75,7 @@ def test_fit_run_folder(tmp_path):
     result = _run(FIT, tmp_path)
     names = {p.name for p in result.path.iterdir()}
     assert names == {
+        ".dynsys-run",
         "config.toml",
         "metrics.json",
         "history.csv",
@@ -349,3 +350,55 @@ def test_folder_names_are_reserved_and_safe(tmp_path):
     assert _folder_label("Q=[1.0, 0.1]", taken) == "Q=_1.0__0.1_"
     assert _folder_label("Q=[1.0, 0.1]", taken) == "Q=_1.0__0.1_-2"
     assert _folder_label("loss=one_step", taken) == "loss=one_step"
+
+
+@pytest.mark.slow
+def test_the_precision_is_the_configs_not_the_sessions(tmp_path):
+    """`dynsys run` and `dynsys.run_experiment` from a float32 session give the same
+    metrics: the run computes in the config's precision, and records it."""
+    import jax
+
+    with jax.enable_x64(False):
+        in_float32_session = _run(FIT, tmp_path / "a")
+    in_float64_session = _run(FIT, tmp_path / "b")
+    assert _without_timing(in_float32_session.metrics) == _without_timing(
+        in_float64_session.metrics
+    )
+    assert in_float32_session.metrics["precision"] == "float64"
+    assert dynsys.load(in_float32_session.path / "model.dynsys").K.dtype == np.float64
+    single = _run({**FIT, "precision": "float32"}, tmp_path / "c")
+    assert dynsys.load(single.path / "model.dynsys").K.dtype == np.float32
+    written = tomllib.loads((single.path / "config.toml").read_text())
+    assert written["precision"] == "float32"
+
+
+def test_a_data_file_run_records_only_what_it_used_and_reruns_from_its_folder(
+    tmp_path, monkeypatch
+):
+    import hashlib
+
+    K = np.array([[0.9, 0.2], [-0.2, 0.9]])
+    data = dynsys.simulate(dynsys.LinearSystem(K), np.eye(2) + 0.5, 12)
+    monkeypatch.chdir(tmp_path)
+    data.save("d.npz")
+    config = {"kind": "fit", "data": {"file": "d.npz"}, "fit": {"steps": 3}}
+    result = _run(config, tmp_path, out="run")
+    written = tomllib.loads((result.path / "config.toml").read_text())
+    assert written["data"]["file"] == str(tmp_path / "d.npz")  # resolved
+    for key in ("trajectories", "length", "measurement_noise", "x0_scale"):
+        assert key not in written["data"]  # simulated-data keys were not used
+    assert "model" not in written["system"]
+    digest = hashlib.sha256((tmp_path / "d.npz").read_bytes()).hexdigest()
+    assert result.metrics["data_file"]["sha256"] == digest
+    summary = (result.path / "summary.md").read_text()
+    assert "2 states (x0, x1), no inputs" in summary and digest in summary
+    monkeypatch.chdir(result.path)  # rerun from inside the run folder
+    rerun = _run("config.toml", tmp_path, out=tmp_path / "rerun")
+    assert _without_timing(rerun.metrics) == _without_timing(result.metrics)
+
+
+def test_a_shooting_horizon_longer_than_the_data_is_refused(tmp_path):
+    config = {**FIT, "fit": {"steps": 3, "loss": "shooting", "horizon": 50}}
+    with pytest.raises(dynsys.ConfigError, match=r"'fit.horizon'.*longer than"):
+        _run(config, tmp_path)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
