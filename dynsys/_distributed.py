@@ -132,8 +132,23 @@ def initialize_distributed(
 
 
 def is_main_process() -> bool:
-    """`True` in process 0 (and in a run of one process): the one that writes files
-    and prints progress."""
+    """Whether this is process 0 (always, in a run of one process).
+
+    In a run of several processes every process computes, and by convention
+    process 0 alone prints, shows progress bars and writes files.
+
+    **Returns:**
+
+    `jax.process_index() == 0`.
+
+    **Example:**
+
+    ```python
+    result = dynsys.fit(model, data, progress=dynsys.is_main_process())
+    if dynsys.is_main_process():
+        dynsys.save("fitted.dynsys", result.model)
+    ```
+    """
     return jax.process_index() == 0
 
 
