@@ -80,8 +80,9 @@ def initialize_distributed(
     **Raises:**
 
     `ValueError` if only some of the three are given (by argument or environment),
-    or an environment variable is malformed; JAX's own errors if the processes
-    cannot connect within `initialization_timeout`.
+    if none is given and no launcher is found, or an environment variable is
+    malformed; JAX's own errors if the processes cannot connect within
+    `initialization_timeout`.
 
     **Example:**
 
@@ -119,16 +120,28 @@ def initialize_distributed(
             f"initialize_distributed(process_id=...): expected 0 <= process_id < "
             f"num_processes = {num_processes}, got {process_id}."
         )
-    if jax.config.jax_cpu_collectives_implementation in (None, "none"):
+    collectives = jax.config.jax_cpu_collectives_implementation
+    if collectives in (None, "none"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=coordinator_address,
-        num_processes=num_processes,
-        process_id=process_id,
-        local_device_ids=local_device_ids,
-        initialization_timeout=initialization_timeout,
-        coordinator_bind_address=coordinator_bind_address,
-    )
+    try:
+        jax.distributed.initialize(
+            coordinator_address=coordinator_address,
+            num_processes=num_processes,
+            process_id=process_id,
+            local_device_ids=local_device_ids,
+            initialization_timeout=initialization_timeout,
+            coordinator_bind_address=coordinator_bind_address,
+        )
+    except ValueError as error:
+        jax.config.update("jax_cpu_collectives_implementation", collectives)
+        if num_processes is not None:
+            raise
+        raise ValueError(
+            "initialize_distributed: no launcher found (Slurm srun, Open MPI mpirun, "
+            "Cloud TPU) and DYNSYS_COORDINATOR, DYNSYS_NUM_PROCESSES and "
+            "DYNSYS_PROCESS_ID are not set; start every process under a launcher or "
+            f"set the three variables (JAX: {error})"
+        ) from None
 
 
 def is_main_process() -> bool:

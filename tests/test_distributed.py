@@ -345,3 +345,35 @@ def _check_command_line_run(tmp_path: pathlib.Path) -> None:
     assert expected.keys() == got.keys() and len(expected) > 10
     for key, value in expected.items():
         np.testing.assert_allclose(got[key], value, rtol=1e-6, err_msg=key)
+
+
+def test_initialize_distributed_without_a_launcher():
+    # In a fresh process: JAX joins only before its backend starts.
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("DYNSYS_", "SLURM_", "OMPI_", "PMIX_", "JAX_COORD"))
+    }
+    code = (
+        "import jax, dynsys\n"
+        "try:\n"
+        "    dynsys.initialize_distributed()\n"
+        "except ValueError as error:\n"
+        "    print(error)\n"
+        "print(jax.distributed.is_initialized(), len(jax.devices()))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**env, "JAX_PLATFORMS": "cpu"},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(
+        "initialize_distributed: no launcher found (Slurm srun, Open MPI mpirun, "
+        "Cloud TPU) and DYNSYS_COORDINATOR, DYNSYS_NUM_PROCESSES and "
+        "DYNSYS_PROCESS_ID are not set"
+    ), result.stdout
+    assert lines[1].startswith("False "), result.stdout  # and JAX still works
