@@ -108,8 +108,8 @@ WORKER = (
         times = str(error)
     else:
         times = ""
-    np.savez(f"{out}/process-{process_id}.npz", times=times, K=whole.model.K, B=whole.model.B,
-             losses=whole.losses, K_batches=batches.model.K,
+    np.savez(f"{out}/process-{process_id}.npz", times=times, K=whole.model.K,
+             B=whole.model.B, losses=whole.losses, K_batches=batches.model.K,
              losses_batches=batches.losses, K_default=default.model.K,
              B_default=default.model.B, losses_default=default.losses,
              K_train=trained.final_model.K, losses_train=trained.losses,
