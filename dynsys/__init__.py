@@ -9,17 +9,14 @@ from ._adjoint import (
     LinearAdjoint as LinearAdjoint,
 )
 from ._config import ConfigError as ConfigError
+from ._control import from_control as from_control, to_control as to_control
 from ._controller import (
     AbstractController as AbstractController,
     LinearFeedback as LinearFeedback,
     MLPController as MLPController,
 )
 from ._cost import quadratic_cost as quadratic_cost, tracking_cost as tracking_cost
-from ._data import (
-    Dataset as Dataset,
-    load_dataset as load_dataset,
-    simulate as simulate,
-)
+from ._dataset import Dataset as Dataset
 from ._experiment import (
     ExperimentResult as ExperimentResult,
     resolve_config as resolve_config,
@@ -36,6 +33,7 @@ from ._layered import (
     LayeredController as LayeredController,
     StackedController as StackedController,
 )
+from ._load_dataset import load_dataset as load_dataset
 from ._method import (
     AbstractMethod as AbstractMethod,
     Chunked as Chunked,
@@ -59,16 +57,32 @@ from ._distributed import (
     initialize_distributed as initialize_distributed,
     is_main_process as is_main_process,
 )
+from ._response import (
+    frequency_response as frequency_response,
+    impulse_response as impulse_response,
+    Modes as Modes,
+    modes as modes,
+    step_response as step_response,
+)
 from ._rollout import rollout as rollout, Trajectory as Trajectory
 from ._sharding import (
     batch_sharding as batch_sharding,
     shard_batch as shard_batch,
 )
+from ._simulate import simulate as simulate
 from ._stable import StableLinearSystem as StableLinearSystem
+from ._subspace import (
+    fit_subspace as fit_subspace,
+    subspace_singular_values as subspace_singular_values,
+)
 from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
 from ._train import train as train, TrainResult as TrainResult
-
-# System identification (branch sysid)
+from ._validation import (
+    compare as compare,
+    Comparison as Comparison,
+    residual_analysis as residual_analysis,
+    Residuals as Residuals,
+)
 from ._x0 import estimate_x0 as estimate_x0
 
 

@@ -141,26 +141,33 @@ def _check_compatible(call: str, model: AbstractSystem, data: Dataset, name: str
         )
 
 
-def _batch(data: Dataset) -> dict:
-    """The arrays the loss reads, each with the experiments on its leading axis."""
+def _model_dtype(model):
+    leaves = jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array))
+    return jnp.result_type(*leaves) if leaves else jnp.result_type(float)
+
+
+def _batch(data: Dataset, dtype) -> dict:
+    """The arrays the loss reads, each with the experiments on its leading axis, in
+    the model's floating dtype (a float32 model is fitted in float32)."""
     N = data.num_trajectories
     batch = {"index": jnp.arange(N), "mask": jnp.asarray(step_mask(data))}
     if _has_outputs(data):
-        batch["ys"] = jnp.asarray(data.ys)
+        batch["ys"] = jnp.asarray(data.ys, dtype)
     else:
-        batch["xs"] = jnp.asarray(data.xs)
+        batch["xs"] = jnp.asarray(data.xs, dtype)
     if data.us is not None:
-        batch["us"] = jnp.asarray(data.us)
+        batch["us"] = jnp.asarray(data.us, dtype)
     return batch
 
 
 def _objective(loss, data, model, fit_x0, method, adjoint) -> FitObjective:
     if _has_outputs(data):
         batch_mask = jnp.asarray(step_mask(data))
-        weights = channel_weights(jnp.asarray(data.ys), batch_mask)
+        weights = channel_weights(jnp.asarray(data.ys, _model_dtype(model)), batch_mask)
         mode = "closed_form" if is_linear(model) else "trained"
         return FitObjective(loss, True, mode, method, adjoint, weights)
-    return FitObjective(loss, False, "fitted" if fit_x0 else "data", method, adjoint, None)
+    mode = "fitted" if fit_x0 else "data"
+    return FitObjective(loss, False, mode, method, adjoint, None)
 
 
 class _ValidationLoss(eqx.Module):
@@ -186,12 +193,12 @@ def _initial_x0s(objective: FitObjective, loss, data: Dataset, model):
     n = model.state_size
     N = data.num_trajectories
     if objective.x0 == "fitted":
-        xs = jnp.asarray(data.xs)
+        xs = jnp.asarray(data.xs, _model_dtype(model))
         if isinstance(loss, MultipleShooting):
             return xs[:, loss.starts(data.num_steps)]
         return xs[:, 0]
     if objective.x0 == "trained":
-        dtype = jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array))[0].dtype
+        dtype = _model_dtype(model)
         if isinstance(loss, MultipleShooting):
             return jnp.zeros((N, len(loss.starts(data.num_steps)), n), dtype)
         return jnp.zeros((N, n), dtype)
@@ -216,13 +223,14 @@ def _strategy(optimizer, objective, params, batch, batch_size, adjoint, rtol, at
     trainable = [leaf for leaf in jax.tree.leaves(params) if eqx.is_inexact_array(leaf)]
     num_params = sum(leaf.size for leaf in trainable)
     dtype = trainable[0].dtype
-    residuals = jax.eval_shape(objective.residuals, params, batch)
     if isinstance(adjoint, LinearAdjoint):
         # Levenberg–Marquardt builds its Jacobian in forward mode, which the
         # hand-written reverse pass of LinearAdjoint does not provide.
         default_rtol = tolerances(dtype)[0] if rtol is None else rtol
         return lbfgs_strategy(default_rtol), DEFAULT_MAX_STEPS["lbfgs"]
-    strategy, kind = default_strategy(residuals.size, num_params, dtype, rtol, atol)
+    strategy, kind = default_strategy(
+        objective.num_residuals(batch), num_params, dtype, rtol, atol
+    )
     return strategy, DEFAULT_MAX_STEPS[kind]
 
 
@@ -243,7 +251,10 @@ def _honest_stop_reason(result: TrainResult, default: bool) -> str | None:
     start, or a loss that grew by orders of magnitude."""
     if result.stop_reason is not None:
         if result.stop_reason.startswith("non-finite"):
-            return f"{result.stop_reason} (step {result.best_step}); {_suggestion(default)}"
+            return (
+                f"{result.stop_reason} (step {result.best_step}); "
+                f"{_suggestion(default)}"
+            )
         return result.stop_reason
     losses = result.losses
     finite = losses[np.isfinite(losses)]
@@ -284,6 +295,11 @@ def _predict(objective: FitObjective, model, x0s, batch):
     start = xs[:, 0] if x0s is None else (x0s if x0s.ndim == 2 else x0s[:, 0])
     free = rollout(linear, start, xs.shape[1] - 1, inputs=us).xs[:, 1:]
     return loss, free, one_step_predictions(linear, xs, us)
+
+
+@eqx.filter_jit
+def _initial_states(objective: FitObjective, model, batch):
+    return objective.initial_states(model, batch)
 
 
 def _masked_nrmse(y, y_hat, mask) -> float:
@@ -484,7 +500,7 @@ def fit(
             )
 
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
-    batch = _batch(data)
+    batch = _batch(data, _model_dtype(model))
     x0s = _initial_x0s(objective, loss, data, model)
     params = (model, x0s)
     strategy, default_steps = _strategy(
@@ -493,7 +509,8 @@ def fit(
     evaluator = None
     if val_data is not None:
         val_objective = _objective(loss, val_data, model, False, method, adjoint)
-        evaluator = _ValidationLoss(val_objective, _batch(val_data))
+        val_batch = _batch(val_data, _model_dtype(model))
+        evaluator = _ValidationLoss(val_objective, val_batch)
     result = optimise(
         objective,
         strategy,
@@ -515,7 +532,7 @@ def fit(
 
     best_model, best_x0s = result.model
     if objective.x0 == "closed_form":
-        best_x0s = eqx.filter_jit(objective.initial_states)(best_model, batch)
+        best_x0s = _initial_states(objective, best_model, batch)
     metrics = {"train": _metrics(objective, best_model, best_x0s, batch)}
     if val_data is not None:
         metrics["validation"] = _metrics(

@@ -86,9 +86,10 @@ def channel_weights(
     """$1 / \\mathrm{var}_c$ of each output channel over the valid steps (1 for a
     constant channel)."""
     valid = mask[..., None]
-    count = jnp.sum(mask)
+    count = jnp.sum(mask).astype(ys.dtype)
     mean = jnp.sum(jnp.where(valid, ys, 0.0), axis=(0, 1)) / count
-    var = jnp.sum(jnp.where(valid, (ys - mean) ** 2, 0.0), axis=(0, 1)) / count
+    var = jnp.sum(jnp.where(valid, (ys - mean[None, None]) ** 2, 0.0), axis=(0, 1))
+    var = var / count
     return jnp.where(var > 0, 1.0 / jnp.where(var > 0, var, 1.0), 1.0)
 
 
@@ -157,6 +158,19 @@ class FitObjective(AbstractObjective):
     def loss(self, params, batch):
         return jnp.sum(self.residuals(params, batch) ** 2)
 
+    def num_residuals(self, batch) -> int:
+        """The length of the residual vector on `batch` (without tracing)."""
+        mask = batch["mask"]
+        N, T = mask.shape
+        width = batch["ys"].shape[-1] if self.outputs else batch["xs"].shape[-1]
+        x0_rows = 1 if self.x0 == "fitted" else 0
+        if isinstance(self.kind, MultipleShooting):
+            windows = len(self.kind.starts(T))
+            return N * windows * (self.kind.horizon + x0_rows) * width
+        if self.kind == "one_step":
+            return N * T * width
+        return N * (T + x0_rows) * width
+
     def _rollout(self, model, x0, num_steps, inputs, t0=0):
         return rollout(
             model,
@@ -200,7 +214,8 @@ class FitObjective(AbstractObjective):
         )
         parts = [(predicted[:, :, 1:] - x_windows[:, :, 1:], m_windows)]
         if x0s is not None:
-            parts.append((predicted[:, :, :1] - x_windows[:, :, :1], m_windows[..., :1]))
+            first = predicted[:, :, :1] - x_windows[:, :, :1]
+            parts.append((first, m_windows[..., :1]))
         return _scaled(parts, n)
 
     # ----- outputs ----------------------------------------------------------------
@@ -225,8 +240,8 @@ class FitObjective(AbstractObjective):
             predicted = self._predict_outputs(model, x0s, ys, us, mask, None)
             errors, valid = predicted - ys, mask
         root = jnp.sqrt(self.weights)
-        count = jnp.maximum(jnp.sum(mask), 1)
-        r = jnp.where(valid[..., None], errors * root, 0.0)
+        count = jnp.maximum(jnp.sum(mask), 1).astype(errors.dtype)
+        r = jnp.where(valid[..., None], errors * root[None, None], 0.0)
         return r.reshape(-1) / jnp.sqrt(p * count)
 
     def _predict_outputs(self, model, x0s, ys, us, mask, t0s):
@@ -291,7 +306,8 @@ def _scaled(parts, n: int):
     scaled so that the sum of squares is their mean over the valid entries."""
     count = sum(jnp.sum(valid) for _, valid in parts) * n
     flat = [jnp.where(valid[..., None], e, 0.0).reshape(-1) for e, valid in parts]
-    return jnp.concatenate(flat) / jnp.sqrt(jnp.maximum(count, 1))
+    r = jnp.concatenate(flat)
+    return r / jnp.sqrt(jnp.maximum(count, 1).astype(r.dtype))
 
 
 def one_step_predictions(model, xs, us):

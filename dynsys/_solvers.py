@@ -10,7 +10,9 @@ steps:
 - `step(objective, params, static, state, batch)`: one update, returning
     `(loss, finite, new_params, new_state, converged)`, where `loss` is the loss of
     `params` (the model before the update);
-- `end(state)`: back to the carried state.
+- `end(state)`: back to the carried state;
+- `warmup`: whether each chunk starts with one extra step that only prepares the
+    state (its outputs are not recorded).
 """
 
 from typing import Any
@@ -71,6 +73,7 @@ class OptaxStrategy(eqx.Module):
     name: str = eqx.field(static=True)
     rtol: float | None = eqx.field(static=True, default=None)
     patience: int = eqx.field(static=True, default=3)
+    warmup: bool = eqx.field(static=True, default=False)
 
     def init(self, params):
         state = self.optimizer.init(params)
@@ -137,6 +140,8 @@ class LevenbergMarquardtStrategy(eqx.Module):
     rtol: float = eqx.field(static=True)
     atol: float = eqx.field(static=True)
     name: str = eqx.field(static=True, default="Levenberg–Marquardt (optimistix)")
+    # Each chunk starts with one step whose loss is not recorded (see begin).
+    warmup: bool = eqx.field(static=True, default=True)
 
     def _solver(self):
         return optx.LevenbergMarquardt(
@@ -153,14 +158,13 @@ class LevenbergMarquardtStrategy(eqx.Module):
         solver = self._solver()
         f_struct = jax.eval_shape(lambda: fn(params, batch)[0])
         state = solver.init(fn, params, batch, {}, f_struct, None, frozenset())
-        state = eqx.tree_at(
-            lambda s: s.search_state.step_size,
-            state,
-            step_size.astype(state.search_state.step_size.dtype),
-        )
-        _, state, _ = solver.step(fn, params, batch, {}, state, frozenset())
-        state = eqx.tree_at(lambda s: s.terminate, state, state.terminate | terminate)
-        return state
+        # The carried step size has the parameters' dtype (optimistix starts from a
+        # default-precision 1.0, which would promote float32 parameters).
+        state = eqx.tree_at(lambda s: s.search_state.step_size, state, step_size)
+        # The chunk's first (warm-up) step evaluates the residuals and Jacobian at
+        # `params` and accepts them; `terminate` carries a convergence seen at the end
+        # of the previous chunk through it.
+        return eqx.tree_at(lambda s: s.terminate, state, terminate)
 
     def end(self, state):
         return (state.search_state.step_size, state.terminate)
@@ -174,12 +178,19 @@ class LevenbergMarquardtStrategy(eqx.Module):
         new_params, new_state, _ = self._solver().step(
             fn, params, batch, {}, state, frozenset()
         )
+        carried = state.first_step & state.terminate
+        new_state = eqx.tree_at(
+            lambda s: s.terminate, new_state, new_state.terminate | carried
+        )
         return loss, finite, new_params, new_state, converged
 
 
 # The default optimiser: Levenberg–Marquardt while its Jacobian (residuals x
-# parameters) has at most this many entries (128 MiB in float64), else L-BFGS.
+# parameters) has at most this many entries (128 MiB in float64) and the model at
+# most PARAMETER_LIMIT trained parameters (each step costs one forward-mode
+# derivative per parameter and a QR of the Jacobian), else L-BFGS.
 JACOBIAN_LIMIT = 2**24
+PARAMETER_LIMIT = 256
 DEFAULT_MAX_STEPS = {"lm": 200, "lbfgs": 1000, "optax": 1000}
 
 
@@ -195,7 +206,8 @@ def default_strategy(
     default_rtol, default_atol = tolerances(dtype)
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
-    if num_residuals * num_params <= JACOBIAN_LIMIT:
+    small = num_residuals * num_params <= JACOBIAN_LIMIT
+    if num_params <= PARAMETER_LIMIT and small:
         return LevenbergMarquardtStrategy(rtol, atol), "lm"
     return lbfgs_strategy(rtol), "lbfgs"
 

@@ -146,7 +146,7 @@ def _run_chunk(
 
     def body(loop, x):
         params, dynamic, best, stopped = loop
-        k, index = x
+        k, index, warm = x
 
         def run(_):
             state = eqx.combine(dynamic, state_static)
@@ -154,6 +154,8 @@ def _run_chunk(
             loss, finite, new_params, new_state, converged = strategy.step(
                 objective, params, static, state, batch
             )
+            finite = finite | warm
+            converged = converged & jnp.logical_not(warm)
             apply = finite & jnp.logical_not(converged)
             new_params = _tree_where(apply, new_params, params)
             new_dynamic = _tree_where(
@@ -162,7 +164,7 @@ def _run_chunk(
             best_loss, best_step, best_params = best
             new_best = best
             if track_best:
-                better = jnp.isfinite(loss) & (loss < best_loss)
+                better = jnp.isfinite(loss) & (loss < best_loss) & jnp.logical_not(warm)
                 new_best = (
                     jnp.where(better, loss, best_loss).astype(best_loss.dtype),
                     jnp.where(better, k, best_step),
@@ -181,8 +183,18 @@ def _run_chunk(
 
         return jax.lax.cond((k < end) & jnp.logical_not(stopped), run, skip, None)
 
+    warm = jnp.zeros(ks.shape, bool)
+    if strategy.warmup:
+        ks = jnp.concatenate([ks[:1], ks])
+        warm = jnp.concatenate([jnp.ones(1, bool), warm])
+        if indices is not None:
+            indices = jnp.concatenate([indices[:1], indices])
     loop = (params, dynamic, best, jnp.array(False))
-    (params, dynamic, best, _), outputs = jax.lax.scan(body, loop, (ks, indices))
+    (params, dynamic, best, _), outputs = jax.lax.scan(
+        body, loop, (ks, indices, warm)
+    )
+    if strategy.warmup:
+        outputs = jax.tree.map(lambda v: v[1:], outputs)
     carry = strategy.end(eqx.combine(dynamic, state_static))
     return params, carry, best, outputs
 
@@ -285,7 +297,8 @@ def optimise(
         chunk = 1
     if evaluator is not None:
         chunk = min(chunk, eval_every)
-    chunk = min(chunk, num_steps)
+    # Not shortened to num_steps: the chunk's length is part of what is compiled,
+    # and steps past num_steps are skipped at run time.
 
     bar = None
     if progress:

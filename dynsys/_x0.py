@@ -125,6 +125,13 @@ def estimate_x0(model: AbstractSystem, data) -> Float[Array, "N n"]:
                 f"for linear models only, got {type(model).__name__} and data "
                 "without states; pass x0 explicitly, or fit it (dynsys.fit)."
             )
+        if s.xs.shape[-1] != model.state_size:
+            raise ValueError(
+                f"{call}(model=..., data=...): the model is not linear, so its initial "
+                f"states are the data's measured states, but those have "
+                f"{s.xs.shape[-1]} columns and the model's state_size is "
+                f"{model.state_size}."
+            )
         return s.xs[:, 0]
     if s.from_states:
         linear = LinearSystem(linear.K, linear.B, offset=linear.offset)

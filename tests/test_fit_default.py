@@ -1,0 +1,277 @@
+"""fit's default optimiser (Levenberg–Marquardt / L-BFGS), honest stop reasons, no
+recompilation across calls, and the options passed through to rollout and train."""
+
+import warnings
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import dynsys
+import dynsys._solvers
+
+
+K_TRUE = 0.95 * np.array([[np.cos(0.3), -np.sin(0.3)], [np.sin(0.3), np.cos(0.3)]])
+B_TRUE = np.array([[0.0], [1.0]])
+
+
+def _data(dtype=jnp.float64, noise=0.0, N=4, T=20, seed=0):
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    system = dynsys.LinearSystem(K_TRUE.astype(dtype), B_TRUE.astype(dtype))
+    return dynsys.simulate(
+        system,
+        jax.random.normal(k1, (N, 2), dtype),
+        T,
+        inputs=jax.random.normal(k2, (N, T, 1), dtype),
+        measurement_noise=noise,
+        key=k3,
+    )
+
+
+def _start(dtype=jnp.float64):
+    return dynsys.LinearSystem(
+        (0.5 * np.eye(2)).astype(dtype), np.zeros((2, 1), dtype)
+    )
+
+
+@pytest.mark.parametrize("dtype, atol", [(jnp.float32, 2e-4), (jnp.float64, 1e-9)])
+def test_default_is_levenberg_marquardt_and_recovers_the_truth(dtype, atol):
+    result = dynsys.fit(_start(dtype), _data(dtype), progress=False)
+    assert result.optimizer.startswith("Levenberg–Marquardt")
+    assert result.converged and result.stop_reason is None
+    assert result.steps_run < 100
+    assert result.model.K.dtype == dtype
+    np.testing.assert_allclose(result.model.K, K_TRUE, atol=atol)
+    np.testing.assert_allclose(result.model.B, B_TRUE, atol=atol)
+
+
+@pytest.mark.parametrize("dtype, atol", [(jnp.float32, 2e-4), (jnp.float64, 1e-9)])
+def test_default_one_step_fit_equals_the_closed_form_least_squares(dtype, atol):
+    """The one-step loss is minimised exactly by fit_least_squares: an independent
+    reference for the optimiser's result on noisy data."""
+    data = _data(dtype, noise=0.1)
+    estimate = dynsys.fit_least_squares(data)
+    result = dynsys.fit(_start(dtype), data, loss="one_step", progress=False)
+    assert result.converged
+    np.testing.assert_allclose(result.model.K, estimate.K, atol=atol)
+    np.testing.assert_allclose(result.model.B, estimate.B, atol=atol)
+
+
+def test_lbfgs_above_the_jacobian_limit(monkeypatch):
+    monkeypatch.setattr(dynsys._solvers, "JACOBIAN_LIMIT", 0)
+    data = _data(noise=0.1)
+    estimate = dynsys.fit_least_squares(data)
+    result = dynsys.fit(_start(), data, loss="one_step", progress=False)
+    assert result.optimizer.startswith("L-BFGS")
+    assert result.converged and result.stop_reason is None
+    np.testing.assert_allclose(result.model.K, estimate.K, atol=1e-6)
+
+
+def test_levenberg_marquardt_iterates_do_not_depend_on_the_chunking():
+    """One step per dispatch (a callback) and many steps per dispatch give the same
+    losses: the restart at each chunk reuses the trust-region state exactly."""
+    data = _data(noise=0.1)
+    seen = []
+    chunked = dynsys.fit(_start(), data, num_steps=12, progress=False)
+    stepwise = dynsys.fit(
+        _start(),
+        data,
+        num_steps=12,
+        progress=False,
+        callback=lambda step, model, loss: seen.append(step),
+    )
+    assert seen == list(range(stepwise.steps_run))
+    np.testing.assert_allclose(stepwise.losses, chunked.losses, rtol=1e-10)
+
+
+def test_too_large_adam_learning_rate_warns_once():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = dynsys.fit(
+            _start(),
+            _data(),
+            optimizer=optax.adam(3.0),
+            num_steps=60,
+            progress=False,
+        )
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1, messages
+    assert "orders of magnitude" in messages[0]
+    assert "optimizer=None" in result.stop_reason
+    assert "orders of magnitude" in result.stop_reason
+
+
+def test_no_better_than_the_start_warns():
+    # Starting at the exact minimum, every Adam step moves away from it.
+    true = dynsys.LinearSystem(K_TRUE, B_TRUE)
+    with pytest.warns(UserWarning, match="no better than the start") as caught:
+        result = dynsys.fit(
+            true, _data(), optimizer=optax.adam(1e-2), num_steps=20, progress=False
+        )
+    assert len(caught) == 1
+    assert result.best_step == 0 and "no better than the start" in result.stop_reason
+
+
+def test_a_converged_start_is_not_a_failure():
+    true = dynsys.LinearSystem(K_TRUE, B_TRUE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = dynsys.fit(true, _data(), progress=False)
+    assert result.converged and result.stop_reason is None
+
+
+def test_lbfgs_in_train():
+    """optax.lbfgs needs value, grad and value_fn: train passes them. On the
+    Rosenbrock function it reaches the minimum (1, 1)."""
+
+    def rosenbrock(m):
+        return (1.0 - m[0]) ** 2 + 100.0 * (m[1] - m[0] ** 2) ** 2
+
+    result = dynsys.train(
+        rosenbrock,
+        jnp.array([-1.2, 1.0]),
+        optimizer=optax.lbfgs(),
+        num_steps=100,
+        progress=False,
+    )
+    np.testing.assert_allclose(result.model, [1.0, 1.0], atol=1e-6)
+    assert result.stop_reason is None
+    # The losses are the objective of the iterates (reused from the line search).
+    assert result.losses[0] == pytest.approx(24.2)
+    assert np.all(np.diff(result.losses) <= 1e-12)
+
+
+class _Counted(dynsys.AbstractSystem):
+    """x_{t+1} = a x_t + b tanh(x_t) + c u_t, counting how often `step` is traced."""
+
+    a: jax.Array
+    b: jax.Array
+    c: jax.Array
+    state_size: int = eqx.field(static=True, default=1)
+    input_size: int = eqx.field(static=True, default=1)
+
+    def step(self, t, x, u):
+        _TRACES.append(1)
+        return self.a * x + self.b * jnp.tanh(x) + self.c * u
+
+
+_TRACES: list[int] = []
+
+
+@pytest.mark.parametrize("optimizer", [None, optax.adam(1e-2)])
+def test_second_fit_does_not_retrace(optimizer):
+    true = _Counted(jnp.array(0.6), jnp.array(0.5), jnp.array(0.3))
+    us = jax.random.normal(jax.random.key(0), (3, 15, 1))
+    data = dynsys.simulate(true, jnp.array([[2.0], [-1.0], [0.5]]), 15, inputs=us)
+    start = _Counted(jnp.array(0.2), jnp.array(0.0), jnp.array(0.0))
+    dynsys.fit(start, data, optimizer=optimizer, num_steps=5, progress=False)
+    first = len(_TRACES)
+    assert first > 0
+    # Other values, same shapes and structure: nothing is traced again.
+    other = _Counted(jnp.array(0.1), jnp.array(0.2), jnp.array(0.1))
+    dynsys.fit(other, data, optimizer=optimizer, num_steps=7, progress=False)
+    assert len(_TRACES) == first
+
+
+def test_second_train_does_not_retrace():
+    traces = []
+
+    def loss_fn(model):
+        traces.append(1)
+        return jnp.sum((model - 2.0) ** 2)
+
+    dynsys.train(loss_fn, jnp.zeros(3), num_steps=10, progress=False)
+    first = len(traces)
+    dynsys.train(loss_fn, jnp.ones(3), num_steps=25, progress=False)
+    assert len(traces) == first == 1
+
+
+def test_method_adjoint_callback_and_filter_spec_pass_through():
+    data = _data(noise=0.05)
+    reference = dynsys.fit(_start(), data, progress=False)
+    other = dynsys.fit(
+        _start(),
+        data,
+        method=dynsys.Sequential(),
+        adjoint=dynsys.Checkpointed(),
+        progress=False,
+    )
+    np.testing.assert_allclose(other.model.K, reference.model.K, atol=1e-9)
+    # Freeze B at its (wrong) start: only K moves.
+    spec = eqx.tree_at(
+        lambda m: m.B, jax.tree.map(eqx.is_inexact_array, _start()), replace=False
+    )
+    frozen = dynsys.fit(_start(), data, filter_spec=spec, progress=False)
+    np.testing.assert_array_equal(frozen.model.B, np.zeros((2, 1)))
+    assert not np.allclose(frozen.model.K, _start().K)
+    # The callback sees the model (not the initial states) and can stop the fit.
+    seen = []
+
+    def callback(step, model, loss):
+        seen.append(type(model).__name__)
+        return step == 2
+
+    stopped = dynsys.fit(_start(), data, callback=callback, progress=False)
+    assert seen == ["LinearSystem"] * 3 and stopped.steps_run == 3
+    assert "callback" in stopped.stop_reason
+
+
+def test_default_optimizer_argument_errors():
+    with pytest.raises(
+        ValueError, match=r"fit\(batch_size=2\): the default optimiser uses all"
+    ):
+        dynsys.fit(_start(), _data(), batch_size=2, progress=False)
+    with pytest.raises(ValueError, match=r"fit\(num_steps=...\): expected a positive"):
+        dynsys.fit(_start(), _data(), num_steps=0, progress=False)
+    with pytest.raises(ValueError, match=r"fit\(rtol=..., atol=...\): tolerances"):
+        dynsys.fit(
+            _start(), _data(), optimizer=optax.adam(1e-3), rtol=1e-3, progress=False
+        )
+
+
+def _twenty_states(N, T, seed=0):
+    """The system of the new-user report, B2: 20 states, 3 inputs, lightly damped
+    rotations (|eigenvalues| in [0.95, 0.995]) in a random basis."""
+    rng = np.random.default_rng(seed)
+    n, m = 20, 3
+    Kb = np.zeros((n, n))
+    radii, angles = rng.uniform(0.95, 0.995, n // 2), rng.uniform(0.05, 1.0, n // 2)
+    for i, (r, a) in enumerate(zip(radii, angles)):
+        Kb[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = r * np.array(
+            [[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]
+        )
+    S = np.eye(n) + rng.normal(size=(n, n)) / np.sqrt(n)
+    true = dynsys.LinearSystem(S @ Kb @ np.linalg.inv(S), 0.1 * rng.normal(size=(n, m)))
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    x0s, us = jax.random.normal(k1, (N, n)), jax.random.normal(k2, (N, T, m))
+    data = dynsys.simulate(true, x0s, T, inputs=us, measurement_noise=0.05, key=k3)
+    clean = dynsys.simulate(true, x0s, T, inputs=us)
+    return true, data, clean
+
+
+@pytest.mark.slow
+def test_twenty_state_case_converges_with_the_defaults():
+    """Report B2: Adam(1e-3) diverged (loss 1e52) and returned the least-squares
+    start. With the defaults the fit converges and beats least squares on held-out
+    trajectories (scored against the noise-free truth)."""
+    true, data, clean = _twenty_states(16, 200)
+    train, val = data[:12], data[12:]
+    clean_val = clean[12:]
+    estimate = dynsys.fit_least_squares(train)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = dynsys.fit(estimate, train, progress=False)
+    assert result.stop_reason is None and result.best_step > 0
+
+    def held_out_fit(model):
+        xs = dynsys.rollout(model, val.xs[:, 0], 200, inputs=val.us).xs
+        return float(dynsys.fit_percent(clean_val.xs[:, 1:], xs[:, 1:]))
+
+    least_squares, fitted, truth = (
+        held_out_fit(m) for m in (estimate, result.model, true)
+    )
+    assert fitted > least_squares + 3.0, (least_squares, fitted)
+    assert fitted > truth - 1.0, (fitted, truth)
