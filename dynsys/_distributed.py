@@ -80,8 +80,9 @@ def initialize_distributed(
     **Raises:**
 
     `ValueError` if only some of the three are given (by argument or environment),
-    or an environment variable is malformed; JAX's own errors if the processes
-    cannot connect within `initialization_timeout`.
+    if none is given and no launcher is found, or an environment variable is
+    malformed; JAX's own errors if the processes cannot connect within
+    `initialization_timeout`.
 
     **Example:**
 
@@ -119,21 +120,48 @@ def initialize_distributed(
             f"initialize_distributed(process_id=...): expected 0 <= process_id < "
             f"num_processes = {num_processes}, got {process_id}."
         )
-    if jax.config.jax_cpu_collectives_implementation in (None, "none"):
+    collectives = jax.config.jax_cpu_collectives_implementation
+    if collectives in (None, "none"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=coordinator_address,
-        num_processes=num_processes,
-        process_id=process_id,
-        local_device_ids=local_device_ids,
-        initialization_timeout=initialization_timeout,
-        coordinator_bind_address=coordinator_bind_address,
-    )
+    try:
+        jax.distributed.initialize(
+            coordinator_address=coordinator_address,
+            num_processes=num_processes,
+            process_id=process_id,
+            local_device_ids=local_device_ids,
+            initialization_timeout=initialization_timeout,
+            coordinator_bind_address=coordinator_bind_address,
+        )
+    except ValueError as error:
+        jax.config.update("jax_cpu_collectives_implementation", collectives)
+        if num_processes is not None:
+            raise
+        raise ValueError(
+            "initialize_distributed: no launcher found (Slurm srun, Open MPI mpirun, "
+            "Cloud TPU) and DYNSYS_COORDINATOR, DYNSYS_NUM_PROCESSES and "
+            "DYNSYS_PROCESS_ID are not set; start every process under a launcher or "
+            f"set the three variables (JAX: {error})"
+        ) from None
 
 
 def is_main_process() -> bool:
-    """`True` in process 0 (and in a run of one process): the one that writes files
-    and prints progress."""
+    """Whether this is process 0 (always, in a run of one process).
+
+    In a run of several processes every process computes, and by convention
+    process 0 alone prints, shows progress bars and writes files.
+
+    **Returns:**
+
+    `jax.process_index() == 0`.
+
+    **Example:**
+
+    ```python
+    result = dynsys.fit(model, data, progress=dynsys.is_main_process())
+    if dynsys.is_main_process():
+        dynsys.save("fitted.dynsys", result.model)
+    ```
+    """
     return jax.process_index() == 0
 
 
@@ -144,7 +172,9 @@ def _layout(data: Dataset) -> np.ndarray:
     return np.asarray(sizes, np.int64)
 
 
-def global_dataset(local_data: Dataset, *, sharding: NamedSharding | None = None):
+def global_dataset(
+    local_data: Dataset, *, sharding: NamedSharding | None = None
+) -> Dataset:
     """One `Dataset` of every process's experiments, sharded over all devices.
 
     Each process passes the experiments it loaded (the same number in each, the
@@ -233,6 +263,14 @@ def global_dataset(local_data: Dataset, *, sharding: NamedSharding | None = None
             )
     ts = getattr(local_data, "ts", None)
     if ts is not None:
+        every = np.asarray(multihost_utils.process_allgather(np.asarray(ts)))
+        for p in range(count):
+            if not np.array_equal(every.reshape(count, -1)[p], np.asarray(ts)):
+                raise ValueError(
+                    "global_dataset(local_data=...): every process must have the "
+                    f"same sample times ts; process {jax.process_index()} and "
+                    f"process {p} differ."
+                )
         replacements["ts"] = jax.make_array_from_process_local_data(
             replicated, np.asarray(ts)
         )

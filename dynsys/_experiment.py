@@ -7,6 +7,7 @@ such folder per swept value, with a summary figure and table. The kinds of exper
 share: the schema, the run folder, sweeps and the entry point `run_experiment`.
 """
 
+import contextvars
 import copy
 import dataclasses
 import hashlib
@@ -660,38 +661,6 @@ def _out_root(out_root: "str | os.PathLike") -> pathlib.Path:
     return root
 
 
-def _is_main_process() -> bool:
-    import jax
-
-    return jax.process_index() == 0
-
-
-def _run_without_writing(config: dict) -> ExperimentResult:
-    """A process other than 0 of a multi-process run (`dynsys run --distributed`):
-    it computes with the others (the collectives need every process) but prints
-    nothing (no warnings either) and writes into a temporary folder that is
-    removed; process 0 writes the run folder."""
-    import tempfile
-    import warnings
-
-    import jax
-
-    def quiet(line):
-        return None
-
-    with (
-        tempfile.TemporaryDirectory(prefix="dynsys-process-") as scratch,
-        warnings.catch_warnings(),
-        catch_interrupts() as interrupts,
-        jax.enable_x64(config["precision"] == "float64"),
-    ):
-        warnings.simplefilter("ignore")
-        folder = pathlib.Path(scratch)
-        if "sweep" in config:
-            return _run_sweep(config, folder, False, quiet, interrupts)
-        return _run_single(config, folder, False, quiet, interrupts)
-
-
 def run_experiment(
     config: "str | os.PathLike | Mapping[str, Any]",
     *,
@@ -766,12 +735,12 @@ def run_experiment(
     sorted(p.name for p in result.figures)  # eigenvalues, loss, trajectories
     ```
     """
+    if _elsewhere():  # several processes: only process 0 writes
+        return _run_without_writing(config, overrides)
     import jax
 
     resolved = _resolve_data_file(resolve_config(config, overrides))
     echo = echo if echo is not None else (lambda line: None)
-    if not _is_main_process():
-        return _run_without_writing(resolved)
     if out is None:
         root = _out_root(out_root)
     else:
@@ -800,3 +769,39 @@ def run_experiment(
                 shutil.rmtree(folder, ignore_errors=True)
             raise
     return _rebase(result, staging, folder)
+
+
+# Several processes (`dynsys run --distributed`): every process runs the experiment
+# (the collectives need all of them); process 0 alone prints and writes.
+_WITHOUT_WRITING = contextvars.ContextVar("dynsys_without_writing", default=False)
+
+
+def _elsewhere() -> bool:
+    """True in a process other than 0, unless already running without writing."""
+    import jax
+
+    return jax.process_index() != 0 and not _WITHOUT_WRITING.get()
+
+
+def _run_without_writing(config, overrides) -> ExperimentResult:
+    """`run_experiment` into a temporary folder that is removed, printing nothing
+    (no progress, no warnings)."""
+    import tempfile
+    import warnings
+
+    token = _WITHOUT_WRITING.set(True)
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="dynsys-process-") as scratch,
+            warnings.catch_warnings(),
+        ):
+            warnings.simplefilter("ignore")
+            return run_experiment(
+                config,
+                out=pathlib.Path(scratch) / "run",
+                overrides=overrides,
+                progress=False,
+                echo=None,
+            )
+    finally:
+        _WITHOUT_WRITING.reset(token)

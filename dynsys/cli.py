@@ -245,7 +245,7 @@ def _run(args: argparse.Namespace) -> int:
     import dynsys
 
     result = _run_experiment(args)
-    if not dynsys.is_main_process():
+    if not dynsys.is_main_process():  # process 0 reports
         return 0
     for run in result.runs:
         print(

@@ -101,8 +101,15 @@ WORKER = (
         indivisible = str(error)
     else:
         indivisible = ""
-    np.savez(f"{out}/process-{process_id}.npz", K=whole.model.K, B=whole.model.B,
-             losses=whole.losses, K_batches=batches.model.K,
+    try:
+        dynsys.global_dataset(dynsys.Dataset(full.xs[mine], full.us[mine],
+                                             ts=np.arange(T + 1.0) * (1 + process_id)))
+    except ValueError as error:
+        times = str(error)
+    else:
+        times = ""
+    np.savez(f"{out}/process-{process_id}.npz", times=times, K=whole.model.K,
+             B=whole.model.B, losses=whole.losses, K_batches=batches.model.K,
              losses_batches=batches.losses, K_default=default.model.K,
              B_default=default.model.B, losses_default=default.losses,
              K_train=trained.final_model.K, losses_train=trained.losses,
@@ -268,6 +275,10 @@ def test_two_processes_fit_and_rollout_equal_one_process(tmp_path):
         "process 0 has N_local = 3 experiments, which must be a multiple of its 2 "
         "device(s) in the sharding" in str(results[0]["indivisible"])
     )
+    assert (
+        "every process must have the same sample times ts; process 1 and process 0 "
+        "differ" in str(results[1]["times"])
+    )
     _check_command_line_run(tmp_path)
 
 
@@ -334,3 +345,35 @@ def _check_command_line_run(tmp_path: pathlib.Path) -> None:
     assert expected.keys() == got.keys() and len(expected) > 10
     for key, value in expected.items():
         np.testing.assert_allclose(got[key], value, rtol=1e-6, err_msg=key)
+
+
+def test_initialize_distributed_without_a_launcher():
+    # In a fresh process: JAX joins only before its backend starts.
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("DYNSYS_", "SLURM_", "OMPI_", "PMIX_", "JAX_COORD"))
+    }
+    code = (
+        "import jax, dynsys\n"
+        "try:\n"
+        "    dynsys.initialize_distributed()\n"
+        "except ValueError as error:\n"
+        "    print(error)\n"
+        "print(jax.distributed.is_initialized(), len(jax.devices()))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**env, "JAX_PLATFORMS": "cpu"},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(
+        "initialize_distributed: no launcher found (Slurm srun, Open MPI mpirun, "
+        "Cloud TPU) and DYNSYS_COORDINATOR, DYNSYS_NUM_PROCESSES and "
+        "DYNSYS_PROCESS_ID are not set"
+    ), result.stdout
+    assert lines[1].startswith("False "), result.stdout  # and JAX still works
