@@ -9,8 +9,10 @@ Two paths share the data handling:
   workflow.
 """
 
+import dataclasses
 import time
 import zipfile
+from typing import Any
 
 import numpy as np
 
@@ -26,14 +28,14 @@ SUMMARY_LABEL = "free-run fit % (100 = perfect)"
 # Data: simulated from a zoo model or read from a file.
 
 
+@dataclasses.dataclass(frozen=True)
 class _Data:
     """The data of a fit run, and what is known about how they were made."""
 
-    def __init__(self, data, source, true_system=None, clean=None):
-        self.data = data
-        self.source = source
-        self.true_system = true_system  # the simulating model, when simulated
-        self.clean = clean  # the same data without noise, when simulated
+    data: Any  # the Dataset
+    source: str  # one line saying where the data came from
+    true_system: Any = None  # the simulating model, when simulated
+    clean: Any = None  # the same data without noise, when simulated
 
 
 def _vector(config: dict, section: str, key: str, size: int, what: str):
@@ -118,8 +120,7 @@ def _simulated(config: dict) -> _Data:
     source = (
         f"{system_cfg['model']} (zoo), {N} simulated trajectories x {T} steps"
         f"{measured}, measurement noise {noise['measurement_noise']:g}"
-        + (f", process noise {noise['process_noise']:g}")
-        * bool(noise["process_noise"])
+        + (f", process noise {noise['process_noise']:g}") * bool(noise["process_noise"])
         + f" (seed {seed})"
     )
     return _Data(data, source, true_system=system, clean=clean)
@@ -170,19 +171,23 @@ def _named(data, state_names, input_names, output_names):
     """`data` with the given column names (where given and the columns exist)."""
     import dynsys
 
-    def keep(names, current):
-        return tuple(names) if names else current
+    def role(field: str, names, current):
+        """The field's experiments and names (the given ones, else the current)."""
+        if getattr(data, field) is None:
+            return None, None
+        return _experiments(data, field), tuple(names) if names else current
 
+    xs, state_names = role("xs", state_names, data.state_names)
+    us, input_names = role("us", input_names, data.input_names)
+    ys, output_names = role("ys", output_names, data.output_names)
     return dynsys.Dataset(
-        None if data.xs is None else _experiments(data, "xs"),
-        None if data.us is None else _experiments(data, "us"),
+        xs,
+        us,
         data.ts,
-        ys=None if data.ys is None else _experiments(data, "ys"),
-        state_names=keep(state_names, data.state_names) if data.xs is not None else None,
-        input_names=keep(input_names, data.input_names) if data.us is not None else None,
-        output_names=(
-            keep(output_names, data.output_names) if data.ys is not None else None
-        ),
+        ys=ys,
+        state_names=state_names,
+        input_names=input_names,
+        output_names=output_names,
     )
 
 
@@ -418,7 +423,6 @@ def _times(data) -> np.ndarray:
 
 def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     import dynsys
-    from dynsys import plot
 
     fit_cfg = config["fit"]
     timing = {}
@@ -435,11 +439,13 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
             feedthrough=fit_cfg["feedthrough"],
         )
     except ValueError as error:
-        raise ConfigError(f"config key 'fit.order' or 'fit.subspace_horizon': {error}")
+        key = "fit.subspace_horizon" if "horizon" in str(error) else "fit.order"
+        raise ConfigError(f"config key '{key}': {error}") from None
     timing["subspace_seconds"] = time.perf_counter() - started
     order = start.state_size
     chosen = "chosen from the singular values" if fit_cfg["order"] is None else "given"
-    echo(f"  subspace start: order {order} ({chosen}), {timing['subspace_seconds']:.2f} s")
+    seconds = timing["subspace_seconds"]
+    echo(f"  subspace start: order {order} ({chosen}), {seconds:.2f} s")
 
     start_model = _stable_if_asked(fit_cfg, start)
     result, timing["fit_seconds"], optimizer = _fit_model(

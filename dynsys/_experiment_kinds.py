@@ -7,8 +7,6 @@ Each runner takes a resolved config (see `_experiment._schema`) and returns an
 
 import time
 
-import numpy as np
-
 from ._config import ConfigError
 from ._experiment import _zoo, Outcome
 from ._experiment_fit import run_fit, SUMMARY_LABEL as _FIT_LABEL

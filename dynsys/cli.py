@@ -35,7 +35,6 @@ def _simulate(args: argparse.Namespace) -> int:
 
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     import dynsys
     import dynsys.models as zoo

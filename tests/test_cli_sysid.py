@@ -104,8 +104,7 @@ def test_fit_input_output_csv(tmp_path, capsys):
     y, y_hat = np.concatenate(measured), np.concatenate(predicted)
     expected_fit = 100 * (
         1
-        - np.linalg.norm(y - y_hat, axis=0)
-        / np.linalg.norm(y - y.mean(axis=0), axis=0)
+        - np.linalg.norm(y - y_hat, axis=0) / np.linalg.norm(y - y.mean(axis=0), axis=0)
     )
     np.testing.assert_allclose(held_out["fitted"], expected_fit, atol=1e-6)
     # The run folder reruns from its own config, with the same numbers.
