@@ -611,6 +611,15 @@ def _output_figures(
             input_names=list(report.input_names) or None,
             outputs=None if p <= 4 else range(4),
         ),
+        "step_response.png": plot.step_response(
+            estimated,
+            truth=true_system,
+            roles=ROLES,
+            dt=dt,
+            output_names=list(report.output_names),
+            input_names=list(report.input_names) or None,
+            outputs=None if p <= 4 else range(4),
+        ),
         "residuals.png": plot.residuals(
             residuals, channels=None if p <= 8 else range(8)
         ),

@@ -17,6 +17,7 @@ FIGURES = {
     "singular_values.png",
     "bode.png",
     "residuals.png",
+    "step_response.png",
     "eigenvalues.png",
     "loss.png",
 }
