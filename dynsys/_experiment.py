@@ -94,7 +94,7 @@ def _schema(kind: str) -> Schema:
                 (str,), "simulation", ("simulation", "one_step", "shooting")
             ),
             "horizon": Option((int,), 20, low=1, help="shooting window"),
-            "steps": Option((int,), 400, low=1),
+            "steps": Option((int,), 400, low=1, high=10**8),
             "lr": Option((float,), 3e-3, low=0),
             "batch_size": Option((int,), None, low=1),
             "ridge": Option((float,), 0.0, low=0),
@@ -119,7 +119,7 @@ def _schema(kind: str) -> Schema:
             "test_states": Option((int,), 8, low=1),
             "spread": Option((float, list), 1.0, items=float, low=0),
             "batch_size": Option((int,), None, low=1),
-            "steps": Option((int,), 400, low=1),
+            "steps": Option((int,), 400, low=1, high=10**8),
             "lr": Option((float,), 1e-2, low=0),
             "schedule": Option((str,), "cosine", ("constant", "cosine")),
             "clip": Option((float,), None, low=0, help="global gradient-norm clip"),
