@@ -106,7 +106,9 @@ def _schema(kind: str) -> Schema:
             "optimizer": Option(
                 (str,), "default", ("default", "adam", "lbfgs"), "see fit()"
             ),
-            "steps": Option((int,), None, low=1, help="default: the optimiser's"),
+            "steps": Option(
+                (int,), None, low=1, high=10**8, help="default: the optimiser's"
+            ),
             "lr": Option((float,), 3e-3, low=0, help="Adam's learning rate"),
             "batch_size": Option((int,), None, low=1),
             "ridge": Option((float,), 0.0, low=0),
@@ -134,7 +136,7 @@ def _schema(kind: str) -> Schema:
             "test_states": Option((int,), 8, low=1),
             "spread": Option((float, list), 1.0, items=float, low=0),
             "batch_size": Option((int,), None, low=1),
-            "steps": Option((int,), 400, low=1),
+            "steps": Option((int,), 400, low=1, high=10**8),
             "lr": Option((float,), 1e-2, low=0),
             "schedule": Option((str,), "cosine", ("constant", "cosine")),
             "clip": Option((float,), None, low=0, help="global gradient-norm clip"),

@@ -266,7 +266,9 @@ def _array_spec(info: Any, where: str, fail) -> jax.ShapeDtypeStruct:
         raise fail(f"{where} is not a table in the header.")
     shape, dtype = info.get("shape"), info.get("dtype")
     if isinstance(shape, list) and len(shape) > _MAX_RANK:
-        raise fail(f"{where} has rank {len(shape)} in the header (at most {_MAX_RANK}).")
+        raise fail(
+            f"{where} has rank {len(shape)} in the header (at most {_MAX_RANK})."
+        )
     if (
         not isinstance(shape, list)
         or len(shape) > _MAX_RANK

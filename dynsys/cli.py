@@ -451,7 +451,10 @@ def main(argv: list[str] | None = None) -> int:
         with catch_interrupts():
             return args.handler(args)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
-        print(f"{prefix}: {_option_names(_one_line(error))}", file=sys.stderr)
+        message = _one_line(error)
+        if args.command == "fit":  # its config keys were set by options
+            message = _option_names(message)
+        print(f"{prefix}: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as error:
         name = error.args[0] if error.args else "SIGINT"

@@ -316,6 +316,7 @@ def test_out_replaces_only_its_own_run_folder(tmp_path):
         (["run", "BAD:seed=" + str(2**70)], "seed"),
         (["run", "BAD:name='" + "a" * 300 + "'"], "name"),
         (["run", "BAD:fit.batch_size=1000"], "batch_size"),
+        (["run", "BAD:fit.steps=1000000000"], "'fit.steps'"),
         (["run", "DIR"], "not a regular file"),
     ],
 )
