@@ -16,6 +16,8 @@ from ._x0 import observability_rows
 
 _DEFAULT_HORIZON = 10
 _NUMERICAL_FLOOR = 1e-10  # singular values below this (relative) count as zero
+_WINDOWS_PER_ROW = 8  # default horizon: at least this many windows per data row
+_MARGIN = 0.5  # decades: the least distance above the noise floor of an order's value
 
 
 def _horizon(call: str, s: Signals, horizon: int | None, order: int | None) -> int:
@@ -38,14 +40,19 @@ def _horizon(call: str, s: Signals, horizon: int | None, order: int | None) -> i
                 )
         return horizon
     wanted = _DEFAULT_HORIZON
+    needed = 2
     if order is not None:
-        wanted = max(wanted, math.ceil(order / p) + 1)
+        needed = math.ceil(order / p) + 1
+        wanted = max(wanted, needed)
+
+    def windows(h: int) -> int:
+        return sum(T - 2 * h + 1 for T in s.lengths)
+
     # Each experiment gives T_i - 2s + 1 windows; the LQ step needs at least as many
-    # windows in all as rows 2s(m + p).
+    # windows in all as rows 2s(m + p), and the noise floor of the singular values is
+    # flat enough to read the order from only with several times as many.
     largest = shortest // 2
-    while largest >= 2 and sum(T - 2 * largest + 1 for T in s.lengths) < 2 * largest * (
-        m + p
-    ):
+    while largest >= 2 and windows(largest) < 2 * largest * (m + p):
         largest -= 1
     if largest < 2:
         raise ValueError(
@@ -53,7 +60,12 @@ def _horizon(call: str, s: Signals, horizon: int | None, order: int | None) -> i
             f"shortest experiment has {shortest} steps; need experiments of at least "
             f"4 steps and about {4 * (m + p)} steps in all."
         )
-    return min(wanted, largest)
+    preferred = largest
+    while preferred > 2 and windows(preferred) < _WINDOWS_PER_ROW * 2 * preferred * (
+        m + p
+    ):
+        preferred -= 1
+    return min(largest, max(needed, min(wanted, preferred)))
 
 
 def _hankel(signal: Array, start: int, s: int, count: int) -> Array:
@@ -120,24 +132,16 @@ def _projected_singular_values(
 
 
 def select_order(singular_values: Array, max_order: int) -> int:
-    """The order from the singular values: the largest gap between neighbours in
-    $\\log \\sigma$, among $\\sigma_1 \\dots \\sigma_{n_{\\max}+1}$, values below
-    `1e-10` $\\sigma_1$ raised to that floor (so numerically zero values make no gap
-    among themselves)."""
+    """The order from the singular values (see `fit_subspace`): how many of them lie
+    clearly above the noise floor."""
     sigma = np.asarray(singular_values, dtype=np.float64)
-    if sigma.size == 0 or sigma[0] <= 0:
-        return 0
-    log_sigma = np.log10(np.maximum(sigma, _NUMERICAL_FLOOR * sigma[0]))
-    count = min(max_order + 1, sigma.size)
-    if count < 2:
-        return int(count)
-    gaps = log_sigma[: count - 1] - log_sigma[1:count]
-    if sigma.size == max_order and max_order >= 1:
-        # The gap after the last value (to the floor) when all values fit the order.
-        gaps = np.append(
-            gaps, log_sigma[count - 1] - np.log10(_NUMERICAL_FLOOR * sigma[0])
-        )
-    return int(np.argmax(gaps)) + 1
+    if sigma.size == 0 or not sigma[0] > 0:
+        return 1
+    levels = np.log10(np.maximum(sigma, _NUMERICAL_FLOOR * sigma[0]))
+    lower = levels[sigma.size // 2 :]
+    floor = np.median(lower)
+    margin = max(_MARGIN, 2.0 * (floor - lower[-1]))
+    return int(min(max_order, max(1, np.sum(levels > floor + margin))))
 
 
 def _input_regressors(
@@ -203,8 +207,8 @@ def subspace_singular_values(data, *, horizon: int | None = None) -> Float[Array
 
     - `data`: a `Dataset` with outputs `ys` (or states `xs` when it has no outputs),
         and inputs `us` or none; experiments may have different lengths.
-    - `horizon`: the number of past and future steps `s` (default: 10, shortened when
-        the shortest experiment has fewer than `2 s` steps).
+    - `horizon`: the number of past and future steps `s` (default as for
+        `fit_subspace` without `order`).
 
     **Returns:**
 
@@ -257,15 +261,19 @@ def fit_subspace(
     $C K^k B$ exact to round-off); with white output noise it is consistent as the
     data grow.
 
-    **Order selection** (`order=None`): the singular values
-    $\\sigma_1 \\ge \\sigma_2 \\ge \\dots$ (`subspace_singular_values`) are raised
-    to a floor of $10^{-10}\\sigma_1$ (numerically zero), and the order is the $n$
-    with the largest drop $\\log\\sigma_n - \\log\\sigma_{n+1}$, among
-    $n = 1 \\dots (s-1)p$. Noise-free data have an infinite drop (to the floor) at
-    the true order; with noise, the noise gives a flat floor of values and the drop
-    from the last value the system explains to that floor is the largest one unless
-    the signal-to-noise ratio is low or a mode is hardly excited: look at the
-    values (`plot.singular_values`) when in doubt.
+    **Order selection** (`order=None`): with the singular values
+    $\\sigma_1 \\ge \\dots \\ge \\sigma_k$ (`subspace_singular_values`, $k$ =
+    `horizon * p`) in decades, $\\ell_i = \\log_{10} \\max(\\sigma_i,
+    10^{-10}\\sigma_1)$, the noise floor $f$ is the median of the lower half
+    $\\ell_{\\lfloor k/2 \\rfloor + 1} \\dots \\ell_k$ and its spread
+    $d = f - \\ell_k$; the order is the number of values with
+    $\\ell_i > f + \\max(0.5,\\, 2d)$, between 1 and $(s-1)p$. Noise-free data
+    put every value past the order at the numerical floor, so the count is exact;
+    with noise the values past the order form a roughly flat floor and the order's
+    values stand above it. It assumes the order is below $k/2$ (pass a longer
+    `horizon`, or `order`, for higher orders), and a mode that the inputs hardly
+    excite or a low signal-to-noise ratio can hide in the floor: look at the values
+    (`plot.singular_values`) when in doubt.
 
     **Arguments:**
 
@@ -274,8 +282,10 @@ def fit_subspace(
     - `order`: the state dimension `n`; `None` chooses it (see above). At most
         `(horizon - 1) * p`.
     - `horizon`: the number of past and future steps `s` in each window; default
-        `max(10, ceil(order / p) + 1)`, shortened to what the shortest experiment
-        and the amount of data allow. Each experiment needs at least `2 s` steps.
+        `max(10, ceil(order / p) + 1)`, shortened (not below `ceil(order / p) + 1`)
+        until the data give at least 8 windows per row of the data matrix
+        ($\\sum_i (T_i - 2s + 1) \\ge 8 \\cdot 2s(m+p)$), and to what the shortest
+        experiment allows. Each experiment needs at least `2 s` steps.
     - `feedthrough`: estimate `D` (direct feedthrough $y_t = \\dots + D u_t$);
         otherwise `D` is `None`.
 
