@@ -455,3 +455,42 @@ def test_loss_history_marks_the_returned_step_and_clips_a_divergence():
     assert "above the axis" in ax.get_title(loc="left")
     with pytest.raises(ValueError, match=r"loss_history\(best_step=...\)"):
         plot.loss_history(losses, best_step=99)
+
+
+def test_error_messages_name_the_call_and_argument(getkey):
+    ts = np.arange(5.0)
+    y = np.ones((5, 2))
+    system = dynsys.LinearSystem(K=jnp.eye(2) * 0.5, B=jnp.ones((2, 1)), C=jnp.eye(2))
+    data = dynsys.simulate(system, jnp.zeros((1, 2)), 5, inputs=jnp.ones((1, 5, 1)))
+    result = dynsys.compare(system, data)
+    cases = [
+        (lambda: plot.comparison(result, y), r"comparison\(measured=..., predictions"),
+        (lambda: plot.comparison(result, experiment=3), r"comparison\(experiment"),
+        (lambda: plot.comparison(ts), r"comparison\(measured=...\): the measured"),
+        (lambda: plot.comparison(ts, y, {"a": y}, fit_percent={"a": [1.0]}),
+         r"comparison\(fit_percent=...\): 'a' has shape \(1,\), expected \(2,\)"),
+        (lambda: plot.comparison(ts, y, {"a": y}, roles={"a": "best"}),
+         r"comparison\(roles=...\): 'a' has role 'best'"),
+        (lambda: plot.comparison(ts, y, {}, truth=y[:, :1]),
+         r"comparison\(truth=...\): 'truth' has shape \(5, 1\)"),
+        (lambda: plot.comparison(ts, y, {}, channels=[5]),
+         r"comparison\(channels=...\): expected indices in \[0, 1\]"),
+        (lambda: plot.singular_values(np.ones((2, 2))),
+         r"singular_values\(values=...\): 'singular values' must be a non-empty"),
+        (lambda: plot.residuals(autocorrelation=np.ones((3, 2, 1)), bound=0.1),
+         r"residuals\(autocorrelation=...\): expected shape \(L\+1, p\)"),
+        (lambda: plot.residuals(autocorrelation=np.ones((3, 2)),
+                                cross_correlation=np.ones((3, 2, 1)), bound=0.1),
+         r"residuals\(cross_correlation=...\): expected shape \(2L\+1, p, m\) = "
+         r"\(5, 2, m\)"),
+        (lambda: plot.step_response({"a": np.ones((4, 2))}, 5),
+         r"step_response\(systems=...\): 'a' must have shape \(5, p, m\)"),
+        (lambda: plot.bode({"a": zoo.Pendulum()}),
+         r"bode\(systems=...\): 'a' must be a linear system with inputs"),
+        (lambda: plot.eigenvalues({"a": np.ones(3)}),
+         r"eigenvalues\(systems=...\): 'a' must be a linear system"),
+        (lambda: plot.eigenvalues({}), r"eigenvalues\(systems=...\): nothing"),
+    ]  # fmt: skip
+    for make, message in cases:
+        with pytest.raises(ValueError, match=message):
+            make()
