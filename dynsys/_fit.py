@@ -245,9 +245,12 @@ def _suggestion(default: bool) -> str:
     )
 
 
-def _honest_stop_reason(result: TrainResult, default: bool) -> str | None:
+def _honest_stop_reason(
+    result: TrainResult, default: bool, exact: float
+) -> str | None:
     """`result.stop_reason`, or why the fit is not to be trusted: no better than its
-    start, or a loss that grew by orders of magnitude."""
+    start, or a loss that grew by orders of magnitude. A start whose loss is at
+    round-off level (below `exact`) is already exact: nothing to report."""
     if result.stop_reason is not None:
         if result.stop_reason.startswith("non-finite"):
             return (
@@ -260,6 +263,8 @@ def _honest_stop_reason(result: TrainResult, default: bool) -> str | None:
     if len(finite) == 0:
         return None
     start, largest = float(losses[0]), float(np.max(finite))
+    if start <= exact:
+        return None
     problems = []
     if result.best_step == 0 and not result.converged and result.steps_run > 1:
         problems.append("no better than the start (best step 0)")
@@ -270,6 +275,15 @@ def _honest_stop_reason(result: TrainResult, default: bool) -> str | None:
     if not problems:
         return None
     return "; ".join(problems) + f"; {_suggestion(default)}"
+
+
+def _exact_loss(batch) -> float:
+    """A loss at round-off level for these data: (1000 eps)^2 times the mean square
+    of the targets (1 for the normalised output loss)."""
+    target = batch["ys"] if "ys" in batch else batch["xs"]
+    eps = float(jnp.finfo(target.dtype).eps)
+    scale = 1.0 if "ys" in batch else float(jnp.mean(target**2))
+    return (1e3 * eps) ** 2 * scale
 
 
 @eqx.filter_jit
@@ -524,7 +538,7 @@ def fit(
         warn=False,
         caller="fit",
     )
-    stop_reason = _honest_stop_reason(result, optimizer is None)
+    stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
     if stop_reason is not None and not stop_reason.startswith("stopped by"):
         warnings.warn(f"fit: {stop_reason}.", stacklevel=2)
 
