@@ -245,9 +245,7 @@ def _suggestion(default: bool) -> str:
     )
 
 
-def _honest_stop_reason(
-    result: TrainResult, default: bool, exact: float
-) -> str | None:
+def _honest_stop_reason(result: TrainResult, default: bool, exact: float) -> str | None:
     """`result.stop_reason`, or why the fit is not to be trusted: no better than its
     start, or a loss that grew by orders of magnitude. A start whose loss is at
     round-off level (below `exact`) is already exact: nothing to report."""

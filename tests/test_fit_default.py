@@ -32,9 +32,7 @@ def _data(dtype=jnp.float64, noise=0.0, N=4, T=20, seed=0):
 
 
 def _start(dtype=jnp.float64):
-    return dynsys.LinearSystem(
-        (0.5 * np.eye(2)).astype(dtype), np.zeros((2, 1), dtype)
-    )
+    return dynsys.LinearSystem((0.5 * np.eye(2)).astype(dtype), np.zeros((2, 1), dtype))
 
 
 @pytest.mark.parametrize("dtype, atol", [(jnp.float32, 2e-4), (jnp.float64, 1e-9)])

@@ -68,4 +68,3 @@ def test_subspace_then_output_error_fit(snr_db, tolerance):
     # 10 dB: true 97.32, subspace 96.83, fitted 96.87.
     assert fitted > true - tolerance, (true, subspace, fitted)
     assert fitted > subspace, (true, subspace, fitted)
-
