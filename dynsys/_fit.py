@@ -28,9 +28,15 @@ from ._losses import (
 from ._method import AbstractMethod
 from ._metrics import spectral_radius
 from ._rollout import rollout
-from ._solvers import DEFAULT_MAX_STEPS, default_strategy, lbfgs_strategy, tolerances
+from ._solvers import (
+    DEFAULT_MAX_STEPS,
+    default_strategy,
+    lbfgs_strategy,
+    LevenbergMarquardtStrategy,
+    tolerances,
+)
 from ._system import AbstractSystem
-from ._train import optax_strategy, optimise, TrainResult
+from ._train import chunk_length, optax_strategy, optimise, TrainResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,6 +237,18 @@ def _strategy(optimizer, objective, params, batch, batch_size, adjoint, rtol, at
         objective.num_residuals(batch), num_params, dtype, rtol, atol
     )
     return strategy, DEFAULT_MAX_STEPS[kind]
+
+
+def _chunk(strategy, params, batch) -> int | None:
+    """Steps per dispatch for Levenberg–Marquardt: fewer for large problems (each
+    step builds a Jacobian, one forward-mode derivative per parameter), but at least
+    8, since each chunk starts with one extra (warm-up) evaluation."""
+    if not isinstance(strategy, LevenbergMarquardtStrategy):
+        return None
+    num_params = sum(
+        leaf.size for leaf in jax.tree.leaves(params) if eqx.is_inexact_array(leaf)
+    )
+    return max(8, chunk_length(batch, num_params))
 
 
 def _suggestion(default: bool) -> str:
@@ -534,6 +552,7 @@ def fit(
         filter_spec=(filter_spec, True),
         evaluator=evaluator,
         warn=False,
+        chunk=_chunk(strategy, params, batch),
         caller="fit",
     )
     stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
