@@ -23,8 +23,6 @@ from ._experiment import (
     run_experiment as run_experiment,
 )
 from ._fit import fit as fit, FitResult as FitResult
-from ._least_squares import fit_least_squares as fit_least_squares
-from ._losses import MultipleShooting as MultipleShooting
 from ._io import load as load, save as save
 from ._layered import (
     AbstractContextLayer as AbstractContextLayer,
@@ -33,7 +31,9 @@ from ._layered import (
     LayeredController as LayeredController,
     StackedController as StackedController,
 )
+from ._least_squares import fit_least_squares as fit_least_squares
 from ._load_dataset import load_dataset as load_dataset
+from ._losses import MultipleShooting as MultipleShooting
 from ._method import (
     AbstractMethod as AbstractMethod,
     Chunked as Chunked,

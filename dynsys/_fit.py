@@ -29,9 +29,15 @@ from ._method import AbstractMethod
 from ._metrics import spectral_radius
 from ._rollout import rollout
 from ._sharding import to_host
-from ._solvers import DEFAULT_MAX_STEPS, default_strategy, lbfgs_strategy, tolerances
+from ._solvers import (
+    DEFAULT_MAX_STEPS,
+    default_strategy,
+    lbfgs_strategy,
+    LevenbergMarquardtStrategy,
+    tolerances,
+)
 from ._system import AbstractSystem
-from ._train import optax_strategy, optimise, TrainResult
+from ._train import chunk_length, optax_strategy, optimise, TrainResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,6 +240,18 @@ def _strategy(optimizer, objective, params, batch, batch_size, adjoint, rtol, at
     return strategy, DEFAULT_MAX_STEPS[kind]
 
 
+def _chunk(strategy, params, batch) -> int | None:
+    """Steps per dispatch for Levenberg–Marquardt: fewer for large problems (each
+    step builds a Jacobian, one forward-mode derivative per parameter), but at least
+    8, since each chunk starts with one extra (warm-up) evaluation."""
+    if not isinstance(strategy, LevenbergMarquardtStrategy):
+        return None
+    num_params = sum(
+        leaf.size for leaf in jax.tree.leaves(params) if eqx.is_inexact_array(leaf)
+    )
+    return max(8, chunk_length(batch, num_params))
+
+
 def _suggestion(default: bool) -> str:
     if default:
         return (
@@ -246,9 +264,10 @@ def _suggestion(default: bool) -> str:
     )
 
 
-def _honest_stop_reason(result: TrainResult, default: bool) -> str | None:
+def _honest_stop_reason(result: TrainResult, default: bool, exact: float) -> str | None:
     """`result.stop_reason`, or why the fit is not to be trusted: no better than its
-    start, or a loss that grew by orders of magnitude."""
+    start, or a loss that grew by orders of magnitude. A start whose loss is at
+    round-off level (below `exact`) is already exact: nothing to report."""
     if result.stop_reason is not None:
         if result.stop_reason.startswith("non-finite"):
             return (
@@ -261,6 +280,8 @@ def _honest_stop_reason(result: TrainResult, default: bool) -> str | None:
     if len(finite) == 0:
         return None
     start, largest = float(losses[0]), float(np.max(finite))
+    if start <= exact:
+        return None
     problems = []
     if result.best_step == 0 and not result.converged and result.steps_run > 1:
         problems.append("no better than the start (best step 0)")
@@ -271,6 +292,15 @@ def _honest_stop_reason(result: TrainResult, default: bool) -> str | None:
     if not problems:
         return None
     return "; ".join(problems) + f"; {_suggestion(default)}"
+
+
+def _exact_loss(batch) -> float:
+    """A loss at round-off level for these data: (1000 eps)^2 times the mean square
+    of the targets (1 for the normalised output loss)."""
+    target = batch["ys"] if "ys" in batch else batch["xs"]
+    eps = float(jnp.finfo(target.dtype).eps)
+    scale = 1.0 if "ys" in batch else float(jnp.mean(target**2))
+    return (1e3 * eps) ** 2 * scale
 
 
 @eqx.filter_jit
@@ -379,9 +409,10 @@ def fit(
 
     **The default optimiser** (`optimizer=None`) needs no learning rate:
     Levenberg–Marquardt on the residual vector (`optimistix.LevenbergMarquardt`, a
-    lineax QR solve of the damped Gauss–Newton step) when its Jacobian (residuals x
-    trained parameters) has at most $2^{24}$ entries (128 MiB in float64), else
-    L-BFGS with a zoom line search (`optax.lbfgs`). It stops at its tolerances
+    lineax QR solve of the damped Gauss–Newton step) when the model has at most 256
+    trained parameters and the Jacobian (residuals x parameters) at most $2^{24}$
+    entries (128 MiB in float64), else L-BFGS with a zoom line search
+    (`optax.lbfgs`). It stops at its tolerances
     (`rtol`, `atol`: 1e-8, 1e-10 in float64; 1e-5, 1e-7 in float32) or after
     `num_steps` (default 200 for Levenberg–Marquardt, 1000 for L-BFGS).
     `result.optimizer` names the one used. Any optax transform can be given
@@ -524,9 +555,10 @@ def fit(
         filter_spec=(filter_spec, True),
         evaluator=evaluator,
         warn=False,
+        chunk=_chunk(strategy, params, batch),
         caller="fit",
     )
-    stop_reason = _honest_stop_reason(result, optimizer is None)
+    stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
     if stop_reason is not None and not stop_reason.startswith("stopped by"):
         warnings.warn(f"fit: {stop_reason}.", stacklevel=2)
 

@@ -230,4 +230,3 @@ def describe(optimizer) -> str:
     qualname = getattr(init, "__qualname__", "")
     name = qualname.split(".<locals>")[0] if qualname else type(optimizer).__name__
     return f"optax ({name})" if name else "optax"
-

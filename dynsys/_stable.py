@@ -85,9 +85,7 @@ class StableLinearSystem(AbstractSystem):
 
     def __check_init__(self):
         call = "StableLinearSystem"
-        check_state_space_shapes(
-            call, "W", self.W, self.B, self.C, self.D, self.offset
-        )
+        check_state_space_shapes(call, "W", self.W, self.B, self.C, self.D, self.offset)
         n = self.W.shape[0]
         if self.L.shape != (n, n):
             raise shape_error(call, "L", f"(n, n) = ({n}, {n})", self.L.shape)

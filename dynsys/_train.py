@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxtyping import Array, PRNGKeyArray, PyTree, Scalar
+from jaxtyping import PRNGKeyArray, PyTree, Scalar
 
 from ._sharding import constrain_batch, leading_axis_shardings
 from ._solvers import describe, LossFunction, OptaxStrategy
@@ -133,8 +133,18 @@ def _evaluate(evaluator, params, static):
 
 @eqx.filter_jit
 def _run_chunk(
-    strategy, objective, static, params, carry, best, data, indices, ks, end,
-    shardings, track_best,
+    strategy,
+    objective,
+    static,
+    params,
+    carry,
+    best,
+    data,
+    indices,
+    ks,
+    end,
+    shardings,
+    track_best,
 ):
     """Run the steps `ks` (those below `end`) in one dispatch: a `lax.scan` over
     steps, each skipped once a step was non-finite or converged. Compiled once per
@@ -190,9 +200,7 @@ def _run_chunk(
         if indices is not None:
             indices = jnp.concatenate([indices[:1], indices])
     loop = (params, dynamic, best, jnp.array(False))
-    (params, dynamic, best, _), outputs = jax.lax.scan(
-        body, loop, (ks, indices, warm)
-    )
+    (params, dynamic, best, _), outputs = jax.lax.scan(body, loop, (ks, indices, warm))
     if strategy.warmup:
         outputs = jax.tree.map(lambda v: v[1:], outputs)
     carry = strategy.end(eqx.combine(dynamic, state_static))
@@ -334,8 +342,18 @@ def optimise(
                 indices = jnp.asarray(np.stack(rows))
             ks = jnp.arange(k, k + chunk)
             new_params, new_carry, best_device, outputs = _run_chunk(
-                strategy, objective, static, params, carry, best_device, data,
-                indices, ks, jnp.asarray(k + count), shardings, track_best,
+                strategy,
+                objective,
+                static,
+                params,
+                carry,
+                best_device,
+                data,
+                indices,
+                ks,
+                jnp.asarray(k + count),
+                shardings,
+                track_best,
             )
             chunk_losses, chunk_finite, chunk_converged = (
                 np.asarray(v) for v in outputs
@@ -507,9 +525,7 @@ def train(
             f"train(batch_size=...): batch_size={batch_size!r} was given without "
             "data; minibatches are drawn from data."
         )
-    strategy = (
-        _DEFAULT_OPTIMIZER if optimizer is None else optax_strategy(optimizer)
-    )
+    strategy = _DEFAULT_OPTIMIZER if optimizer is None else optax_strategy(optimizer)
     return optimise(
         LossFunction(loss_fn, data is not None),
         strategy,

@@ -32,9 +32,7 @@ def _data(dtype=jnp.float64, noise=0.0, N=4, T=20, seed=0):
 
 
 def _start(dtype=jnp.float64):
-    return dynsys.LinearSystem(
-        (0.5 * np.eye(2)).astype(dtype), np.zeros((2, 1), dtype)
-    )
+    return dynsys.LinearSystem((0.5 * np.eye(2)).astype(dtype), np.zeros((2, 1), dtype))
 
 
 @pytest.mark.parametrize("dtype, atol", [(jnp.float32, 2e-4), (jnp.float64, 1e-9)])
@@ -105,22 +103,35 @@ def test_too_large_adam_learning_rate_warns_once():
 
 
 def test_no_better_than_the_start_warns():
-    # Starting at the exact minimum, every Adam step moves away from it.
-    true = dynsys.LinearSystem(K_TRUE, B_TRUE)
+    # The least-squares estimate is the exact minimum of the one-step loss: every
+    # Adam step moves away from it.
+    data = _data(noise=0.1)
+    estimate = dynsys.fit_least_squares(data)
     with pytest.warns(UserWarning, match="no better than the start") as caught:
         result = dynsys.fit(
-            true, _data(), optimizer=optax.adam(1e-2), num_steps=20, progress=False
+            estimate,
+            data,
+            loss="one_step",
+            optimizer=optax.adam(1e-2),
+            num_steps=20,
+            progress=False,
         )
     assert len(caught) == 1
     assert result.best_step == 0 and "no better than the start" in result.stop_reason
 
 
-def test_a_converged_start_is_not_a_failure():
+def test_an_exact_or_converged_start_is_not_a_failure():
     true = dynsys.LinearSystem(K_TRUE, B_TRUE)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         result = dynsys.fit(true, _data(), progress=False)
+        # Adam moves away from an exact start (loss at round-off): the start is
+        # returned, and nothing is wrong with it.
+        moved = dynsys.fit(
+            true, _data(), optimizer=optax.adam(1e-2), num_steps=5, progress=False
+        )
     assert result.converged and result.stop_reason is None
+    assert moved.best_step == 0 and moved.stop_reason is None
 
 
 def test_lbfgs_in_train():

@@ -66,7 +66,9 @@ def test_loss_and_initial_states_against_a_written_out_reference():
     system = _system()
     data, x0s = _data(system, noise=0.1)
     model = _perturbed(system, 0.1)
-    result = dynsys.fit(model, data, optimizer=optax.sgd(0.0), num_steps=1, progress=False)
+    result = dynsys.fit(
+        model, data, optimizer=optax.sgd(0.0), num_steps=1, progress=False
+    )
     ys = np.asarray(data.ys)
     weights = 1.0 / ys.reshape(-1, 2).var(axis=0)
     experiments = [(data.ys[i], data.us[i]) for i in range(3)]
@@ -210,18 +212,24 @@ def test_nonlinear_output_error_trains_the_initial_states():
     us = jax.random.normal(jax.random.key(0), (2, 25, 1))
     data = dynsys.simulate(true, x0s, 25, inputs=us)
     assert data.ys is not None
-    start = _Tanh(jnp.array([0.45, 0.75]), jnp.array([0.25, -0.15]), jnp.array([0.45, 0.75]))
+    start = _Tanh(
+        jnp.array([0.45, 0.75]), jnp.array([0.25, -0.15]), jnp.array([0.45, 0.75])
+    )
     result = dynsys.fit(start, data, progress=False)
     assert result.optimizer.startswith("Levenberg") and result.converged
     for name in ("a", "b", "c"):
-        np.testing.assert_allclose(getattr(result.model, name), getattr(true, name), atol=1e-6)
+        np.testing.assert_allclose(
+            getattr(result.model, name), getattr(true, name), atol=1e-6
+        )
     np.testing.assert_allclose(result.x0s, x0s, atol=1e-6)
 
 
 def test_output_data_bad_input():
     system = _system()
     data, _ = _data(system)
-    with pytest.raises(ValueError, match=r"fit\(loss='one_step'\): the data have outputs"):
+    with pytest.raises(
+        ValueError, match=r"fit\(loss='one_step'\): the data have outputs"
+    ):
         dynsys.fit(system, data, loss="one_step", progress=False)
     with pytest.raises(
         ValueError,
@@ -238,11 +246,14 @@ def test_output_data_bad_input():
     ):
         dynsys.fit(system, data, loss=dynsys.MultipleShooting(1), progress=False)
     states_only = dynsys.Dataset(xs=data.xs, us=data.us)
-    with pytest.raises(ValueError, match=r"fit\(val_data=...\): the training data have outputs but the validation data have states only"):
+    with pytest.raises(
+        ValueError,
+        match=r"fit\(val_data=...\): the training data have outputs but the validation data have states only",
+    ):
         dynsys.fit(system, data, val_data=states_only, progress=False)
     tanh = _Tanh(jnp.zeros(2), jnp.zeros(2), jnp.zeros(2))
-    tanh_data = dynsys.simulate(
-        tanh, jnp.zeros((2, 2)), 5, inputs=jnp.ones((2, 5, 1))
-    )
-    with pytest.raises(ValueError, match=r"estimated in closed form for linear models only, got _Tanh"):
+    tanh_data = dynsys.simulate(tanh, jnp.zeros((2, 2)), 5, inputs=jnp.ones((2, 5, 1)))
+    with pytest.raises(
+        ValueError, match=r"estimated in closed form for linear models only, got _Tanh"
+    ):
         dynsys.fit(tanh, tanh_data, val_data=tanh_data, progress=False)

@@ -292,3 +292,25 @@ def test_nothing_to_train_errors():
             num_steps=2,
             progress=False,
         )
+
+
+def test_keyboard_interrupt_keeps_the_best_model():
+    # SGD with rate 0.25 on (m - 1)^2 halves the distance to 1 each step; Ctrl-C
+    # (here raised by the callback after step 3) ends training with the best model.
+    def callback(step, model, loss):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.warns(UserWarning, match="interrupted at step 4"):
+        result = dynsys.train(
+            lambda m: (m - 1.0) ** 2,
+            jnp.array(0.0),
+            optimizer=optax.sgd(0.25),
+            num_steps=100,
+            callback=callback,
+            progress=False,
+        )
+    assert result.steps_run == 4 and "interrupted" in result.stop_reason
+    np.testing.assert_allclose(result.losses, [1.0, 0.25, 0.0625, 0.015625])
+    assert result.best_step == 3
+    np.testing.assert_allclose(result.model, 1.0 - 0.5**3)
