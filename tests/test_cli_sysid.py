@@ -109,9 +109,10 @@ def test_fit_input_output_csv(tmp_path, capsys):
     )
     np.testing.assert_allclose(held_out["fitted"], expected_fit, atol=1e-6)
     # The run folder reruns from its own config, with the same numbers.
+    recorded = (out / "config.toml").read_text()
+    assert "trajectories" not in recorded  # no simulated-data keys recorded
     config = dynsys.resolve_config(out / "config.toml")
     assert config["data"]["outputs"] == ["pos_a", "pos_b"]
-    assert "trajectories" not in config["data"]  # no simulated-data keys recorded
     rerun = dynsys.run_experiment(
         config, out=tmp_path / "rerun", progress=False, echo=None
     )

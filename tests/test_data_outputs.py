@@ -195,7 +195,7 @@ def test_least_squares_on_ragged_data_uses_only_real_transitions():
 
 def test_least_squares_without_states_points_to_subspace():
     data = dynsys.Dataset(us=np.ones((2, 5, 1)), ys=np.ones((2, 5, 1)))
-    with pytest.raises(ValueError, match="no states xs; use dynsys.fit_subspace"):
+    with pytest.raises(ValueError, match="Use fit_subspace\\(data\\)"):
         dynsys.fit_least_squares(data)
 
 

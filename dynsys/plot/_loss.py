@@ -100,7 +100,8 @@ def loss_history(
         if finite.max() > top:
             ax.set_ylim(0.5 * finite.min(), top)
             notes.append(f"losses up to {finite.max():.1e} are above the axis")
-    if best_step is not None:
+    if best_step is not None and (losses.shape[0] or best_step in val_steps):
+        # (A run stopped before its first step has no loss to mark.)
         if not 0 <= best_step <= steps.shape[0]:
             raise ValueError(
                 f"loss_history(best_step=...): expected a step in [0, "
