@@ -439,7 +439,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
             feedthrough=fit_cfg["feedthrough"],
         )
     except ValueError as error:
-        key = "fit.subspace_horizon" if "horizon" in str(error) else "fit.order"
+        key = "fit.subspace_horizon" if "(horizon=" in str(error) else "fit.order"
         raise ConfigError(f"config key '{key}': {error}") from None
     timing["subspace_seconds"] = time.perf_counter() - started
     order = start.state_size

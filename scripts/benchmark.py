@@ -11,6 +11,14 @@ multiple of the trajectory's bytes. It prints a table and writes the section of
     python scripts/benchmark.py                # all workloads; docs/benchmarks.md
     python scripts/benchmark.py --workloads W0,W2 --no-write
     python scripts/benchmark.py --quick --output /tmp/bench.md   # smoke test
+    python scripts/benchmark.py --no-fit       # rollout workloads only
+    python scripts/benchmark.py --fit-only --no-write   # the fitting section only
+
+With inputs (U1, U2 and W1u, W3u: `m` open-loop inputs, the gradient also with
+respect to `B`) the default method is compared with `Sequential()` too. The fitting
+section (`scripts/benchmark_fit.py`) measures one `dynsys.fit` iteration against a
+bare jitted step, and the time the default optimiser and tuned Adam take to reach
+1.1x the true model's loss.
 
 The same command runs unchanged on a GPU machine (it then fills the GPU section and
 adds W2 with T = 10^6 for Sequential, Parallel and Chunked).
@@ -35,6 +43,10 @@ import numpy as np
 import dynsys
 
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchmark_fit  # noqa: E402
+
+
 @dataclasses.dataclass(frozen=True)
 class Workload:
     name: str
@@ -43,10 +55,13 @@ class Workload:
     num_steps: int
     dtype: str
     mlp: bool = False  # closed loop with an MLP controller
+    inputs: int = 0  # open-loop inputs m (0: none)
 
     def describe(self) -> str:
         batch = "1 trajectory" if self.batch == 0 else f"{self.batch} trajectories"
         extra = ", MLP controller (width 64)" if self.mlp else ""
+        if self.inputs:
+            extra += f", m = {self.inputs} inputs"
         return f"{batch}, n = {self.n}, T = {self.num_steps:,}, {self.dtype}{extra}"
 
 
@@ -56,6 +71,10 @@ FULL = [
     Workload("W2", 0, 3, 100_000, "float32"),
     Workload("W3", 16, 256, 2000, "float32"),
     Workload("W4", 256, 8, 1000, "float32", mlp=True),
+    Workload("U1", 64, 32, 1000, "float32", inputs=4),
+    Workload("U2", 64, 32, 1000, "float64", inputs=4),
+    Workload("W1u", 1024, 32, 1000, "float32", inputs=4),
+    Workload("W3u", 16, 256, 2000, "float32", inputs=4),
 ]
 QUICK = [
     Workload("W0", 0, 3, 9, "float64"),
@@ -63,6 +82,7 @@ QUICK = [
     Workload("W2", 0, 3, 1000, "float32"),
     Workload("W3", 2, 8, 40, "float32"),
     Workload("W4", 4, 4, 30, "float32", mlp=True),
+    Workload("U1", 4, 4, 100, "float32", inputs=2),
 ]
 MLP_WIDTH, MLP_DEPTH, MLP_INPUTS = 64, 2, 2
 
@@ -104,6 +124,11 @@ def make_problem(w: Workload):
     x0 = jax.random.normal(k2, shape, dtype)
     target_shape = shape[:-1] + (w.num_steps + 1, w.n)
     target = 0.1 * jax.random.normal(k3, target_shape, dtype)
+    if w.inputs:
+        k5, k6 = jax.random.split(k4)
+        B = (jax.random.normal(k5, (w.n, w.inputs)) / jnp.sqrt(w.n)).astype(dtype)
+        us = jax.random.normal(k6, shape[:-1] + (w.num_steps, w.inputs), dtype)
+        return dict(K=K, B=B, x0=x0, us=us, target=target)
     if not w.mlp:
         return dict(K=K, x0=x0, target=target)
     B = (jax.random.normal(k4, (w.n, MLP_INPUTS)) / w.n).astype(dtype)
@@ -137,6 +162,18 @@ def bare_scan_closed_loop(K, B, controller, x0, num_steps):
     return jnp.moveaxis(xs, 0, -2)
 
 
+def bare_scan_with_inputs(K, B, x0, us):
+    """The hand-written baseline with open-loop inputs `us (..., T, m)`."""
+
+    def body(x, u):
+        x = x @ K.T + u @ B.T
+        return x, x
+
+    _, xs = jax.lax.scan(body, x0, jnp.moveaxis(us, -2, 0))
+    xs = jnp.concatenate([x0[None], xs], axis=0)
+    return jnp.moveaxis(xs, 0, -2)
+
+
 def concat_loop_rollout(K, x0, num_steps):
     """The naive baseline: grow the matrix row by row with concatenate."""
     xs = x0[None]
@@ -155,6 +192,27 @@ def candidates(w: Workload, p):
     """`{name: (forward(*args), loss(*args), args, argnums)}` for one workload."""
     T = w.num_steps
     out = {}
+    if w.inputs:
+
+        def dyn_u(K, B, x0, us, method=None):
+            system = dynsys.LinearSystem(K, B)
+            return dynsys.rollout(system, x0, T, inputs=us, method=method).xs
+
+        args = (p["K"], p["B"], p["x0"], p["us"], p["target"])
+        for name, method in [("dynsys", None), ("dynsys Sequential()", None)]:
+            if name != "dynsys":
+                method = dynsys.Sequential()
+            out[name] = (
+                lambda K, B, x0, us, tg, m=method: dyn_u(K, B, x0, us, m),
+                lambda K, B, x0, us, tg, m=method: mse(dyn_u(K, B, x0, us, m), tg),
+                args,
+            )
+        out["bare scan"] = (
+            lambda K, B, x0, us, tg: bare_scan_with_inputs(K, B, x0, us),
+            lambda K, B, x0, us, tg: mse(bare_scan_with_inputs(K, B, x0, us), tg),
+            args,
+        )
+        return out, (0, 1, 2)
     if not w.mlp:
 
         def dyn_fwd(K, x0, method=None):
@@ -278,7 +336,7 @@ def run_workload(w: Workload, min_repeats, budget):
             gradient=median_seconds(grad_j, args, min_repeats, budget),
             memory=temp_bytes(grad_j, args),
         )
-    torch_result = torch_times(w, p, min_repeats, budget)
+    torch_result = None if w.inputs else torch_times(w, p, min_repeats, budget)
     if torch_result is not None:
         rows["PyTorch"] = dict(
             forward=torch_result[0], gradient=torch_result[1], memory=None
@@ -402,6 +460,17 @@ def targets(results, compile_times, quick):
                 max(f, g) <= 1.15,
             )
         )
+    for name in ("U1", "U2", "W1u", "W3u"):
+        if name in results:
+            r = ratio(name, "dynsys", "gradient", base="dynsys Sequential()")
+            out.append(
+                (
+                    f"{name}: default rollout gradient with inputs at most 1.05× "
+                    "`Sequential()`'s",
+                    f"{r:.2f}×",
+                    r <= 1.05,
+                )
+            )
     for name, goal in [("W1", 2.0), ("W3", 2.0), ("W2", 5.0)]:
         if name in results:
             speedup = 1 / ratio(name, "dynsys", "gradient")
@@ -450,7 +519,9 @@ def targets(results, compile_times, quick):
     return out
 
 
-def section(backend, workloads, results, compile_times, target_rows, extra, args):
+def section(
+    backend, workloads, results, compile_times, target_rows, extra, args, fit_lines
+):
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         f"## {backend.upper()}",
@@ -469,12 +540,14 @@ def section(backend, workloads, results, compile_times, target_rows, extra, args
         + ".",
         "- Times are medians over repeats after compilation; the gradient is that "
         "of the mean squared error to a fixed target trajectory, with respect to "
-        "`K` and `x0` (W0-W3) or the controller's parameters (W4). Memory is "
+        "`K` and `x0` (W0-W3), `K`, `B` and `x0` (with inputs: U1, U2, W1u, W3u) "
+        "or the controller's parameters (W4). Memory is "
         "`memory_analysis().temp_size_in_bytes` of the compiled gradient divided by "
         "the bytes of the trajectory `xs`.",
         "",
         *results_table(workloads, results),
         "",
+        *fit_lines,
         "### Targets",
         "",
         "| target | measured | met |",
@@ -497,8 +570,11 @@ def section(backend, workloads, results, compile_times, target_rows, extra, args
 HEADER = """# Benchmarks
 
 Written by `scripts/benchmark.py` (rerun it to refresh a section; each backend
-writes its own section and keeps the other). How the default method is chosen and
-what each method costs: [Performance](performance.md).
+writes its own section and keeps the other), all figures of a section from one run
+of the command it names. How the default method is chosen and what each method
+costs: [Performance](performance.md). The fitting section (`fit` against a bare
+jitted step, time to reach the true model's loss) comes from
+`scripts/benchmark_fit.py`, run by the same command.
 """
 GPU_PENDING = """## GPU
 
@@ -540,7 +616,9 @@ def write_report(path, backend, text):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--workloads", default="W0,W1,W2,W3,W4", help="comma-separated, e.g. W0,W2"
+        "--workloads",
+        default=None,
+        help="comma-separated, e.g. W0,W2 (default: all: W0-W4, U1, U2, W1u, W3u)",
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--repeats", type=int, default=5, help="minimum repeats")
@@ -552,16 +630,33 @@ def main(argv=None):
     parser.add_argument(
         "--no-compile", action="store_true", help="skip the compile-time measurement"
     )
+    parser.add_argument(
+        "--no-fit", action="store_true", help="skip the fitting section"
+    )
+    parser.add_argument(
+        "--fit-only", action="store_true", help="only the fitting section"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.budget = 2, 0.05
     jax.config.update("jax_enable_x64", True)  # W0 is float64; others ask float32
 
-    chosen = {name.strip().upper() for name in args.workloads.split(",") if name}
     table = QUICK if args.quick else FULL
-    unknown = chosen - {w.name for w in table}
-    if unknown:
-        parser.error(f"unknown workloads {sorted(unknown)}; choose from W0-W4")
+    names = {w.name.upper(): w.name for w in table}
+    if args.fit_only:
+        chosen = set()
+        args.no_compile = True
+    elif args.workloads is None:
+        chosen = set(names.values())
+    else:
+        asked = [name.strip() for name in args.workloads.split(",") if name.strip()]
+        unknown = [name for name in asked if name.upper() not in names]
+        if unknown:
+            parser.error(
+                f"unknown workloads {sorted(unknown)}; choose from "
+                + ", ".join(w.name for w in table)
+            )
+        chosen = {names[name.upper()] for name in asked}
     workloads = [w for w in table if w.name in chosen]
     backend = "gpu" if jax.default_backend() == "gpu" else "cpu"
 
@@ -582,8 +677,14 @@ def main(argv=None):
     if backend == "gpu" and not args.quick:
         extra = method_comparison(1_000_000, args.repeats, args.budget)
     target_rows = targets(results, compile_times, args.quick)
+    fit_lines = []
+    if not args.no_fit:
+        fit_lines, fit_targets = benchmark_fit.run(args.quick)
+        target_rows += fit_targets
 
-    text = section(backend, workloads, results, compile_times, target_rows, extra, args)
+    text = section(
+        backend, workloads, results, compile_times, target_rows, extra, args, fit_lines
+    )
     print()
     print(text)
     if not args.no_write:

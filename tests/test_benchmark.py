@@ -25,6 +25,14 @@ def test_quick_run_writes_the_table(tmp_path):
         assert f"| {workload} | bare scan |" in text
     assert "| W0 | concat loop |" in text
     assert "| W4 | dynsys Checkpointed |" in text
+    # With inputs: the default against Sequential() and the bare scan.
+    for candidate in ["dynsys", "dynsys Sequential()", "bare scan"]:
+        assert f"| U1 | {candidate} |" in text
+    assert "default rollout gradient with inputs at most 1.05×" in text
+    # The fitting section: one iteration against a bare step, time to the target.
+    assert "### Fitting" in text and "One iteration of `fit`" in text
+    assert "Time to reach 1.1× the true model's loss" in text
+    assert "| P6: 6 states, 2 inputs" in text
     assert "### Targets" in text and "compile time" in text
     assert "<!-- cpu begin -->" in text and "<!-- gpu begin -->" in text
     assert "| W0 | dynsys |" in result.stdout
