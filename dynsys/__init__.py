@@ -17,6 +17,11 @@ from ._controller import (
 )
 from ._cost import quadratic_cost as quadratic_cost, tracking_cost as tracking_cost
 from ._dataset import Dataset as Dataset
+from ._distributed import (
+    global_dataset as global_dataset,
+    initialize_distributed as initialize_distributed,
+    is_main_process as is_main_process,
+)
 from ._experiment import (
     ExperimentResult as ExperimentResult,
     resolve_config as resolve_config,
@@ -51,11 +56,6 @@ from ._ode import (
     Discretized as Discretized,
     LinearODE as LinearODE,
     Sampled as Sampled,
-)
-from ._distributed import (
-    global_dataset as global_dataset,
-    initialize_distributed as initialize_distributed,
-    is_main_process as is_main_process,
 )
 from ._response import (
     frequency_response as frequency_response,

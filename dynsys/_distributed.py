@@ -230,9 +230,7 @@ def global_dataset(
         )
     count = jax.process_count()
     layout = _layout(local_data)
-    layouts = np.asarray(multihost_utils.process_allgather(layout)).reshape(
-        count, -1
-    )
+    layouts = np.asarray(multihost_utils.process_allgather(layout)).reshape(count, -1)
     for p in range(count):
         if not np.array_equal(layouts[p], layouts[0]):
             raise ValueError(

@@ -750,8 +750,9 @@ def run_experiment(
         root = out.absolute().parent
     clean_stale(root)
     folder = staging = None
-    with catch_interrupts() as interrupts, jax.enable_x64(
-        resolved["precision"] == "float64"
+    with (
+        catch_interrupts() as interrupts,
+        jax.enable_x64(resolved["precision"] == "float64"),
     ):
         try:
             folder = out if out is not None else reserve_folder(root, resolved["name"])

@@ -240,8 +240,7 @@ def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
             input_names=input_names,
             reference=target,
             input_bound=c["bound"],
-            title=f"{name}, {len(x0_test)} held-out initial states: {label} "
-            "training",
+            title=f"{name}, {len(x0_test)} held-out initial states: {label} training",
         )
     figures["loss.png"] = plot.loss_history(
         result,

@@ -55,7 +55,11 @@ def _worker(args: argparse.Namespace) -> None:
     x0s = jax.random.normal(keys[1], (total, n))
     us = jax.random.normal(keys[2], (total, T, m))
     full = dynsys.simulate(
-        dynsys.LinearSystem(K, B), x0s, T, inputs=us, measurement_noise=0.05,
+        dynsys.LinearSystem(K, B),
+        x0s,
+        T,
+        inputs=us,
+        measurement_noise=0.05,
         key=keys[3],
     )
     share = args.per_process
@@ -74,8 +78,13 @@ def _worker(args: argparse.Namespace) -> None:
 
     start = dynsys.LinearSystem(0.9 * jnp.eye(n), jnp.zeros((n, m)))
     dynsys.train(
-        loss_fn, start, data=batch, optimizer=optax.adam(1e-2),
-        num_steps=args.steps, progress=False, callback=callback,
+        loss_fn,
+        start,
+        data=batch,
+        optimizer=optax.adam(1e-2),
+        num_steps=args.steps,
+        progress=False,
+        callback=callback,
     )
     intervals = [b - a for a, b in zip(stamps[3:], stamps[4:])]
     if dynsys.is_main_process():

@@ -23,8 +23,9 @@ import numpy as np
 
 matplotlib.use("Agg")
 
-import dynsys  # noqa: E402
 import dynsys.models as zoo  # noqa: E402
+
+import dynsys  # noqa: E402
 from dynsys import plot  # noqa: E402
 
 

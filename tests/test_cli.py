@@ -52,7 +52,7 @@ def test_run_a_config_with_overrides(tmp_path, capsys):
     config = tmp_path / "c.toml"
     config.write_text(
         'kind = "fit"\nname = "tiny"\n[data]\ntrajectories = 3\nlength = 10\n'
-        "[fit]\noptimizer = \"adam\"\nsteps = 50\n"
+        '[fit]\noptimizer = "adam"\nsteps = 50\n'
     )
     code = cli.main(
         [

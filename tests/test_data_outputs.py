@@ -272,7 +272,9 @@ def test_simulate_output_of_a_custom_system_and_process_noise():
 def test_dt_in_float32_and_float64():
     ts = 10.0 + 0.1 * np.arange(200)
     with jax.enable_x64(False):
-        assert dynsys.Dataset(ys=np.zeros((1, 200, 1)), ts=ts).dt == pytest.approx(0.1, rel=1e-6)
+        assert dynsys.Dataset(ys=np.zeros((1, 200, 1)), ts=ts).dt == pytest.approx(
+            0.1, rel=1e-6
+        )
     assert dynsys.Dataset(ys=np.zeros((1, 200, 1)), ts=ts).dt == pytest.approx(0.1)
     uneven = ts.copy()
     uneven[50:] += 0.01

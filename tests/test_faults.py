@@ -262,7 +262,7 @@ def test_out_over_user_files_is_refused_before_anything_runs(
 
 def test_out_replaces_only_its_own_run_folder(tmp_path):
     out = tmp_path / "run"
-    description = "line1\nline2\ttab\x07bell\x00nul\x7fdel \"q\" \\ é \u2028"
+    description = 'line1\nline2\ttab\x07bell\x00nul\x7fdel "q" \\ é \u2028'
     first = dynsys.run_experiment(
         {**FIT, "description": description}, out=out, progress=False, echo=None
     )

@@ -345,7 +345,9 @@ def test_bode_against_the_closed_form(tmp_path):
     with pytest.raises(ValueError, match=r"bode\(frequencies=...\): 'given' is"):
         plot.bode({"given": response})
     with pytest.raises(ValueError, match=r"bode\(hz=True\): Hz needs"):
-        plot.bode(dynsys.LinearSystem(K=jnp.array([[a]]), B=jnp.array([[1.0]])), hz=True)
+        plot.bode(
+            dynsys.LinearSystem(K=jnp.array([[a]]), B=jnp.array([[1.0]])), hz=True
+        )
     _save(fig, tmp_path, "bode.png")
 
 
@@ -441,7 +443,10 @@ def test_comparison_from_compare_shows_each_channels_fit(getkey):
     # One channel: its fit in the legend.
     fig = plot.comparison(result, channels=[1])
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert legend[1] == f"model (fit {float(result.fit_percent_per_experiment[0, 1]):.1f} %)"
+    assert (
+        legend[1]
+        == f"model (fit {float(result.fit_percent_per_experiment[0, 1]):.1f} %)"
+    )
 
 
 def test_loss_history_marks_the_returned_step_and_clips_a_divergence():

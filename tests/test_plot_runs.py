@@ -36,10 +36,13 @@ def test_fit_figures_pages_names_and_roles():
     assert list(outcome.figures) == [
         "trajectories.png", "trajectories_2.png", "eigenvalues.png", "loss.png"
     ]  # fmt: skip
-    first, second = outcome.figures["trajectories.png"], outcome.figures[
-        "trajectories_2.png"
+    first, second = (
+        outcome.figures["trajectories.png"],
+        outcome.figures["trajectories_2.png"],
+    )
+    labels = [a.get_ylabel() for a in first.axes] + [
+        a.get_ylabel() for a in second.axes
     ]
-    labels = [a.get_ylabel() for a in first.axes] + [a.get_ylabel() for a in second.axes]
     assert labels == [f"p{i} (m)" for i in range(1, 8)] + [
         f"v{i} (m/s)" for i in range(1, 8)
     ]
@@ -80,7 +83,11 @@ def test_train_controller_figures_separate_units_and_draw_the_bound():
     }  # fmt: skip
     outcome = _outcome(config)
     fig = outcome.figures["closed_loop_before.png"]
-    assert [a.get_ylabel() for a in fig.axes] == ["θ (rad)", "ω (rad/s)", "torque (N m)"]
+    assert [a.get_ylabel() for a in fig.axes] == [
+        "θ (rad)",
+        "ω (rad/s)",
+        "torque (N m)",
+    ]
     levels = sorted(
         line.get_ydata()[0]
         for line in fig.axes[2].lines

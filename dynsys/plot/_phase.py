@@ -179,5 +179,3 @@ def _field(system, controller, u, t) -> Callable:
         return system.step(t, x, inp) - x
 
     return field
-
-

@@ -50,7 +50,6 @@ def singular_values(
     fig = dynsys.plot.singular_values([3.1, 1.2, 0.4, 0.2, 1e-3, 8e-4], order=4)
     ```
     """
-    call = "singular_values"
     if isinstance(values, Mapping):
         series = dict(values)
     else:

@@ -102,7 +102,7 @@ def sweep(
         fig = ax.figure
     head, shown = _common_head(list(arrays))
     styles = model_styles(shown, roles, "sweep")
-    for k, (label, ys) in enumerate(arrays.items()):
+    for k, ys in enumerate(arrays.values()):
         s = styles[shown[k]]
         kw = {"color": s["color"], "ls": s["linestyle"], "marker": s["marker"],
               "mfc": "none", "ms": 6}  # fmt: skip

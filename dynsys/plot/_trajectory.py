@@ -168,8 +168,10 @@ def trajectory(
         fig, axes = _layout.panel_grid(len(panels))
     else:
         axes = _layout.given_axes(
-            ax, len(panels), call, "one per panel: a unit group of states, inputs, "
-            "outputs"
+            ax,
+            len(panels),
+            call,
+            "one per panel: a unit group of states, inputs, outputs",
         )
         fig = axes[0].figure
     batch = xs.shape[0]
