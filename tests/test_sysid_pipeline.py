@@ -2,6 +2,8 @@
 then `fit` with its defaults (output error, estimated initial states), scored on
 held-out experiments against their noise-free outputs."""
 
+import time
+
 import jax
 import numpy as np
 import pytest
@@ -57,8 +59,11 @@ def test_subspace_then_output_error_fit(snr_db, tolerance):
     held_out, clean = _experiments(system, 4, 400, snr_db, seed=2)
     # Ragged experiments are covered in test_fit_outputs.py (loss, gradient and fit
     # equal to the unpadded experiments written out).
+    started = time.perf_counter()
     start = dynsys.fit_subspace(train, 5)
+    subspace_seconds = time.perf_counter() - started
     result = dynsys.fit(start, train, progress=False)
+    fit_seconds = time.perf_counter() - started - subspace_seconds
     assert result.optimizer.startswith("Levenberg") and result.converged
     assert result.stop_reason is None
     true, subspace, fitted = (
@@ -66,5 +71,11 @@ def test_subspace_then_output_error_fit(snr_db, tolerance):
     )
     # Measured (seed 0): 20 dB: true 99.15, subspace 99.00, fitted 99.01;
     # 10 dB: true 97.32, subspace 96.83, fitted 96.87.
+    print(  # the figures of the closing note: pytest -s -k subspace_then_output
+        f"\n{snr_db} dB: held-out fit % vs noise-free outputs: true {true:.2f}, "
+        f"subspace {subspace:.2f}, fitted {fitted:.2f}; fit_subspace "
+        f"{subspace_seconds:.2f} s, fit {fit_seconds:.2f} s ({result.steps_run} "
+        "steps; both including compilation)"
+    )
     assert fitted > true - tolerance, (true, subspace, fitted)
     assert fitted > subspace, (true, subspace, fitted)
