@@ -18,7 +18,7 @@ import numpy as np
 
 from ._config import ConfigError
 from ._distributed import share_between_processes
-from ._experiment import _zoo, Outcome
+from ._experiment import _zoo, config_vector as _vector, loss_history_lines, Outcome
 
 
 SUMMARY_LABEL = "free-run fit % (100 = perfect)"
@@ -36,21 +36,6 @@ class _Data:
     source: str  # one line saying where the data came from
     true_system: Any = None  # the simulating model, when simulated
     clean: Any = None  # the same data without noise, when simulated
-
-
-def _vector(config: dict, section: str, key: str, size: int, what: str):
-    """A scalar or list config value as an array of `size`."""
-    import jax.numpy as jnp
-
-    value = config[section][key]
-    if isinstance(value, list):
-        if len(value) != size:
-            raise ConfigError(
-                f"config key '{section}.{key}': expected a number or a list of "
-                f"{size} numbers (one per {what}), got a list of {len(value)}."
-            )
-        return jnp.asarray(value, dtype=float)
-    return jnp.full((size,), value, dtype=float)
 
 
 def _measured_system(system, measured: list[int] | None, state_names):
@@ -389,15 +374,18 @@ def _fit_table(rows: dict, channels: list[str], echo) -> None:
             )
 
 
-def _loss_history(losses, extra: list[tuple[int, float]], name: str) -> list[str]:
-    by_step = dict(extra)
-    lines = [f"step,train_loss,{name}"]
-    for k, value in enumerate(losses):
-        v = by_step.get(k)
-        lines.append(f"{k},{float(value)!r},{'' if v is None else repr(float(v))}")
-    if len(losses) in by_step:
-        lines.append(f"{len(losses)},,{float(by_step[len(losses)])!r}")
-    return lines
+def _outcome(run, result, metrics, summary, figures, notes) -> Outcome:
+    """What the run folder gets; a simulated run also keeps its data."""
+    return Outcome(
+        metrics=metrics,
+        summary=summary,
+        summary_label=SUMMARY_LABEL,
+        history=loss_history_lines(result.losses, result.val_losses, "validation_loss"),
+        model=result.model,
+        figures=figures,
+        notes=notes,
+        files={"data.npz": run.data.save} if run.true_system is not None else {},
+    )
 
 
 def _stop_notes(result, echo) -> list[str]:
@@ -551,17 +539,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         result,
         which,
     )
-    files = {"data.npz": run.data.save} if run.true_system is not None else {}
-    return Outcome(
-        metrics=metrics,
-        summary=summary,
-        summary_label=SUMMARY_LABEL,
-        history=_loss_history(result.losses, result.val_losses, "validation_loss"),
-        model=result.model,
-        figures=figures,
-        notes=notes,
-        files=files,
-    )
+    return _outcome(run, result, metrics, summary, figures, notes)
 
 
 def _fit_percent_masked(reference, predicted, mask) -> list[float]:
@@ -782,17 +760,7 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
             "mean squared state error (units² of the states)",
         ),
     }
-    files = {"data.npz": run.data.save} if run.true_system is not None else {}
-    return Outcome(
-        metrics=metrics,
-        summary=summary,
-        summary_label=SUMMARY_LABEL,
-        history=_loss_history(result.losses, result.val_losses, "validation_loss"),
-        model=result.model,
-        figures=figures,
-        notes=notes,
-        files=files,
-    )
+    return _outcome(run, result, metrics, summary, figures, notes)
 
 
 def run_fit(config: dict, *, progress: bool, echo) -> Outcome:

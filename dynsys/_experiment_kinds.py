@@ -8,7 +8,7 @@ Each runner takes a resolved config (see `_experiment._schema`) and returns an
 import time
 
 from ._config import ConfigError
-from ._experiment import _zoo, Outcome
+from ._experiment import _zoo, config_vector as _vector, loss_history_lines, Outcome
 from ._experiment_fit import run_fit, SUMMARY_LABEL as _FIT_LABEL
 
 
@@ -77,34 +77,6 @@ def sweep_label(config: dict, key: str) -> str:
         if units:
             quantity += f" ({', '.join(units)})"
     return f"{quantity} [{key}]"
-
-
-def _vector(config: dict, section: str, key: str, size: int, what: str):
-    """A scalar or list config value as an array of `size`, or `None`."""
-    import jax.numpy as jnp
-
-    value = config[section][key]
-    if value is None:
-        return None
-    if isinstance(value, list):
-        if len(value) != size:
-            raise ConfigError(
-                f"config key '{section}.{key}': expected a number or a list of "
-                f"{size} numbers (one per {what}), got {len(value)}."
-            )
-        return jnp.asarray(value, dtype=float)
-    return jnp.full((size,), value, dtype=float)
-
-
-def _loss_history(losses, extra: list[tuple[int, float]], name: str) -> list[str]:
-    by_step = dict(extra)
-    lines = [f"step,train_loss,{name}"]
-    for k, value in enumerate(losses):
-        v = by_step.get(k)
-        lines.append(f"{k},{float(value)!r},{'' if v is None else repr(float(v))}")
-    if len(losses) in by_step:
-        lines.append(f"{len(losses)},,{float(by_step[len(losses)])!r}")
-    return lines
 
 
 def _controller(config: dict, n: int, m: int, key):
@@ -261,7 +233,7 @@ def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
         metrics=metrics,
         summary=summary,
         summary_label=SUMMARY_LABELS["train_controller"],
-        history=_loss_history(result.losses, extra, "full_loss"),
+        history=loss_history_lines(result.losses, extra, "full_loss"),
         model=result.model,
         figures=figures,
         notes=[

@@ -215,7 +215,7 @@ def test_invalid_fit_configs(change, message, tmp_path):
         (
             "cost",
             {"target": [1.0]},
-            r"config key 'cost.target': expected a number or a list of 2 numbers \(one per state\), got 1",
+            r"config key 'cost.target': expected a number or a list of 2 numbers \(one per state\), got a list of 1",
         ),
         (
             "cost",
