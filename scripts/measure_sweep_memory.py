@@ -29,7 +29,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         dynsys.run_experiment(config, out_root=root, progress=False, echo=echo)
     peaks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    print("peak RSS (MB) before each sub-run and at the end:", [round(p) for p in peaks])
+    rounded = [round(p) for p in peaks]
+    print("peak RSS (MB) before each sub-run and at the end:", rounded)
     growth = [b - a for a, b in zip(peaks[3:], peaks[4:])]
     print(
         "growth per sub-run after the third (MB):",
