@@ -160,12 +160,12 @@ def resolve(raw: dict, schema: Schema) -> dict:
 
 
 def _check_sweep(sweep: dict, schema: Schema) -> dict:
-    allowed = {"key", "values"}
+    allowed = {"key", "values", "seeds"}
     unknown = sorted(set(sweep) - allowed)
     if unknown:
         raise ConfigError(
             f"unknown config key 'sweep.{unknown[0]}'; allowed keys in [sweep]: key, "
-            "values."
+            "seeds, values."
         )
     key, values = sweep.get("key"), sweep.get("values")
     if not isinstance(key, str) or "." not in key:
@@ -187,7 +187,21 @@ def _check_sweep(sweep: dict, schema: Schema) -> dict:
         )
     option = schema[section][name]
     checked = [option.check(key, value) for value in values]
-    return {"key": key, "values": checked}
+    resolved = {"key": key, "values": checked}
+    if "seeds" in sweep:
+        seeds = sweep["seeds"]
+        seed_option = schema[""]["seed"]
+        if (
+            not isinstance(seeds, list)
+            or not seeds
+            or len(set(map(str, seeds))) < len(seeds)
+        ):
+            raise ConfigError(
+                "config key 'sweep.seeds': expected a non-empty list of distinct "
+                f"seeds, got {seeds!r}."
+            )
+        resolved["seeds"] = [seed_option.check("sweep.seeds", s) for s in seeds]
+    return resolved
 
 
 def read_toml(path: str | pathlib.Path) -> dict:
@@ -254,16 +268,21 @@ def apply_overrides(raw: dict, overrides) -> dict:
 
 
 def expand_sweep(config: dict) -> list[tuple[str, dict]]:
-    """The runs of a config: `[("", config)]`, or one `(label, config)` per value."""
+    """The runs of a config: `[("", config)]`, or one `(label, config)` per value
+    (per value and seed, value by value, when the sweep lists `seeds`)."""
     if "sweep" not in config:
         return [("", config)]
     section, name = config["sweep"]["key"].split(".", 1)
+    seeds = config["sweep"].get("seeds")
     runs = []
     for value in config["sweep"]["values"]:
-        single = copy.deepcopy(config)
-        del single["sweep"]
-        single[section][name] = value
-        runs.append((f"{name}={value}", single))
+        for seed in seeds or [config["seed"]]:
+            single = copy.deepcopy(config)
+            del single["sweep"]
+            single[section][name] = value
+            single["seed"] = seed
+            label = f"{name}={value}" + (f"_seed={seed}" if seeds else "")
+            runs.append((label, single))
     return runs
 
 

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ._config import (
     apply_overrides,
     ConfigError,
@@ -564,12 +566,15 @@ def _run_sweep(
     """One run per value; a signal stops the sweep after the sub-run it hit (which is
     kept, marked interrupted, when it got as far as writing its folder)."""
     interrupts = Interrupts() if interrupts is None else interrupts
-    key, values = config["sweep"]["key"], config["sweep"]["values"]
+    key = config["sweep"]["key"]
+    section, name = key.split(".", 1)
     runs: list[ExperimentResult] = []
     taken: set[str] = set()
-    for (label, single), value in zip(expand_sweep(config), values):
+    for label, single in expand_sweep(config):
         label = _folder_label(label, taken)
-        echo(f"sweep {key} = {value!r} -> {label}/")
+        value = single[section][name]
+        seed = f" (seed {single['seed']})" if "seeds" in config["sweep"] else ""
+        echo(f"sweep {key} = {value!r}{seed} -> {label}/")
         sub = folder / label
         sub.mkdir()
         write_marker(sub, "a sweep's sub-run")
@@ -591,9 +596,19 @@ def _write_sweep(
     from . import plot
 
     key, values = config["sweep"]["key"], config["sweep"]["values"]
-    done = values[: len(runs)]
+    seeds = config["sweep"].get("seeds")
+    per_value = len(seeds) if seeds else 1
+    complete = len(runs) // per_value  # values whose every seed has run
+    done = values[:complete]
+    runs_by_value = [(values[k // per_value], r) for k, r in enumerate(runs)]
     labels = list(runs[0].metrics["summary"])
-    table = {label: [r.metrics["summary"][label] for r in runs] for label in labels}
+    table = {}
+    for label in labels:
+        column = [r.metrics["summary"][label] for r in runs[: complete * per_value]]
+        # (seeds, values) when several seeds are run: plot.sweep draws error bars.
+        table[label] = (
+            np.asarray(column).reshape(complete, per_value).T if seeds else column
+        )
     from ._experiment_kinds import ROLES, sweep_label
 
     figure = plot.sweep(
@@ -611,17 +626,18 @@ def _write_sweep(
         "status": status,
         "signal": interrupts.name,
         "precision": config["precision"],
-        "sweep": {"key": key, "values": values},
+        "sweep": {"key": key, "values": values} | ({"seeds": seeds} if seeds else {}),
         "runs": [
             {
                 "value": v,
+                "seed": r.config["seed"],
                 "folder": r.path.name,
                 "status": r.metrics["status"],
                 "summary": r.metrics["summary"],
             }
-            for v, r in zip(done, runs)
+            for v, r in runs_by_value
         ],
-        "not_run": values[len(runs) :],
+        "not_run": values[-(-len(runs) // per_value) :],
     }
     recorded = _recorded(config)
     (folder / "config.toml").write_text(dump_toml(recorded), encoding="utf-8")
@@ -632,25 +648,32 @@ def _write_sweep(
     if interrupts.interrupted:
         lines += [
             f"**Interrupted** ({interrupts.name}): the sweep stopped after "
-            f"{len(runs)} of {len(values)} values; the last run below is marked.",
+            f"{len(runs)} of {len(values) * per_value} runs; the last run below is "
+            "marked.",
             "",
         ]
+    each = (
+        f"seeds {', '.join(map(str, seeds))}; the figure shows their mean and ±1 "
+        "standard deviation"
+        if seeds
+        else f"seed {config['seed']}"
+    )
     lines += [
-        f"One `{config['kind']}` run per value of `{key}` (seed {config['seed']}, "
-        f"precision {config['precision']}); each sub-folder is a run folder.",
+        f"One `{config['kind']}` run per value of `{key}` ({each}, precision "
+        f"{config['precision']}); each sub-folder is a run folder.",
         "",
-        f"| {key} | " + " | ".join(labels) + " | status | run |",
-        "|" + " --- |" * (len(labels) + 3),
+        f"| {key} | seed | " + " | ".join(labels) + " | status | run |",
+        "|" + " --- |" * (len(labels) + 4),
     ]
-    for value, run in zip(done, runs):
+    for value, run in runs_by_value:
         cells = " | ".join(_markdown_number(run.metrics["summary"][k]) for k in labels)
         lines.append(
-            f"| {value} | {cells} | {run.metrics['status']} | "
+            f"| {value} | {run.config['seed']} | {cells} | {run.metrics['status']} | "
             f"[{run.path.name}]({run.path.name}/) |"
         )
-    for value in values[len(runs) :]:
+    for value in values[-(-len(runs) // per_value) :]:
         blanks = " | ".join("" for _ in labels)
-        lines.append(f"| {value} | {blanks} | not run | |")
+        lines.append(f"| {value} | | {blanks} | not run | |")
     lines += ["", "![sweep](sweep.png)", ""]
     (folder / "summary.md").write_text("\n".join(lines), encoding="utf-8")
     return ExperimentResult(

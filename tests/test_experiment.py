@@ -157,6 +157,42 @@ def test_sweep_writes_one_run_per_value_and_a_summary(tmp_path):
     assert "[sweep]" in (result.path / "config.toml").read_text()
 
 
+def test_sweep_over_seeds_runs_each_value_per_seed(tmp_path):
+    sweep = {"key": "data.measurement_noise", "values": [0.0, 0.2], "seeds": [5, 6]}
+    result = _run({**FIT, "sweep": sweep}, tmp_path)
+    assert [r.path.name for r in result.runs] == [
+        "measurement_noise=0.0_seed=5",
+        "measurement_noise=0.0_seed=6",
+        "measurement_noise=0.2_seed=5",
+        "measurement_noise=0.2_seed=6",
+    ]
+    metrics = json.loads((result.path / "metrics.json").read_text())
+    assert metrics["sweep"]["seeds"] == [5, 6]
+    assert [(r["value"], r["seed"]) for r in metrics["runs"]] == [
+        (0.0, 5),
+        (0.0, 6),
+        (0.2, 5),
+        (0.2, 6),
+    ]
+    # Each sub-run is the single run with that value and that seed.
+    single = _run(
+        {**FIT, "seed": 6, "data": {**FIT["data"], "measurement_noise": 0.2}},
+        tmp_path,
+    )
+    assert metrics["runs"][3]["summary"] == single.metrics["summary"]
+    assert metrics["runs"][2]["summary"] != single.metrics["summary"]  # seed 5
+    summary = (result.path / "summary.md").read_text()
+    assert "seeds 5, 6" in summary and "| 0.2 | 6 |" in summary
+    assert (result.path / "sweep.png").read_bytes()[:8] == PNG
+
+
+def test_sweep_seeds_must_be_distinct_seeds():
+    for seeds in ([], [1, 1], [-1], "0"):
+        sweep = {"key": "data.measurement_noise", "values": [0.1], "seeds": seeds}
+        with pytest.raises(dynsys.ConfigError, match="sweep.seeds"):
+            dynsys.resolve_config({**FIT, "sweep": sweep})
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
