@@ -116,7 +116,7 @@ def test_sweep_expands_one_run_per_value():
     [
         (
             {"key": "data.noise", "value": [1]},
-            r"unknown config key 'sweep.value'; allowed keys in \[sweep\]: key, values",
+            r"unknown config key 'sweep.value'; allowed keys in \[sweep\]: key, seeds, values",
         ),
         (
             {"key": "noise", "values": [1]},
