@@ -124,10 +124,10 @@ def _outputs_only(data):
 
 
 def _zoo_names(config: dict, which: str):
-    """The zoo model's channel names with units (`dynsys.models.names`)."""
-    section = config["system"]
-    known = _zoo().names(section["model"], **section["params"])
-    return list(getattr(known, which)) or None
+    """The zoo model's channel names with units, of one role (`"states"`, ...)."""
+    from ._experiment_kinds import zoo_names  # that module imports this one
+
+    return list(getattr(zoo_names(config), which)) or None
 
 
 def _state_names(config: dict, n: int, system=None):
