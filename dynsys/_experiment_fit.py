@@ -409,11 +409,11 @@ def _times(data) -> np.ndarray:
 # The path for input-output data.
 
 
-def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
+def _subspace_start(fit_cfg: dict, train, echo):
+    """The subspace estimate, its singular values, the time it took and how its
+    order was chosen."""
     import dynsys
 
-    fit_cfg = config["fit"]
-    timing = {}
     started = time.perf_counter()
     horizon = fit_cfg["subspace_horizon"]
     try:
@@ -429,15 +429,54 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     except ValueError as error:
         key = "fit.subspace_horizon" if "(horizon=" in str(error) else "fit.order"
         raise ConfigError(f"config key '{key}': {error}") from None
-    timing["subspace_seconds"] = time.perf_counter() - started
-    order = start.state_size
+    seconds = time.perf_counter() - started
     chosen = "chosen from the singular values" if fit_cfg["order"] is None else "given"
-    seconds = timing["subspace_seconds"]
-    echo(f"  subspace start: order {order} ({chosen}), {seconds:.2f} s")
+    echo(f"  subspace start: order {start.state_size} ({chosen}), {seconds:.2f} s")
+    return start, singular_values, seconds, chosen
 
-    start_model = _stable_if_asked(fit_cfg, start)
+
+def _validate_outputs(models: dict, report, clean_val, which: str):
+    """Each model's `compare` on the report data, the fit % rows (against the
+    measurements, and the noise-free outputs when known), and the fitted model's
+    residual analysis."""
+    import dynsys
+
+    comparisons = {name: dynsys.compare(m, report) for name, m in models.items()}
+    rows = {
+        f"{which} fit % vs measurements": {
+            name: np.asarray(c.fit_percent).tolist() for name, c in comparisons.items()
+        }
+    }
+    if clean_val is not None:
+        clean_ys = np.asarray(clean_val.ys)
+        mask = np.asarray(report.step_mask)
+        rows[f"{which} fit % vs noise-free outputs"] = {
+            name: _fit_percent_masked(clean_ys, np.asarray(c.predicted), mask)
+            for name, c in comparisons.items()
+        }
+    residuals = dynsys.residual_analysis(models["fitted"], report)
+    return comparisons, rows, residuals
+
+
+def _matrices(model) -> dict:
+    """The model's matrices as lists (`None` for those it does not have)."""
+    return {
+        name: None
+        if getattr(model, name) is None
+        else np.asarray(getattr(model, name)).tolist()
+        for name in ("K", "B", "C", "D")
+    }
+
+
+def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
+    fit_cfg = config["fit"]
+    start, singular_values, subspace_seconds, chosen = _subspace_start(
+        fit_cfg, train, echo
+    )
+    order = start.state_size
+    timing = {"subspace_seconds": subspace_seconds}
     result, timing["fit_seconds"], optimizer = _fit_model(
-        config, start_model, train, val, progress
+        config, _stable_if_asked(fit_cfg, start), train, val, progress
     )
     fitted = _as_linear(result.model)
     echo(
@@ -452,20 +491,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     models = {"subspace": start, "fitted": fitted}
     if run.true_system is not None:
         models = {"true": run.true_system, **models}
-    comparisons = {name: dynsys.compare(m, report) for name, m in models.items()}
-    rows = {
-        f"{which} fit % vs measurements": {
-            name: np.asarray(c.fit_percent).tolist() for name, c in comparisons.items()
-        }
-    }
-    if clean_val is not None:
-        clean_ys = np.asarray(clean_val.ys)
-        mask = np.asarray(report.step_mask)
-        rows[f"{which} fit % vs noise-free outputs"] = {
-            name: _fit_percent_masked(clean_ys, np.asarray(c.predicted), mask)
-            for name, c in comparisons.items()
-        }
-    residuals = dynsys.residual_analysis(fitted, report)
+    comparisons, rows, residuals = _validate_outputs(models, report, clean_val, which)
     timing["validation_seconds"] = time.perf_counter() - started
 
     echo("")
@@ -522,10 +548,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
             "bound": float(residuals.bound),
         },
         "eigenvalues": eigenvalues,
-        "K": np.asarray(fitted.K).tolist(),
-        "B": None if fitted.B is None else np.asarray(fitted.B).tolist(),
-        "C": np.asarray(fitted.C).tolist(),
-        "D": None if fitted.D is None else np.asarray(fitted.D).tolist(),
+        **_matrices(fitted),
         "timing": timing,
     }
     figures = _output_figures(
@@ -564,6 +587,14 @@ def _output_figures(
     T0 = report.lengths[0]
     dt = report.dt if report.dt not in (None, 1.0) else None
     p = report.output_size
+    responses = dict(  # the Bode and step-response figures' common settings
+        truth=true_system,
+        roles=ROLES,
+        dt=dt,
+        output_names=list(report.output_names),
+        input_names=list(report.input_names) or None,
+        outputs=None if p <= 4 else range(4),
+    )
     figures = {}
     pages = plot.pages(p)  # several pages for many outputs
     for k, page in enumerate(pages):
@@ -580,24 +611,8 @@ def _output_figures(
         )
     return figures | {
         "singular_values.png": plot.singular_values(singular_values, order=order),
-        "bode.png": plot.bode(
-            estimated,
-            truth=true_system,
-            roles=ROLES,
-            dt=dt,
-            output_names=list(report.output_names),
-            input_names=list(report.input_names) or None,
-            outputs=None if p <= 4 else range(4),
-        ),
-        "step_response.png": plot.step_response(
-            estimated,
-            truth=true_system,
-            roles=ROLES,
-            dt=dt,
-            output_names=list(report.output_names),
-            input_names=list(report.input_names) or None,
-            outputs=None if p <= 4 else range(4),
-        ),
+        "bode.png": plot.bode(estimated, **responses),
+        "step_response.png": plot.step_response(estimated, **responses),
         "residuals.png": plot.residuals(
             residuals, channels=None if p <= 8 else range(8)
         ),
@@ -634,9 +649,57 @@ def _page_file(stem: str, k: int) -> str:
 # The path for measured states.
 
 
-def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
+def _state_figures(report, runs, models, clean_val, result, fit_cfg, which):
+    """The figures of a fit to measured states: trajectory 0 against each model's
+    free run (in pages for many states), the eigenvalues, the loss."""
     import dynsys
     from dynsys import plot
+
+    predictions = {label: xs[0] for label, xs in runs.items()}
+    per_channel = {
+        label: np.asarray(
+            dynsys.fit_percent(report.xs[0, 1:], xs[0, 1:], per_channel=True)
+        )
+        for label, xs in runs.items()
+    }
+    estimated = {k: v for k, v in models.items() if k != "true"}
+    dt = report.dt if report.dt not in (None, 1.0) else None
+    figures = {}
+    pages = plot.pages(report.state_size)  # several pages for many states
+    for k, page in enumerate(pages):
+        of = f", page {k + 1} of {len(pages)}" if len(pages) > 1 else ""
+        figures[_page_file("trajectories", k)] = plot.comparison(
+            _times(report),
+            np.asarray(report.xs[0]),
+            predictions,
+            truth=None if clean_val is None else np.asarray(clean_val.xs[0]),
+            roles=ROLES,
+            fit_percent=per_channel,
+            names=list(report.state_names),
+            channels=page,
+            time_label=_time_label(report),
+            title=f"{which} trajectory 0: free run from its first state "
+            f"(fit % vs measurements){of}",
+        )
+    figures |= {
+        "eigenvalues.png": plot.eigenvalues(
+            estimated,
+            truth=models.get("true"),
+            roles=ROLES,
+            dt=dt,
+            title="eigenvalues of K",
+        ),
+        "loss.png": _loss_figure(
+            result,
+            f"{fit_cfg['loss']} loss ({fit_cfg['model']} model)",
+            "mean squared state error (units² of the states)",
+        ),
+    }
+    return figures
+
+
+def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
+    import dynsys
 
     fit_cfg = config["fit"]
     try:
@@ -720,46 +783,7 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
         "B": None if fitted.B is None else np.asarray(fitted.B).tolist(),
         "timing": {"fit_seconds": fit_seconds},
     }
-    predictions = {label: xs[0] for label, xs in runs.items()}
-    per_channel = {
-        label: np.asarray(
-            dynsys.fit_percent(report.xs[0, 1:], xs[0, 1:], per_channel=True)
-        )
-        for label, xs in runs.items()
-    }
-    estimated = {k: v for k, v in models.items() if k != "true"}
-    dt = report.dt if report.dt not in (None, 1.0) else None
-    figures = {}
-    pages = plot.pages(report.state_size)  # several pages for many states
-    for k, page in enumerate(pages):
-        of = f", page {k + 1} of {len(pages)}" if len(pages) > 1 else ""
-        figures[_page_file("trajectories", k)] = plot.comparison(
-            _times(report),
-            np.asarray(report.xs[0]),
-            predictions,
-            truth=None if clean_val is None else np.asarray(clean_val.xs[0]),
-            roles=ROLES,
-            fit_percent=per_channel,
-            names=list(report.state_names),
-            channels=page,
-            time_label=_time_label(report),
-            title=f"{which} trajectory 0: free run from its first state "
-            f"(fit % vs measurements){of}",
-        )
-    figures |= {
-        "eigenvalues.png": plot.eigenvalues(
-            estimated,
-            truth=models.get("true"),
-            roles=ROLES,
-            dt=dt,
-            title="eigenvalues of K",
-        ),
-        "loss.png": _loss_figure(
-            result,
-            f"{fit_cfg['loss']} loss ({fit_cfg['model']} model)",
-            "mean squared state error (units² of the states)",
-        ),
-    }
+    figures = _state_figures(report, runs, models, clean_val, result, fit_cfg, which)
     return _outcome(run, result, metrics, summary, figures, notes)
 
 

@@ -15,6 +15,7 @@ steps:
     state (its outputs are not recorded).
 """
 
+import abc
 from typing import Any
 
 import equinox as eqx
@@ -35,11 +36,17 @@ class AbstractObjective(eqx.Module):
     """What a strategy minimises: `loss(model, batch) -> scalar`; a least-squares
     objective also has `residuals(model, batch) -> (R,)` with `loss = sum(r**2)`."""
 
+    @abc.abstractmethod
     def loss(self, model, batch):
-        raise NotImplementedError
+        """The scalar loss of `model` on `batch`."""
 
     def residuals(self, model, batch):
-        raise NotImplementedError
+        """The residual vector `(R,)`; only least-squares objectives have one (the
+        default optimiser asks for it only of those)."""
+        raise TypeError(
+            f"{type(self).__name__} is not a least-squares objective: it has no "
+            "residuals."
+        )
 
 
 class LossFunction(AbstractObjective):
