@@ -408,10 +408,10 @@ def fit(
     different lengths count only their valid steps (`data.step_mask`).
 
     **The default optimiser** (`optimizer=None`) needs no learning rate:
-    Levenberg–Marquardt on the residual vector (`optimistix.LevenbergMarquardt`, a
-    lineax QR solve of the damped Gauss–Newton step) when the model has at most 256
-    trained parameters and the Jacobian (residuals x parameters) at most $2^{24}$
-    entries (128 MiB in float64), else L-BFGS with a zoom line search
+    Levenberg–Marquardt on the residual vector (`optimistix.LevenbergMarquardt`'s
+    trust region; the Jacobian is factorised once per accepted step) when the model
+    has at most 256 trained parameters and the Jacobian (residuals x parameters) at
+    most $2^{24}$ entries (128 MiB in float64), else L-BFGS with a zoom line search
     (`optax.lbfgs`). It stops at its tolerances
     (`rtol`, `atol`: 1e-8, 1e-10 in float64; 1e-5, 1e-7 in float32) or after
     `num_steps` (default 200 for Levenberg–Marquardt, 1000 for L-BFGS).

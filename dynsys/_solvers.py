@@ -16,14 +16,15 @@ steps:
 """
 
 import abc
+import math
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import lineax as lx
 import optax
 import optimistix as optx
+from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PyTree
 
 
@@ -133,10 +134,85 @@ class _Residuals(eqx.Module):
         return self.objective.residuals(eqx.combine(params, self.static), batch), None
 
 
+class _FactoredDampedNewtonState(eqx.Module):
+    template: PyTree  # zeros shaped like the parameters (their structure)
+    vectors: Array  # (P, P): V, the eigenvectors of J^T J
+    curvatures: Array  # (P,): e, its eigenvalues
+    gradient: Array  # (P,): V^T J^T r, the gradient in that basis
+
+
+class FactoredDampedNewtonDescent(optx.AbstractDescent):
+    """The damped Gauss–Newton (Levenberg–Marquardt) step, with the Jacobian built
+    and factorised once per accepted point rather than once per trial step.
+
+    At an accepted point the Jacobian `J (R, P)` is materialised (one forward-mode
+    derivative per parameter) and reduced to `J^T J = V diag(e) V^T` and
+    `w = V^T J^T r`; every trial step of the trust region then costs `O(P^2)`:
+    $\\delta(\\lambda) = -V\\,(w / (e + \\lambda))$, the solution of
+    $\\min \\lVert J\\delta + r \\rVert^2 + \\lambda \\lVert \\delta \\rVert^2$.
+
+    `normal_equations=True` forms `J^T J` by one matrix product (cheapest; its
+    condition number is that of `J` squared, fine in float64). Otherwise `J^T J` comes
+    from a QR of `[J | r]` (its `R` factor only) and an SVD of `R`, which keeps the
+    accuracy of a QR solve (used for float32).
+    """
+
+    normal_equations: bool = eqx.field(static=True)
+
+    def init(self, y, f_info_struct):
+        del f_info_struct
+        flat, _ = ravel_pytree(y)
+        size = flat.size
+        return _FactoredDampedNewtonState(
+            jax.tree.map(jnp.zeros_like, y),
+            jnp.zeros((size, size), flat.dtype),
+            jnp.zeros(size, flat.dtype),
+            jnp.zeros(size, flat.dtype),
+        )
+
+    def query(self, y, f_info, state):
+        flat, unravel = ravel_pytree(y)
+        residual, _ = ravel_pytree(f_info.residual)
+        num_params = flat.size
+
+        def column(direction):
+            return ravel_pytree(f_info.jac.mv(unravel(direction)))[0]
+
+        jac = jax.vmap(column, out_axes=1)(jnp.eye(num_params, dtype=flat.dtype))
+        if self.normal_equations or residual.size <= num_params:
+            curvatures, vectors = jnp.linalg.eigh(jac.T @ jac)
+            gradient = vectors.T @ (jac.T @ residual)
+        else:
+            r_factor = jnp.linalg.qr(
+                jnp.concatenate([jac, residual[:, None]], axis=1), mode="r"
+            )
+            left, singular, right_t = jnp.linalg.svd(r_factor[:num_params, :num_params])
+            vectors = right_t.T
+            curvatures = singular**2
+            gradient = singular * (left.T @ r_factor[:num_params, num_params])
+        curvatures = jnp.maximum(curvatures, 0.0)
+        return _FactoredDampedNewtonState(state.template, vectors, curvatures, gradient)
+
+    def step(self, step_size, state):
+        # lambda = 1 / step_size, as in optimistix's own damped Newton descent (a
+        # step size below eps means no step).
+        usable = step_size > jnp.finfo(step_size.dtype).eps
+        damping = jnp.where(
+            usable,
+            1 / jnp.where(usable, step_size, 1),
+            jnp.finfo(step_size.dtype).max,
+        )
+        delta = state.vectors @ (state.gradient / (state.curvatures + damping))
+        _, unravel = ravel_pytree(state.template)
+        return jax.tree.map(jnp.negative, unravel(delta)), optx.RESULTS.successful
+
+
 class LevenbergMarquardtStrategy(eqx.Module):
-    """Levenberg–Marquardt on the objective's residual vector,
-    `optimistix.LevenbergMarquardt(rtol, atol)` (a QR solve of the damped
-    Gauss–Newton system with lineax; the Jacobian is materialised).
+    """Levenberg–Marquardt on the objective's residual vector:
+    `optimistix.LevenbergMarquardt(rtol, atol)`'s trust region and stopping rule,
+    with `FactoredDampedNewtonDescent` as its descent (the Jacobian is materialised
+    and factorised once per accepted step; normal equations in float64, a QR in
+    float32).
 
     Its iterates do not depend on how steps are grouped into dispatches: a chunk
     starts by evaluating the residuals and Jacobian at the current point and reusing
@@ -149,11 +225,12 @@ class LevenbergMarquardtStrategy(eqx.Module):
     name: str = eqx.field(static=True, default="Levenberg–Marquardt (optimistix)")
     # Each chunk starts with one step whose loss is not recorded (see begin).
     warmup: bool = eqx.field(static=True, default=True)
+    normal_equations: bool = eqx.field(static=True, default=True)
 
     def _solver(self):
-        return optx.LevenbergMarquardt(
-            rtol=self.rtol, atol=self.atol, linear_solver=lx.QR()
-        )
+        solver = optx.LevenbergMarquardt(rtol=self.rtol, atol=self.atol)
+        descent = FactoredDampedNewtonDescent(self.normal_equations)
+        return eqx.tree_at(lambda s: s.descent, solver, descent)
 
     def init(self, params):
         dtype = jax.tree.leaves(params)[0].dtype
@@ -186,16 +263,37 @@ class LevenbergMarquardtStrategy(eqx.Module):
             fn, params, batch, {}, state, frozenset()
         )
         carried = state.first_step & state.terminate
+        settled = self._settled(new_state)
         new_state = eqx.tree_at(
-            lambda s: s.terminate, new_state, new_state.terminate | carried
+            lambda s: s.terminate, new_state, new_state.terminate | carried | settled
         )
         return loss, finite, new_params, new_state, converged
+
+    def _settled(self, state):
+        """Whether the Gauss–Newton model at the last accepted point predicts a
+        further decrease of the loss that the loss cannot resolve: below `rtol**2`
+        of it, or below its round-off (`sqrt(R) * eps` of it for `R` residuals).
+
+        optimistix stops when an accepted step changes the parameters and residuals
+        by less than its tolerances. Where Gauss–Newton converges only linearly (a
+        large residual at the optimum, as with noisy data), the last steps change the
+        loss by less than its round-off: the trust region rejects them one after
+        another until a step small enough for that test is accepted by chance, which
+        takes several extra steps, more or fewer as the round-off changes.
+        """
+        descent = state.descent_state
+        eps = jnp.finfo(descent.curvatures.dtype).eps
+        floor = eps * jnp.max(descent.curvatures)
+        remaining = jnp.sum(descent.gradient**2 / (descent.curvatures + floor))
+        residual = state.f_info.residual
+        resolution = self.rtol**2 + math.sqrt(residual.size) * eps
+        return remaining <= resolution * jnp.sum(residual**2)
 
 
 # The default optimiser: Levenberg–Marquardt while its Jacobian (residuals x
 # parameters) has at most this many entries (128 MiB in float64) and the model at
-# most PARAMETER_LIMIT trained parameters (each step costs one forward-mode
-# derivative per parameter and a QR of the Jacobian), else L-BFGS.
+# most PARAMETER_LIMIT trained parameters (each accepted step costs one forward-mode
+# derivative per parameter and a factorisation of J^T J), else L-BFGS.
 JACOBIAN_LIMIT = 2**24
 PARAMETER_LIMIT = 256
 DEFAULT_MAX_STEPS = {"lm": 200, "lbfgs": 1000, "optax": 1000}
@@ -215,7 +313,8 @@ def default_strategy(
     atol = default_atol if atol is None else atol
     small = num_residuals * num_params <= JACOBIAN_LIMIT
     if num_params <= PARAMETER_LIMIT and small:
-        return LevenbergMarquardtStrategy(rtol, atol), "lm"
+        normal = jnp.dtype(dtype) == jnp.float64
+        return LevenbergMarquardtStrategy(rtol, atol, normal_equations=normal), "lm"
     return lbfgs_strategy(rtol), "lbfgs"
 
 
