@@ -287,3 +287,41 @@ def test_twenty_state_case_converges_with_the_defaults():
     )
     assert fitted > least_squares + 3.0, (least_squares, fitted)
     assert fitted > truth - 1.0, (fitted, truth)
+
+
+@pytest.mark.parametrize("normal_equations", [True, False])
+@pytest.mark.parametrize("step_size", [1e-3, 1.0, 1e3])
+def test_factored_descent_is_the_damped_least_squares_step(normal_equations, step_size):
+    """The step for every trust-region size from one factorisation equals numpy's
+    least-squares solution of [J; sqrt(lambda) I] delta = -[r; 0], lambda = 1/size,
+    for parameters given as a pytree."""
+    import lineax as lx
+    import optimistix as optx
+
+    key_a, key_b = jax.random.split(jax.random.key(3))
+    a = jax.random.normal(key_a, (30, 3))
+    b = jax.random.normal(key_b, (30,))
+
+    def residuals(params):
+        w, c = params["w"], params["c"]
+        return jnp.tanh(a @ w) * c - b
+
+    params = {"w": jnp.array([0.3, -0.2, 0.5]), "c": jnp.array(1.5)}
+    residual, linear = jax.linearize(residuals, params)
+    f_info = optx.FunctionInfo.ResidualJac(
+        residual, lx.FunctionLinearOperator(linear, jax.eval_shape(lambda: params))
+    )
+    descent = dynsys._solvers.FactoredDampedNewtonDescent(normal_equations)
+    state = descent.query(params, f_info, descent.init(params, None))
+    step, _ = descent.step(jnp.array(step_size), state)
+
+    J = np.asarray(
+        jax.jacfwd(lambda v: residuals({"w": v[:3], "c": v[3]}))(
+            jnp.array([0.3, -0.2, 0.5, 1.5])
+        )
+    )
+    damped = np.concatenate([J, np.sqrt(1 / step_size) * np.eye(4)])
+    rhs = -np.concatenate([np.asarray(residual), np.zeros(4)])
+    expected = np.linalg.lstsq(damped, rhs, rcond=None)[0]
+    np.testing.assert_allclose(step["w"], expected[:3], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(step["c"], expected[3], rtol=1e-9, atol=1e-12)
