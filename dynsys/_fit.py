@@ -430,8 +430,8 @@ def fit(
         else its `state_size`; its inputs the model's `input_size`.
     - `loss`: `"simulation"`, `"one_step"` or a `MultipleShooting`.
     - `optimizer`: `None` (the default rule above) or an optax transform
-        (`optax.adam(1e-3)`, `optax.lbfgs()`, ...). Reuse the same object across
-        calls to reuse the compilation.
+        (`optax.adam(1e-3)`, `optax.lbfgs()`, ...). Transforms are compared by
+        value: an equal one built again reuses the compiled steps.
     - `num_steps`: the maximum number of optimiser steps (`None`: the default of
         the optimiser).
     - `batch_size`: trajectories per step (`None`: all); needs an optax optimizer.

@@ -27,6 +27,8 @@ import optimistix as optx
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PyTree
 
+from ._transform_key import by_value, ByValue
+
 
 def all_finite(tree: PyTree) -> Array:
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
@@ -77,11 +79,18 @@ class OptaxStrategy(eqx.Module):
     `rtol * |loss|` in `patience` consecutive steps.
     """
 
-    optimizer: Any = eqx.field(static=True)
+    # Compared by value (`transform_key`): an equal transform built again reuses the
+    # compiled chunk.
+    transform: ByValue = eqx.field(static=True, converter=by_value)
     name: str = eqx.field(static=True)
     rtol: float | None = eqx.field(static=True, default=None)
     patience: int = eqx.field(static=True, default=3)
     warmup: bool = eqx.field(static=True, default=False)
+
+    @property
+    def optimizer(self):
+        """The optax transform."""
+        return self.transform.transform
 
     def init(self, params):
         state = self.optimizer.init(params)
@@ -318,16 +327,10 @@ def default_strategy(
     return lbfgs_strategy(rtol), "lbfgs"
 
 
-_LBFGS: dict[float, Any] = {}
-
-
 def lbfgs_strategy(rtol: float) -> OptaxStrategy:
-    # One transform object per tolerance, so that the compiled chunk is reused.
-    if rtol not in _LBFGS:
-        _LBFGS[rtol] = OptaxStrategy(
-            optax.lbfgs(), "L-BFGS with zoom line search (optax)", rtol=rtol**0.75
-        )
-    return _LBFGS[rtol]
+    return OptaxStrategy(
+        optax.lbfgs(), "L-BFGS with zoom line search (optax)", rtol=rtol**0.75
+    )
 
 
 def describe(optimizer) -> str:

@@ -425,8 +425,8 @@ _DEFAULT_OPTIMIZER = OptaxStrategy(optax.adam(1e-2), "optax (adam 1e-2)")
 
 
 def optax_strategy(optimizer) -> OptaxStrategy:
-    """The strategy of an optax transform (equal for the same transform object, so
-    that reusing the object reuses the compiled chunk)."""
+    """The strategy of an optax transform (equal for equal transforms, e.g.
+    `optax.adam(1e-3)` built twice, so that they reuse the compiled chunk)."""
     return OptaxStrategy(optimizer, describe(optimizer))
 
 
@@ -483,11 +483,12 @@ def train(
     - `eval_every`: how often (in steps) `val_fn` or the full-data loss is evaluated.
 
     The chunk of steps is compiled once and cached at module level: a second call
-    with the same `loss_fn` and `optimizer` objects, the same model structure and
-    the same shapes does not trace `loss_fn` again (`loss_fn` is traced once for
-    the step, and once more for the evaluation when there is one). A new closure or
-    a new `optax.adam(...)` object at each call is a new function to JAX: keep them
-    to reuse the compilation.
+    with the same `loss_fn` object, an equal `optimizer` (compared by value, so
+    `optax.adam(1e-3)` built again is equal), the same model structure and the same
+    shapes does not trace `loss_fn` again (`loss_fn` is traced once for the step,
+    and once more for the evaluation when there is one). A new closure for
+    `loss_fn` at each call is a new function to JAX: keep it to reuse the
+    compilation.
 
     **Raises:**
 

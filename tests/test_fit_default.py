@@ -325,3 +325,47 @@ def test_factored_descent_is_the_damped_least_squares_step(normal_equations, ste
     expected = np.linalg.lstsq(damped, rhs, rcond=None)[0]
     np.testing.assert_allclose(step["w"], expected[:3], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(step["c"], expected[3], rtol=1e-9, atol=1e-12)
+
+
+def test_equal_optax_transforms_built_twice_share_the_compiled_steps():
+    """`optax.adam(1e-2)` built again (as a sweep or a rerun cell does) is not traced
+    again; a different learning rate or schedule is, and gives its own result."""
+    true = _Counted(jnp.array(0.6), jnp.array(0.5), jnp.array(0.3))
+    us = jax.random.normal(jax.random.key(0), (3, 15, 1))
+    data = dynsys.simulate(true, jnp.array([[2.0], [-1.0], [0.5]]), 15, inputs=us)
+    start = _Counted(jnp.array(0.2), jnp.array(0.0), jnp.array(0.0))
+
+    def fit(optimizer):
+        return dynsys.fit(start, data, optimizer=optimizer, num_steps=6, progress=False)
+
+    def schedule(peak):
+        return optax.chain(
+            optax.clip_by_global_norm(1.0),
+            optax.adam(optax.warmup_cosine_decay_schedule(0.0, peak, 2, 6)),
+        )
+
+    first = fit(schedule(0.05))
+    traced = len(_TRACES)
+    again = fit(schedule(0.05))
+    assert len(_TRACES) == traced
+    np.testing.assert_array_equal(again.losses, first.losses)
+    other = fit(schedule(0.2))
+    assert len(_TRACES) > traced
+    # The other rate's own result: what a transform traced on its own gives.
+    reference = [float(other.losses[0])]
+    optimizer = schedule(0.2)
+    state = optimizer.init((start.a, start.b, start.c))
+    params = (start.a, start.b, start.c)
+
+    def loss(params):
+        model = _Counted(*params)
+        predicted = dynsys.rollout(model, data.xs[:, 0], 15, inputs=data.us).xs
+        return jnp.mean((predicted[:, 1:] - data.xs[:, 1:]) ** 2)
+
+    for _ in range(5):
+        grads = jax.grad(loss)(params)
+        updates, state = optimizer.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+        reference.append(float(loss(params)))
+    np.testing.assert_allclose(other.losses, reference, rtol=1e-6)
+    assert not np.allclose(other.losses, first.losses)
