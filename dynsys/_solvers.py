@@ -187,11 +187,15 @@ class FactoredDampedNewtonDescent(optx.AbstractDescent):
         def column(direction):
             return ravel_pytree(f_info.jac.mv(unravel(direction)))[0]
 
-        jac = jax.vmap(column, out_axes=1)(jnp.eye(num_params, dtype=flat.dtype))
+        basis = jnp.eye(num_params, dtype=flat.dtype)
         if self.normal_equations or residual.size <= num_params:
-            curvatures, vectors = jnp.linalg.eigh(jac.T @ jac)
-            gradient = vectors.T @ (jac.T @ residual)
+            # J^T (P, R): J^T J as the product of J^T with its transpose is about
+            # twice as fast on a CPU as with the first operand transposed.
+            jac_t = jax.vmap(column)(basis)
+            curvatures, vectors = jnp.linalg.eigh(jac_t @ jac_t.T)
+            gradient = vectors.T @ (jac_t @ residual)
         else:
+            jac = jax.vmap(column, out_axes=1)(basis)
             r_factor = jnp.linalg.qr(
                 jnp.concatenate([jac, residual[:, None]], axis=1), mode="r"
             )
