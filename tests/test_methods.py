@@ -284,6 +284,58 @@ def test_factored_input_term_equals_dense(getkey):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
+def _bare_scan_loss(arrays, num_steps):
+    """`loss` of a hand-written scan over `x_{t+1} = K x_t + B u_t + offset`."""
+    K, B, C, D, offset = (arrays[k] for k in ("K", "B", "C", "D", "offset"))
+    x0, inputs = arrays["x0"], arrays["inputs"]
+    inputs = jnp.broadcast_to(inputs, x0.shape[:-1] + inputs.shape[-2:])
+
+    def body(x, u):
+        return x @ K.T + u @ B.T + offset[None], x
+
+    final, before = jax.lax.scan(body, x0, jnp.moveaxis(inputs, -2, 0))
+    before = jnp.moveaxis(before, 0, -2)
+    xs = jnp.concatenate([before, final[..., None, :]], axis=-2)
+    ys = before @ C.T + inputs @ D.T
+    return jnp.mean(xs**2) + jnp.mean(jnp.sin(ys)) + jnp.mean(inputs**2)
+
+
+@pytest.mark.parametrize("shared_inputs", [False, True])
+@pytest.mark.parametrize("batch, n", [(4, 3), (32, 32)])
+def test_sequential_batched_inputs(getkey, batch, n, shared_inputs):
+    """Sequential with open-loop inputs for a batch, with small steps (the input
+    term multiplied out before the scan) and large ones (`u_t @ B^T` in the scan):
+    states against a Python loop, gradients against a hand-written scan."""
+    m, p, num_steps = 2, 2, 6
+    arrays = dict(
+        K=0.4 * jax.random.normal(getkey(), (n, n)) / np.sqrt(n),
+        B=jax.random.normal(getkey(), (n, m)),
+        C=jax.random.normal(getkey(), (p, n)),
+        D=jax.random.normal(getkey(), (p, m)),
+        offset=jax.random.normal(getkey(), (n,)),
+        x0=jax.random.normal(getkey(), (batch, n)),
+    )
+    input_batch = 1 if shared_inputs else batch
+    arrays["inputs"] = jax.random.normal(getkey(), (input_batch, num_steps, m))
+    traj = run(arrays, num_steps, dynsys.Sequential())
+    K, B, C, D, offset = (np.asarray(arrays[k]) for k in ("K", "B", "C", "D", "offset"))
+    for i in range(batch):
+        xs, _, ys = python_loop_rollout(
+            lambda t, x, u: K @ x + B @ u + offset,
+            lambda t, x, u: C @ x + D @ u,
+            None,
+            arrays["x0"][i],
+            num_steps,
+            inputs=np.asarray(arrays["inputs"][0 if shared_inputs else i]),
+        )
+        np.testing.assert_allclose(traj.xs[i], xs, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(traj.ys[i], ys, rtol=1e-10, atol=1e-12)
+    assert_trees_close(
+        grad_loss(arrays, num_steps, dynsys.Sequential()),
+        jax.grad(_bare_scan_loss)(arrays, num_steps),
+    )
+
+
 def test_default_gradient_memory_below_sequential(getkey):
     """Chunked autodiff keeps only the chunk starts and the powers of K for the
     reverse pass, not the trajectory: less temporary memory than the scan."""
