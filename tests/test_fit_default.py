@@ -369,3 +369,18 @@ def test_equal_optax_transforms_built_twice_share_the_compiled_steps():
         reference.append(float(loss(params)))
     np.testing.assert_allclose(other.losses, reference, rtol=1e-6)
     assert not np.allclose(other.losses, first.losses)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_levenberg_marquardt_stops_soon_after_the_optimum(dtype):
+    """On noisy data (a large residual at the optimum, where Gauss–Newton converges
+    only linearly) the fit stops by its tolerances within three steps of the first
+    loss equal to the final one to the dtype's resolution, not at num_steps."""
+    result = dynsys.fit(
+        _start(dtype), _data(dtype, noise=0.3, N=6, T=60), progress=False
+    )
+    assert result.converged and result.stop_reason is None
+    losses = np.asarray(result.losses, np.float64)
+    resolution = 50 * np.finfo(np.dtype(dtype)).eps * losses.min()
+    settled = int(np.flatnonzero(losses <= losses.min() + resolution)[0])
+    assert len(losses) - settled <= 3, losses
