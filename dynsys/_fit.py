@@ -37,7 +37,7 @@ from ._solvers import (
     tolerances,
 )
 from ._system import AbstractSystem
-from ._train import chunk_length, optax_strategy, optimise, TrainResult
+from ._train import optax_strategy, optimise, TrainResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,15 +241,18 @@ def _strategy(optimizer, objective, params, batch, batch_size, adjoint, rtol, at
 
 
 def _chunk(strategy, params, batch) -> int | None:
-    """Steps per dispatch for Levenberg–Marquardt: fewer for large problems (each
-    step builds a Jacobian, one forward-mode derivative per parameter), but at least
-    8, since each chunk starts with one extra (warm-up) evaluation."""
+    """Steps per dispatch for Levenberg–Marquardt: between 8 and 32, fewer as the
+    work of a step (about the batch's size times the number of parameters: one
+    forward-mode derivative per parameter) grows. Each chunk starts with one extra
+    (warm-up) evaluation of the Jacobian, so small problems gain from long chunks
+    (6 states, 8 x 400 steps, 48 parameters: 24 steps, 10 % faster than 8)."""
     if not isinstance(strategy, LevenbergMarquardtStrategy):
         return None
     num_params = sum(
         leaf.size for leaf in jax.tree.leaves(params) if eqx.is_inexact_array(leaf)
     )
-    return max(8, chunk_length(batch, num_params))
+    size = sum(leaf.size for leaf in jax.tree.leaves(batch) if eqx.is_array(leaf))
+    return int(min(32, max(8, 2**25 // max(1, size * num_params))))
 
 
 def _suggestion(default: bool) -> str:
