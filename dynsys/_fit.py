@@ -364,6 +364,91 @@ def _metrics(objective, model, x0s, batch) -> dict[str, float]:
     return metrics
 
 
+def _check_arguments(model, data, loss, val_data, fit_x0, num_steps):
+    """`fit`'s checks of its arguments (one-line errors naming each); returns the
+    checked `(data, loss, val_data)`."""
+    if not isinstance(model, AbstractSystem):
+        raise TypeError(
+            f"fit(model=...): expected an AbstractSystem, got {type(model)}."
+        )
+    data = _check_data("fit", data)
+    _check_compatible("fit", model, data, "data")
+    loss = _check_loss(loss, data)
+    outputs = _has_outputs(data)
+    if val_data is not None:
+        val_data = _check_data("fit", val_data)
+        _check_compatible("fit", model, val_data, "val_data")
+        if _has_outputs(val_data) != outputs:
+            raise ValueError(
+                "fit(val_data=...): the training data have "
+                + ("outputs" if outputs else "states only")
+                + " but the validation data have "
+                + ("outputs" if _has_outputs(val_data) else "states only")
+                + "; give both the same kind of measurements."
+            )
+        if isinstance(loss, MultipleShooting) and loss.horizon > val_data.num_steps:
+            raise ValueError(
+                f"fit(val_data=...): the MultipleShooting horizon {loss.horizon} is "
+                f"longer than the validation trajectories ({val_data.num_steps} "
+                "steps)."
+            )
+        if outputs and not is_linear(model):
+            raise ValueError(
+                f"fit(val_data=...): the initial states of held-out output data are "
+                f"estimated in closed form for linear models only, got "
+                f"{type(model).__name__}; fit without val_data and validate with a "
+                "known initial state."
+            )
+    if fit_x0 and loss == "one_step":
+        raise ValueError(
+            "fit(fit_x0=True): the one-step loss does not depend on the initial "
+            "state; use loss='simulation' or MultipleShooting(horizon)."
+        )
+    if num_steps is not None and (
+        isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1
+    ):
+        raise ValueError(
+            f"fit(num_steps=...): expected a positive integer or None, got "
+            f"{num_steps!r}."
+        )
+    if outputs and isinstance(loss, MultipleShooting) and is_linear(model):
+        p, n = data.ys.shape[-1], model.state_size
+        if loss.horizon * p < n:
+            raise ValueError(
+                f"fit(loss=MultipleShooting(horizon={loss.horizon})): each window's "
+                f"initial state is estimated from its horizon * p = "
+                f"{loss.horizon * p} output samples, fewer than the n = {n} states; "
+                f"use a horizon >= {math.ceil(n / p)}."
+            )
+    return data, loss, val_data
+
+
+def _fit_result(result, objective, batch, evaluator, stop_reason) -> FitResult:
+    """The `FitResult` of `optimise`'s `result`: the best model, its initial states
+    and its metrics on the training (and validation) data."""
+    best_model, best_x0s = result.model
+    if objective.x0 == "closed_form":
+        best_x0s = _initial_states(objective, best_model, batch)
+    metrics = {"train": _metrics(objective, best_model, best_x0s, batch)}
+    if evaluator is not None:
+        metrics["validation"] = _metrics(
+            evaluator.objective, best_model, None, evaluator.batch
+        )
+    return FitResult(
+        model=best_model,
+        x0s=best_x0s,
+        losses=result.losses,
+        val_losses=list(result.val_losses),
+        best_step=result.best_step,
+        stop_reason=stop_reason,
+        metrics=metrics,
+        train_result=result,
+        converged=result.converged,
+        optimizer=result.optimizer,
+        steps_run=result.steps_run,
+    )
+
+
 def fit(
     model: AbstractSystem,
     data: Dataset,
@@ -479,59 +564,9 @@ def fit(
     result.optimizer, result.metrics["train"]["fit_percent"]  # LM, close to 100
     ```
     """
-    if not isinstance(model, AbstractSystem):
-        raise TypeError(
-            f"fit(model=...): expected an AbstractSystem, got {type(model)}."
-        )
-    data = _check_data("fit", data)
-    _check_compatible("fit", model, data, "data")
-    loss = _check_loss(loss, data)
-    outputs = _has_outputs(data)
-    if val_data is not None:
-        val_data = _check_data("fit", val_data)
-        _check_compatible("fit", model, val_data, "val_data")
-        if _has_outputs(val_data) != outputs:
-            raise ValueError(
-                "fit(val_data=...): the training data have "
-                + ("outputs" if outputs else "states only")
-                + " but the validation data have "
-                + ("outputs" if _has_outputs(val_data) else "states only")
-                + "; give both the same kind of measurements."
-            )
-        if isinstance(loss, MultipleShooting) and loss.horizon > val_data.num_steps:
-            raise ValueError(
-                f"fit(val_data=...): the MultipleShooting horizon {loss.horizon} is "
-                f"longer than the validation trajectories ({val_data.num_steps} "
-                "steps)."
-            )
-        if outputs and not is_linear(model):
-            raise ValueError(
-                f"fit(val_data=...): the initial states of held-out output data are "
-                f"estimated in closed form for linear models only, got "
-                f"{type(model).__name__}; fit without val_data and validate with a "
-                "known initial state."
-            )
-    if fit_x0 and loss == "one_step":
-        raise ValueError(
-            "fit(fit_x0=True): the one-step loss does not depend on the initial "
-            "state; use loss='simulation' or MultipleShooting(horizon)."
-        )
-    if num_steps is not None and (
-        isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1
-    ):
-        raise ValueError(
-            f"fit(num_steps=...): expected a positive integer or None, got "
-            f"{num_steps!r}."
-        )
-    if outputs and isinstance(loss, MultipleShooting) and is_linear(model):
-        p, n = data.ys.shape[-1], model.state_size
-        if loss.horizon * p < n:
-            raise ValueError(
-                f"fit(loss=MultipleShooting(horizon={loss.horizon})): each window's "
-                f"initial state is estimated from its horizon * p = "
-                f"{loss.horizon * p} output samples, fewer than the n = {n} states; "
-                f"use a horizon >= {math.ceil(n / p)}."
-            )
+    data, loss, val_data = _check_arguments(
+        model, data, loss, val_data, fit_x0, num_steps
+    )
 
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
     batch = _batch(data, _model_dtype(model))
@@ -565,24 +600,4 @@ def fit(
     if stop_reason is not None and not stop_reason.startswith("stopped by"):
         warnings.warn(f"fit: {stop_reason}.", stacklevel=2)
 
-    best_model, best_x0s = result.model
-    if objective.x0 == "closed_form":
-        best_x0s = _initial_states(objective, best_model, batch)
-    metrics = {"train": _metrics(objective, best_model, best_x0s, batch)}
-    if val_data is not None:
-        metrics["validation"] = _metrics(
-            evaluator.objective, best_model, None, evaluator.batch
-        )
-    return FitResult(
-        model=best_model,
-        x0s=best_x0s,
-        losses=result.losses,
-        val_losses=list(result.val_losses),
-        best_step=result.best_step,
-        stop_reason=stop_reason,
-        metrics=metrics,
-        train_result=result,
-        converged=result.converged,
-        optimizer=result.optimizer,
-        steps_run=result.steps_run,
-    )
+    return _fit_result(result, objective, batch, evaluator, stop_reason)
