@@ -95,39 +95,102 @@ def channel_weights(
 
 def solve_x0(
     G: Float[Array, "T p n"],
-    b: Float[Array, "T p"],
-    valid: Bool[Array, " T"],
+    b: Float[Array, "N T p"],
+    valid: Bool[Array, "N T"],
     weights: Float[Array, " p"],
-) -> Float[Array, " n"]:
-    """$\\arg\\min_{x_0} \\sum_{t\\ \\mathrm{valid}} \\sum_c w_c (G_t x_0 - b_t)_c^2$,
+) -> Float[Array, "N n"]:
+    """For each experiment `i`,
+    $\\arg\\min_{x_0} \\sum_{t\\ \\mathrm{valid}} \\sum_c w_c (G_t x_0 - b_{i,t})_c^2$;
     differentiable in forward and reverse mode.
 
-    In float64 by the normal equations (an `n x n` Cholesky factorisation and one
-    step of iterative refinement): inside `fit`'s Jacobian this is solved for every
-    experiment and parameter direction, where a batch of small QR factorisations
-    costs about 20 times more on a CPU. In float32, whose precision the normal
-    equations would square away, by a QR solve. A ridge at round-off level
-    ($\\epsilon \\lVert A \\rVert_F^2$ added to $A^\\top A$) keeps a rank-deficient
-    problem (a window shorter than the state, an unobservable direction, a fully
-    padded window) finite without changing a well-posed one ($(\\epsilon \\lVert A
-    \\rVert_F)^2$ in the QR solve, whose own accuracy needs less)."""
+    In float64 by the normal equations (an `n x n` Cholesky factorisation per
+    experiment and one step of iterative refinement), with a hand-written derivative
+    (`_normal_equations_x0`); in float32, whose precision the normal equations would
+    square away, by a QR solve per experiment. A ridge at round-off level keeps a
+    rank-deficient problem (a window shorter than the state, an unobservable
+    direction, a fully padded window) finite without changing a well-posed one:
+    $\\epsilon \\lVert A_i \\rVert_F^2$ added to $A_i^\\top A_i$ (with $A_i$ the
+    weighted valid rows of $G$), $(\\epsilon \\lVert A_i \\rVert_F)^2$ in the QR
+    solve, whose own accuracy needs less."""
+    if G.dtype == jnp.float64:
+        return _normal_equations_x0(G, b, valid.astype(G.dtype), weights)
+    return jax.vmap(_qr_x0, in_axes=(None, 0, 0, None))(G, b, valid, weights)
+
+
+def _qr_x0(G, b, valid, weights):
+    """One experiment's $x_0$ by a QR solve (`G (T, p, n)`, `b (T, p)`)."""
     T, p, n = G.shape
     root = jnp.sqrt(weights)
     A = jnp.where(valid[:, None, None], G * root[None, :, None], 0.0).reshape(T * p, n)
     rhs = jnp.where(valid[:, None], b * root[None, :], 0.0).reshape(T * p)
     scale = jnp.sum(A**2)
     eps = jnp.finfo(A.dtype).eps
-    empty = jnp.where(scale > 0, 0.0, 1.0)
-    if A.dtype != jnp.float64:
-        ridge = jnp.sqrt(eps**2 * scale + empty)
-        A_ridged = jnp.concatenate([A, ridge * jnp.eye(n, dtype=A.dtype)])
-        Q, R = jnp.linalg.qr(A_ridged)
-        return jax.scipy.linalg.solve_triangular(R, Q[: T * p].T @ rhs, lower=False)
-    ridge = eps * scale + empty
-    factor = jax.scipy.linalg.cho_factor(A.T @ A + ridge * jnp.eye(n, dtype=A.dtype))
-    x0 = jax.scipy.linalg.cho_solve(factor, A.T @ rhs)
-    correction = A.T @ (rhs - A @ x0) - ridge * x0
-    return x0 + jax.scipy.linalg.cho_solve(factor, correction)
+    ridge = jnp.sqrt(eps**2 * scale + jnp.where(scale > 0, 0.0, 1.0))
+    A = jnp.concatenate([A, ridge * jnp.eye(n, dtype=A.dtype)])
+    Q, R = jnp.linalg.qr(A)
+    return jax.scipy.linalg.solve_triangular(R, Q[: T * p].T @ rhs, lower=False)
+
+
+def _normal_equations_parts(G, b, valid, weights):
+    """Per experiment: the row weights `W (N, T, p)`, the ridged Gram matrices'
+    Cholesky factors, the ridges `(N,)` and the refined solutions `x (N, n)`."""
+    W = valid[:, :, None] * weights[None, None, :]
+    gram = jnp.einsum("tpn,itp,tpm->inm", G, W, G)
+    scale = jnp.trace(gram, axis1=1, axis2=2)
+    eps = jnp.finfo(G.dtype).eps
+    ridge = eps * scale + jnp.where(scale > 0, 0.0, 1.0)
+    eye = jnp.eye(G.shape[-1], dtype=G.dtype)
+    factors = jnp.linalg.cholesky(gram + ridge[:, None, None] * eye[None])  # lower
+
+    def solve(right):  # (N, n)
+        return jax.vmap(_cho_solve)(factors, right)
+
+    x = solve(jnp.einsum("tpn,itp->in", G, W * b))
+    residual = b - jnp.einsum("tpn,in->itp", G, x)
+    x = x + solve(jnp.einsum("tpn,itp->in", G, W * residual) - ridge[:, None] * x)
+    return W, factors, ridge, x
+
+
+def _cho_solve(lower, right):
+    return jax.scipy.linalg.cho_solve((lower, True), right)
+
+
+@jax.custom_jvp
+def _normal_equations_x0(G, b, valid, weights):
+    """`solve_x0` in float64 (`valid` as 0/1 floats)."""
+    return _normal_equations_parts(G, b, valid, weights)[3]
+
+
+@_normal_equations_x0.defjvp
+def _normal_equations_x0_jvp(primals, tangents):
+    # With M_i = sum_t G_t^T W_it G_t + rho_i I, differentiating M_i x_i =
+    # sum_t G_t^T W_it b_it gives M_i dx_i = sum_t dG_t^T W_it r_it +
+    # G_t^T W_it (db_it - dG_t x_i) + G_t^T dW_it r_it - drho_i x_i, with
+    # r = b - G x. Each term is one contraction over time and channels, which
+    # jacfwd batches over all parameter directions as a matrix product: through
+    # the factorisation or a vmapped solve per experiment the Jacobian of the
+    # output-error loss took 4-10x as long (small batched LAPACK calls, and
+    # per-experiment copies of dG).
+    G, b, valid, weights = primals
+    dG, db, _, dweights = tangents
+    W, factors, ridge, x = _normal_equations_parts(G, b, valid, weights)
+    residual = b - jnp.einsum("tpn,in->itp", G, x)
+    dW = valid[:, :, None] * dweights[None, None, :]
+    right = (
+        jnp.einsum("tpn,itp->in", dG, W * residual)
+        + jnp.einsum("tpn,itp->in", G, W * (db - jnp.einsum("tpn,in->itp", dG, x)))
+        + jnp.einsum("tpn,itp->in", G, dW * residual)
+    )
+    eps = jnp.finfo(G.dtype).eps
+    dscale = 2 * jnp.einsum("tpn,itp,tpn->i", G, W, dG) + jnp.einsum(
+        "tpn,itp,tpn->i", G, dW, G
+    )
+    scale = jnp.trace(jnp.einsum("tpn,itp,tpm->inm", G, W, G), axis1=1, axis2=2)
+    dridge = jnp.where(scale > 0, eps * dscale, 0.0)
+    right = right - dridge[:, None] * x
+    eye = jnp.eye(G.shape[-1], dtype=G.dtype)
+    inverses = jax.vmap(_cho_solve, in_axes=(0, None))(factors, eye)
+    return x, jnp.einsum("inm,im->in", inverses, right)
 
 
 class FitObjective(AbstractObjective):
@@ -284,9 +347,7 @@ class FitObjective(AbstractObjective):
         G = jnp.transpose(G, (1, 2, 0))
         zeros = jnp.zeros((ys.shape[0], n), model.K.dtype)
         forced = self._rollout(model, zeros, T, us).ys
-        x0 = jax.vmap(solve_x0, in_axes=(None, 0, 0, None))(
-            G, ys - forced, mask, self.weights
-        )
+        x0 = solve_x0(G, ys - forced, mask, self.weights)
         return G, forced, x0
 
     def initial_states(self, model, batch):

@@ -261,30 +261,33 @@ def test_output_data_bad_input():
 
 @pytest.mark.parametrize("dtype, rtol", [(jnp.float64, 1e-10), (jnp.float32, 2e-4)])
 def test_closed_form_x0_equals_weighted_least_squares(dtype, rtol):
-    """The loss's x0 solve (normal equations in float64, QR in float32) against
-    numpy's least squares on the valid, weighted rows; its derivatives against
-    finite differences; a fully padded experiment gives a finite zero."""
+    """The loss's x0 solve (normal equations with a hand-written derivative in
+    float64, QR in float32) against numpy's least squares on each experiment's
+    valid, weighted rows; its derivatives (G, b and the weights) against finite
+    differences; a fully padded experiment gives a finite zero."""
     from jax.test_util import check_grads
 
     from dynsys._losses import solve_x0
 
     keys = jax.random.split(jax.random.key(4), 3)
     G = jax.random.normal(keys[0], (30, 2, 4), dtype)
-    b = jax.random.normal(keys[1], (30, 2), dtype)
+    b = jax.random.normal(keys[1], (3, 30, 2), dtype)
     weights = jnp.array([0.5, 3.0], dtype)
-    valid = jnp.arange(30) < 23
+    lengths = [23, 30, 0]
+    valid = jnp.arange(30)[None, :] < jnp.array(lengths)[:, None]
     got = solve_x0(G, b, valid, weights)
+    assert got.shape == (3, 4)
     root = np.sqrt(np.asarray(weights, np.float64))
-    A = (np.asarray(G, np.float64)[:23] * root[None, :, None]).reshape(-1, 4)
-    rhs = (np.asarray(b, np.float64)[:23] * root[None, :]).reshape(-1)
-    expected = np.linalg.lstsq(A, rhs, rcond=None)[0]
-    np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol)
+    for i, length in enumerate(lengths[:2]):
+        A = (np.asarray(G, np.float64)[:length] * root[None, :, None]).reshape(-1, 4)
+        rhs = (np.asarray(b, np.float64)[i, :length] * root[None, :]).reshape(-1)
+        expected = np.linalg.lstsq(A, rhs, rcond=None)[0]
+        np.testing.assert_allclose(got[i], expected, rtol=rtol, atol=rtol)
+    np.testing.assert_array_equal(got[2], np.zeros(4))  # fully padded
     if dtype == jnp.float64:
         check_grads(
-            lambda G, b: solve_x0(G, b, valid, weights),
-            (G, b),
+            lambda G, b, w: solve_x0(G, b, valid[:2], w),
+            (G, b[:2], weights),
             order=1,
             modes=["fwd", "rev"],
         )
-    padded = solve_x0(G, b, jnp.zeros(30, bool), weights)
-    np.testing.assert_array_equal(padded, np.zeros(4))
