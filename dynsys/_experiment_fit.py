@@ -76,7 +76,7 @@ def _simulated(config: dict) -> _Data:
     key_x0, key_u, key_noise = jax.random.split(jax.random.key(seed), 3)
     zoo_system = _zoo().get(system_cfg["model"], **system_cfg["params"])
     n, m = zoo_system.state_size, zoo_system.input_size
-    state_names = _state_names(config, n, zoo_system)
+    state_names = _channel_names(config, "states", n)
     system, output_names = _measured_system(
         zoo_system, data_cfg["measured_states"], state_names
     )
@@ -92,7 +92,7 @@ def _simulated(config: dict) -> _Data:
     )
     data = dynsys.simulate(system, x0s, T, inputs=inputs, key=key_noise, **noise)
     clean = dynsys.simulate(system, x0s, T, inputs=inputs)
-    input_names = _input_names(config, m, zoo_system)
+    input_names = _channel_names(config, "inputs", m)
     if output_names is not None:  # only the outputs are measured: drop the states
         data, clean = _outputs_only(data), _outputs_only(clean)
         state_names = None
@@ -130,24 +130,16 @@ def _zoo_names(config: dict, which: str):
     return list(getattr(zoo_names(config), which)) or None
 
 
-def _state_names(config: dict, n: int, system=None):
-    names = config["system"]["state_names"]
+def _channel_names(config: dict, role: str, count: int):
+    """`system.state_names` or `system.input_names` (`role` `"states"` or
+    `"inputs"`) checked against `count`, else the zoo model's names."""
+    key = f"{role[:-1]}_names"
+    names = config["system"][key]
     if names is None:
-        return _zoo_names(config, "states")
-    if len(names) != n:
+        return _zoo_names(config, role)
+    if len(names) != count:
         raise ConfigError(
-            f"config key 'system.state_names': expected {n} names, got {len(names)}."
-        )
-    return list(names)
-
-
-def _input_names(config: dict, m: int, system=None):
-    names = config["system"]["input_names"]
-    if names is None:
-        return _zoo_names(config, "inputs")
-    if len(names) != m:
-        raise ConfigError(
-            f"config key 'system.input_names': expected {m} names, got {len(names)}."
+            f"config key 'system.{key}': expected {count} names, got {len(names)}."
         )
     return list(names)
 

@@ -7,17 +7,34 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _layout, _responses
-from ._style import line_style, model_styles, style
+from ._style import line_style
 
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def _as_mapping(systems) -> dict:
-    if isinstance(systems, Mapping):
-        return dict(systems)
-    return {"model": systems}
+def _draw_pair(mag, phase, pair, responses, styles, x, unit, nyquist):
+    """Magnitude and phase of one (output, input) pair, with the Nyquist frequency
+    marked when it is known."""
+    i, j = pair
+    for label, h in responses.items():
+        kw = line_style(styles[label])
+        values = h[:, i, j]
+        mag.plot(x, 20 * np.log10(np.maximum(np.abs(values), 1e-300)), label=label,
+                 **kw)  # fmt: skip
+        phase.plot(x, np.degrees(np.unwrap(np.angle(values))), label=label, **kw)
+    mag.set_xscale("log")
+    mag.set_ylabel("|H| (dB)")
+    phase.set_ylabel("phase (deg)")
+    phase.set_xlabel(f"frequency ({unit})")
+    if nyquist is not None:
+        for a in (mag, phase):
+            a.axvline(nyquist, label="Nyquist frequency", color="0.5", lw=0.9,
+                      ls=(0, (1, 2)))  # fmt: skip
+    mag.tick_params(labelbottom=False)
+    for a in (mag, phase):
+        a.grid(True, alpha=0.3)
 
 
 def bode(
@@ -79,9 +96,8 @@ def bode(
     ```
     """
     call = "bode"
-    systems = _as_mapping(systems)
-    every = list(systems.values()) + ([truth] if truth is not None else [])
-    dt = _responses.system_dt(every, dt)
+    systems, series = _responses.labelled(systems, truth)
+    dt = _responses.system_dt([*systems.values(), *series.values()], dt)
     if hz and dt is None:
         raise ValueError("bode(hz=True): Hz needs the sample time; pass dt=... (s).")
     if frequencies is None:
@@ -90,8 +106,6 @@ def bode(
         w_given = np.asarray(frequencies, dtype=float)
         w_sample = w_given * dt if dt else w_given
     responses = {}
-    series = {"true system": truth} if truth is not None else {}
-    series |= systems
     for label, s in series.items():
         if isinstance(s, np.ndarray) or (hasattr(s, "shape") and not hasattr(s, "K")):
             if frequencies is None:
@@ -104,13 +118,17 @@ def bode(
             )
         else:
             responses[label] = _responses.frequency_response(s, w_sample, call, label)
-    _, p, m = next(iter(responses.values())).shape
-    out_names = _layout.names(output_names, "y", p, call, "output_names")
-    in_names = _layout.names(input_names, "u", m, call, "input_names")
-    pairs = _layout.io_pairs(p, m, outputs, inputs, call)
-    styles = model_styles(list(systems), roles, call)
-    if truth is not None:
-        styles = {"true system": style("truth")} | styles
+    out_names, in_names, pairs, styles = _responses.io_panels(
+        responses,
+        systems,
+        roles,
+        truth,
+        output_names,
+        input_names,
+        outputs,
+        inputs,
+        call,
+    )
     if hz:
         x, unit = w_sample / dt / (2 * math.pi), "Hz"
     elif dt:
@@ -121,32 +139,15 @@ def bode(
     width = 7.0 if ncols == 1 else 4.0 * ncols
     height = min(0.9 + 2.6 * nrows, 2.0 * width)
     fig, grid = _layout.new_figure(2 * nrows, ncols, figsize=(width, height), fig=fig)
+    nyquist = None if not dt else (0.5 / dt if hz else math.pi / dt)
     used = []
     for k, pair in enumerate(pairs):
         r, c = divmod(k, ncols)
         mag, phase = grid[2 * r, c], grid[2 * r + 1, c]
         phase.sharex(mag)
         used += [mag, phase]
-        i, j = pair
-        for label, h in responses.items():
-            kw = line_style(styles[label])
-            values = h[:, i, j]
-            mag.plot(x, 20 * np.log10(np.maximum(np.abs(values), 1e-300)), label=label,
-                     **kw)  # fmt: skip
-            phase.plot(x, np.degrees(np.unwrap(np.angle(values))), label=label, **kw)
-        mag.set_xscale("log")
-        mag.set_ylabel("|H| (dB)")
-        phase.set_ylabel("phase (deg)")
-        phase.set_xlabel(f"frequency ({unit})")
+        _draw_pair(mag, phase, pair, responses, styles, x, unit, nyquist)
         mag.set_title(_layout.pair_title(pair, out_names, in_names), fontsize="small")
-        if dt:
-            nyquist = (0.5 / dt) if hz else math.pi / dt
-            for a in (mag, phase):
-                a.axvline(nyquist, label="Nyquist frequency", color="0.5", lw=0.9,
-                          ls=(0, (1, 2)))  # fmt: skip
-        mag.tick_params(labelbottom=False)
-        for a in (mag, phase):
-            a.grid(True, alpha=0.3)
     for cell in grid.ravel():
         if cell not in used:
             fig.delaxes(cell)

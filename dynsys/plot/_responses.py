@@ -1,6 +1,37 @@
-"""The responses the response plots draw: computed from a system, or given."""
+"""The responses the response plots draw: computed from a system, or given; and
+what the response plots share: the labelled systems, channel names, the
+(output, input) pairs drawn and their line styles."""
+
+from collections.abc import Mapping
 
 import numpy as np
+
+from . import _layout
+from ._style import model_styles, style
+
+
+def labelled(systems, truth) -> tuple[dict, dict]:
+    """`(systems, series)`: the systems as a mapping label → system (a single
+    system is `"model"`), and the same preceded by `"true system"` when `truth` is
+    given."""
+    systems = dict(systems) if isinstance(systems, Mapping) else {"model": systems}
+    series = ({"true system": truth} if truth is not None else {}) | systems
+    return systems, series
+
+
+def io_panels(
+    responses, systems, roles, truth, output_names, input_names, outputs, inputs, call
+):
+    """`(output names, input names, (output, input) pairs, styles)` of a response
+    plot, from `responses` (label → `(leading, p, m)`)."""
+    _, p, m = next(iter(responses.values())).shape
+    out_names = _layout.names(output_names, "y", p, call, "output_names")
+    in_names = _layout.names(input_names, "u", m, call, "input_names")
+    pairs = _layout.io_pairs(p, m, outputs, inputs, call)
+    styles = model_styles(list(systems), roles, call)
+    if truth is not None:
+        styles = {"true system": style("truth")} | styles
+    return out_names, in_names, pairs, styles
 
 
 def system_dt(systems, dt):

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _layout, _responses
-from ._style import line_style, model_styles, style
+from ._style import line_style
 
 
 if TYPE_CHECKING:
@@ -67,8 +67,7 @@ def step_response(
     ```
     """
     call = "step_response"
-    systems = dict(systems) if isinstance(systems, Mapping) else {"model": systems}
-    series = ({"true system": truth} if truth is not None else {}) | systems
+    systems, series = _responses.labelled(systems, truth)
     dt = _responses.system_dt(series.values(), dt)
     arrays = [v for v in series.values() if hasattr(v, "shape")]
     if num_steps is None:
@@ -81,13 +80,17 @@ def step_response(
             )
         else:
             responses[label] = _responses.step_response(s, num_steps, call, label)
-    _, p, m = next(iter(responses.values())).shape
-    out_names = _layout.names(output_names, "y", p, call, "output_names")
-    in_names = _layout.names(input_names, "u", m, call, "input_names")
-    pairs = _layout.io_pairs(p, m, outputs, inputs, call)
-    styles = model_styles(list(systems), roles, call)
-    if truth is not None:
-        styles = {"true system": style("truth")} | styles
+    out_names, in_names, pairs, styles = _responses.io_panels(
+        responses,
+        systems,
+        roles,
+        truth,
+        output_names,
+        input_names,
+        outputs,
+        inputs,
+        call,
+    )
     times, time_label = _layout.time_axis(num_steps, dt=dt, call=call)
     if fig is None:
         fig, axes = _layout.panel_grid(len(pairs))
