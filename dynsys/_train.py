@@ -234,6 +234,98 @@ def chunk_length(data, extra_work: int = 1) -> int:
     return int(max(1, min(_CHUNK, 2**19 // max(1, size * extra_work))))
 
 
+def _trainable(model, filter_spec, caller: str):
+    """`(params, static)`: what `filter_spec` selects, and of that only the inexact
+    arrays, are trained (as strongly typed arrays)."""
+    params, static = eqx.partition(model, filter_spec)
+    params, frozen = eqx.partition(params, eqx.is_inexact_array)
+    static = eqx.combine(static, frozen)
+    if not jax.tree.leaves(params):
+        raise ValueError(
+            f"{caller}(model=..., filter_spec=...): no trainable inexact arrays are "
+            "left (the model has none, or filter_spec froze them all)."
+        )
+    return jax.tree.map(_strong, params), static
+
+
+def _on_device(data, batch_size, key, num_steps: int, caller: str):
+    """`(data, batches)`: the data's arrays on the device (once, not at every
+    step), and the minibatch index iterator (`None` without `batch_size`).
+    Minibatches of data sharded over devices stay sharded (see `shard_batch`)."""
+    if data is None:
+        return None, None
+    size = _leading_size(data)
+    data = jax.tree.map(lambda x: jnp.asarray(x) if eqx.is_array(x) else x, data)
+    if batch_size is None:
+        return data, None
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, int)
+        or not 1 <= batch_size <= size
+    ):
+        raise ValueError(
+            f"{caller}(batch_size=...): batch_size must be an integer in "
+            f"[1, {size}] (the size of data), got {batch_size!r}."
+        )
+    return data, _iter_batches(key, size, batch_size, num_steps)
+
+
+def _steps_per_dispatch(chunk, data, callback, evaluator, eval_every: int) -> int:
+    """The chunk length: `chunk` (default by the data's size), one step with a
+    callback, at most `eval_every` with an evaluation. Not shortened to
+    `num_steps`: the length is part of what is compiled, and steps past
+    `num_steps` are skipped at run time."""
+    if chunk is None:
+        chunk = chunk_length(data)
+    if callback is not None:
+        chunk = 1
+    if evaluator is not None:
+        chunk = min(chunk, eval_every)
+    return chunk
+
+
+def _chunk_indices(batches, count: int, chunk: int):
+    """The minibatch rows of a chunk's `count` steps, padded to `chunk` (`None`
+    without minibatches)."""
+    if batches is None:
+        return None
+    rows = [next(batches) for _ in range(count)]
+    rows += [rows[-1]] * (chunk - count)
+    return jnp.asarray(np.stack(rows))
+
+
+def _record(outputs, count: int, first_step: int, losses: list[float]):
+    """Append a chunk's first `count` losses to `losses`, up to the first
+    non-finite or converged step; `(steps run, stop reason, converged)`."""
+    chunk_losses, chunk_finite, chunk_converged = (np.asarray(v) for v in outputs)
+    for j in range(count):
+        loss = float(chunk_losses[j])
+        losses.append(loss)
+        if not chunk_finite[j]:
+            what = "loss" if not math.isfinite(loss) else "gradient"
+            reason = f"non-finite {what} at step {first_step + j}; kept the best model"
+            return j + 1, reason, False
+        if chunk_converged[j]:
+            return j + 1, None, True
+    return count, None, False
+
+
+def _best(best, params):
+    """`(loss, step, params)` of the best model, from the device's running best
+    (arrays) or the host's (by evaluation); the last `params` when no loss was
+    finite."""
+    loss, step, best_params = float(best[0]), int(best[1]), best[2]
+    if step < 0:  # the very first loss was non-finite
+        return loss, 0, params
+    return loss, step, best_params
+
+
+def _progress_bar(num_steps: int, caller: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=num_steps, desc=caller, mininterval=0.5, leave=True)
+
+
 def optimise(
     objective,
     strategy,
@@ -256,35 +348,9 @@ def optimise(
     the trainable arrays of `model`, a chunk of steps per dispatch."""
     if key is None:
         key = jax.random.key(0)
-    # Trainable: what filter_spec selects, and of that only the inexact arrays.
-    params, static = eqx.partition(model, filter_spec)
-    params, frozen = eqx.partition(params, eqx.is_inexact_array)
-    static = eqx.combine(static, frozen)
-    if not jax.tree.leaves(params):
-        raise ValueError(
-            f"{caller}(model=..., filter_spec=...): no trainable inexact arrays are "
-            "left (the model has none, or filter_spec froze them all)."
-        )
-    params = jax.tree.map(_strong, params)
+    params, static = _trainable(model, filter_spec, caller)
     carry = jax.tree.map(_strong, _init_carry(strategy, params))
-
-    batches = None
-    if data is not None:
-        size = _leading_size(data)
-        # Arrays go to the device once, not at every step.
-        data = jax.tree.map(lambda x: jnp.asarray(x) if eqx.is_array(x) else x, data)
-        if batch_size is not None:
-            if (
-                isinstance(batch_size, bool)
-                or not isinstance(batch_size, int)
-                or not 1 <= batch_size <= size
-            ):
-                raise ValueError(
-                    f"{caller}(batch_size=...): batch_size must be an integer in "
-                    f"[1, {size}] (the size of data), got {batch_size!r}."
-                )
-            batches = _iter_batches(key, size, batch_size, num_steps)
-    # Minibatches of data sharded over devices stay sharded (see shard_batch).
+    data, batches = _on_device(data, batch_size, key, num_steps, caller)
     shardings = None if data is None else leading_axis_shardings(data)
 
     losses: list[float] = []
@@ -292,27 +358,13 @@ def optimise(
     full_losses: list[tuple[int, float]] = []
     # How the best model is chosen: validation loss if given; else, on minibatches,
     # the loss on all of data every `eval_every` steps; else each step's loss.
-    evaluations = None
-    if evaluator is not None:
-        evaluations = val_losses
-    elif batches is not None:
-        evaluator = _FullLoss(objective, data)
-        evaluations = full_losses
+    evaluations = val_losses if evaluator is not None else None
+    if evaluator is None and batches is not None:
+        evaluator, evaluations = _FullLoss(objective, data), full_losses
     track_best = evaluator is None
-    if chunk is None:
-        chunk = chunk_length(data)
-    if callback is not None:
-        chunk = 1
-    if evaluator is not None:
-        chunk = min(chunk, eval_every)
-    # Not shortened to num_steps: the chunk's length is part of what is compiled,
-    # and steps past num_steps are skipped at run time.
+    chunk = _steps_per_dispatch(chunk, data, callback, evaluator, eval_every)
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=num_steps, desc=caller, mininterval=0.5, leave=True)
+    bar = _progress_bar(num_steps, caller) if progress else None
 
     dtype = jnp.result_type(*[leaf.dtype for leaf in jax.tree.leaves(params)])
     best_device = (jnp.array(jnp.inf, dtype), jnp.array(-1), params)
@@ -335,11 +387,7 @@ def optimise(
             count = min(chunk, num_steps - k)
             if evaluator is not None:
                 count = min(count, eval_every - k % eval_every)
-            indices = None
-            if batches is not None:
-                rows = [next(batches) for _ in range(count)]
-                rows += [rows[-1]] * (chunk - count)
-                indices = jnp.asarray(np.stack(rows))
+            indices = _chunk_indices(batches, count, chunk)
             ks = jnp.arange(k, k + chunk)
             new_params, new_carry, best_device, outputs = _run_chunk(
                 strategy,
@@ -355,24 +403,8 @@ def optimise(
                 shardings,
                 track_best,
             )
-            chunk_losses, chunk_finite, chunk_converged = (
-                np.asarray(v) for v in outputs
-            )
             params, carry = new_params, new_carry
-            ran = 0
-            for j in range(count):
-                loss = float(chunk_losses[j])
-                losses.append(loss)
-                ran += 1
-                if not chunk_finite[j]:
-                    what = "loss" if not math.isfinite(loss) else "gradient"
-                    stop_reason = (
-                        f"non-finite {what} at step {k + j}; kept the best model"
-                    )
-                    break
-                if chunk_converged[j]:
-                    converged = True
-                    break
+            ran, stop_reason, converged = _record(outputs, count, k, losses)
             k += ran
             if bar is not None:
                 bar.update(ran)
@@ -396,14 +428,9 @@ def optimise(
         if bar is not None:
             bar.close()
 
-    if track_best:
-        best_loss = float(best_device[0])
-        best = (best_loss, int(best_device[1]), best_device[2])
-    else:
-        best = best_host
-    best_loss, best_step, best_params = best
-    if best_step < 0:  # the very first loss was non-finite
-        best_params, best_step = params, 0
+    best_loss, best_step, best_params = _best(
+        best_device if track_best else best_host, params
+    )
     if warn and stop_reason is not None and stop_reason.startswith("non-finite"):
         warnings.warn(f"{caller}: {stop_reason} (step {best_step}).", stacklevel=3)
     return TrainResult(
