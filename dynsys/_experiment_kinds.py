@@ -104,15 +104,65 @@ def _controller(config: dict, n: int, m: int, key):
     )  # fmt: skip
 
 
+def _train_optimizer(train_cfg: dict):
+    """Adam with the configured rate (constant or cosine decay) and optional
+    gradient clipping."""
+    import optax
+
+    lr = train_cfg["lr"]
+    schedule = lr
+    if train_cfg["schedule"] == "cosine":
+        schedule = optax.cosine_decay_schedule(lr, train_cfg["steps"])
+    optimizer = optax.adam(schedule)
+    if train_cfg["clip"] is not None:
+        optimizer = optax.chain(optax.clip_by_global_norm(train_cfg["clip"]), optimizer)
+    return optimizer
+
+
+def _controller_figures(
+    config, system, result, trajectories, target, state_names, input_names
+) -> dict:
+    """The closed loop before and after training on the held-out initial states,
+    the loss, and (two states) the phase portrait after training."""
+    from dynsys import plot
+
+    c = config["controller"]
+    name = config["system"]["model"]
+    figures = {}
+    for label, traj in zip(("before", "after"), trajectories):
+        count = traj.xs.shape[0]
+        figures[f"closed_loop_{label}.png"] = plot.trajectory(
+            traj,
+            state_names=state_names,
+            input_names=input_names,
+            reference=target,
+            input_bound=c["bound"],
+            title=f"{name}, {count} held-out initial states: {label} training",
+        )
+    figures["loss.png"] = plot.loss_history(
+        result,
+        ylabel="tracking cost",
+        title=f"training a {c['type']} controller",
+    )
+    if system.state_size == 2:
+        time_free = not c["use_time"]
+        figures["phase_portrait.png"] = plot.phase_portrait(
+            trajectories[1],
+            system=system if time_free else None,
+            controller=result.model if time_free else None,
+            state_names=state_names,
+            title=f"{name} in closed loop after training",
+        )
+    return figures
+
+
 def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
     """Train a controller to drive a zoo system to a target state."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
-    import optax
 
     import dynsys
-    from dynsys import plot
 
     system = _system(config)
     n, m = system.state_size, system.input_size
@@ -148,12 +198,7 @@ def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
         return dynsys.tracking_cost(traj, target, Q, R, Q_final=Q_final)
 
     steps, lr = train_cfg["steps"], train_cfg["lr"]
-    schedule = lr
-    if train_cfg["schedule"] == "cosine":
-        schedule = optax.cosine_decay_schedule(lr, steps)
-    optimizer = optax.adam(schedule)
-    if train_cfg["clip"] is not None:
-        optimizer = optax.chain(optax.clip_by_global_norm(train_cfg["clip"]), optimizer)
+    optimizer = _train_optimizer(train_cfg)
     c = config["controller"]
     echo(
         f"{config['name']}: {c['type']} controller on {config['system']['model']}, "
@@ -203,31 +248,10 @@ def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
         "timing": {"train_seconds": train_seconds},
     }
     summary = {"cost before training": before, "cost after training": after}
-    name = config["system"]["model"]
-    figures = {}
-    for label, traj in (("before", traj_before), ("after", traj_after)):
-        figures[f"closed_loop_{label}.png"] = plot.trajectory(
-            traj,
-            state_names=state_names,
-            input_names=input_names,
-            reference=target,
-            input_bound=c["bound"],
-            title=f"{name}, {len(x0_test)} held-out initial states: {label} training",
-        )
-    figures["loss.png"] = plot.loss_history(
-        result,
-        ylabel="tracking cost",
-        title=f"training a {c['type']} controller",
-    )
-    if n == 2:
-        time_free = not c["use_time"]
-        figures["phase_portrait.png"] = plot.phase_portrait(
-            traj_after,
-            system=system if time_free else None,
-            controller=result.model if time_free else None,
-            state_names=state_names,
-            title=f"{name} in closed loop after training",
-        )
+    figures = _controller_figures(
+        config, system, result, (traj_before, traj_after), target,
+        state_names, input_names,
+    )  # fmt: skip
     extra = result.full_losses
     return Outcome(
         metrics=metrics,

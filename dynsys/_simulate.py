@@ -63,6 +63,32 @@ def _output_is_state(system) -> bool:
     return type(system).output is AbstractSystem.output
 
 
+def _checked_inputs(inputs, N: int, num_steps: int, m: int, dtype):
+    """`inputs` as `(N, T, m)` of `dtype` (a `(T, m)` array is shared by every
+    trajectory), or `None` for a system without inputs."""
+    if inputs is None and m > 0:
+        raise ValueError(
+            f"simulate(inputs=...): the system takes inputs (input_size={m}); pass "
+            f"inputs of shape (N, T, m) = ({N}, {num_steps}, {m})."
+        )
+    if inputs is None:
+        return None
+    inputs = jnp.asarray(inputs, dtype=dtype)
+    if m == 0:
+        raise ValueError(
+            "simulate(inputs=...): the system takes no input (input_size=0), "
+            f"got inputs of shape {tuple(inputs.shape)}."
+        )
+    if inputs.ndim == 2:
+        inputs = jnp.broadcast_to(inputs, (N, *inputs.shape))
+    if inputs.shape != (N, num_steps, m):
+        raise ValueError(
+            f"simulate(inputs=...): inputs must have shape (N, T, m) = ({N}, "
+            f"{num_steps}, {m}) or (T, m), got {tuple(inputs.shape)}."
+        )
+    return inputs
+
+
 def simulate(
     system: AbstractSystem,
     x0s: Float[ArrayLike, "N n"],
@@ -148,25 +174,7 @@ def simulate(
         raise ValueError(
             "simulate(key=...): a PRNG key is needed for the noise, got key=None."
         )
-    if inputs is None and m > 0:
-        raise ValueError(
-            f"simulate(inputs=...): the system takes inputs (input_size={m}); pass "
-            f"inputs of shape (N, T, m) = ({N}, {num_steps}, {m})."
-        )
-    if inputs is not None:
-        inputs = jnp.asarray(inputs, dtype=x0s.dtype)
-        if m == 0:
-            raise ValueError(
-                "simulate(inputs=...): the system takes no input (input_size=0), "
-                f"got inputs of shape {tuple(inputs.shape)}."
-            )
-        if inputs.ndim == 2:
-            inputs = jnp.broadcast_to(inputs, (N, *inputs.shape))
-        if inputs.shape != (N, num_steps, m):
-            raise ValueError(
-                f"simulate(inputs=...): inputs must have shape (N, T, m) = ({N}, "
-                f"{num_steps}, {m}) or (T, m), got {tuple(inputs.shape)}."
-            )
+    inputs = _checked_inputs(inputs, N, num_steps, m, x0s.dtype)
     key_w, key_v = jax.random.split(key) if key is not None else (None, None)
     if process_noise:
         noise = process_noise * jax.random.normal(
