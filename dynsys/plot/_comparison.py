@@ -46,6 +46,78 @@ def _fit_text(value: float) -> str:
     return f"{value:.1f} %" if np.isfinite(value) else "n/a"
 
 
+def _checked_measured(measured, ts, predictions: dict, truth) -> np.ndarray:
+    """`measured` as `(T, p)` floats, checked against `ts` `(T,)`, and every
+    prediction and `truth` checked to have its shape (or `(T,)` for one channel)."""
+    measured = np.asarray(measured, dtype=float)
+    if measured.ndim == 1:
+        measured = measured[:, None]
+    if measured.ndim != 2:
+        raise ValueError(
+            f"comparison(measured=...): expected shape (T, p), got {measured.shape}."
+        )
+    T, p = measured.shape
+    if ts is not None and np.shape(ts) != (T,):
+        raise ValueError(
+            f"comparison(measured=...): expected shape (T, p) = ({np.shape(ts)[0]}, "
+            f"p) like ts, got {measured.shape}."
+        )
+    series = dict(predictions)
+    if truth is not None:
+        series["truth"] = truth
+    allowed = {measured.shape, (T,)} if p == 1 else {measured.shape}
+    for label, values in series.items():
+        if np.shape(values) not in allowed:
+            where = "truth" if label == "truth" and truth is not None else "predictions"
+            raise ValueError(
+                f"comparison({where}=...): {label!r} has shape {np.shape(values)}, "
+                f"expected {measured.shape} like measured."
+            )
+    return measured
+
+
+def _checked_fits(fit_percent, p: int) -> dict:
+    """label → fit % per channel `(p,)`."""
+    fits = {
+        label: np.asarray(values, dtype=float)
+        for label, values in (fit_percent or {}).items()
+    }
+    for label, values in fits.items():
+        if values.shape != (p,):
+            raise ValueError(
+                f"comparison(fit_percent=...): {label!r} has shape {values.shape}, "
+                f"expected ({p},) (one per channel)."
+            )
+    return fits
+
+
+def _draw_channel(a, i, times, measured, truth, predictions, styles, fits, chosen):
+    """Channel `i` on axes `a`: the measurements, the truth, and each prediction
+    (its markers staggered, its fit % in the legend and the panel title)."""
+    T, p = measured.shape
+    every = max(1, T // 8)
+    kw = style("measured")
+    a.plot(times, measured[:, i], ls="none", marker=kw["marker"],
+           ms=kw["markersize"], color=kw["color"], zorder=kw["zorder"],
+           label="measured")  # fmt: skip
+    if truth is not None:
+        kw = line_style(style("truth"))
+        a.plot(times, np.asarray(truth, dtype=float).reshape(T, p)[:, i],
+               label="true system (noise-free)", **kw)  # fmt: skip
+    for k, (label, values) in enumerate(predictions.items()):
+        kw = line_style(styles[label], markevery=(k * every // 3, every))
+        legend = label
+        if label in fits:
+            shown = fits[label][chosen]
+            what = "fit" if len(chosen) == 1 else "mean fit"
+            legend = f"{label} ({what} {_fit_text(float(np.mean(shown)))})"
+        values = np.asarray(values, dtype=float).reshape(T, p)
+        a.plot(times, values[:, i], label=legend, **kw)
+    if fits and len(chosen) > 1:
+        parts = [f"{label} {_fit_text(v[i])}" for label, v in fits.items()]
+        a.set_title("fit: " + ", ".join(parts), fontsize="small", loc="left")
+
+
 def comparison(
     ts,
     measured=None,
@@ -132,73 +204,22 @@ def comparison(
     if measured is None:
         raise ValueError("comparison(measured=...): the measured channels are needed.")
     predictions = dict(predictions or {})
-    measured = np.asarray(measured, dtype=float)
-    if measured.ndim == 1:
-        measured = measured[:, None]
-    if measured.ndim != 2:
-        raise ValueError(
-            f"comparison(measured=...): expected shape (T, p), got {measured.shape}."
-        )
+    measured = _checked_measured(measured, ts, predictions, truth)
     T, p = measured.shape
-    if ts is not None and np.shape(ts) != (T,):
-        raise ValueError(
-            f"comparison(measured=...): expected shape (T, p) = ({np.shape(ts)[0]}, "
-            f"p) like ts, got {measured.shape}."
-        )
     times, default_label = _layout.time_axis(T, ts=ts, dt=dt, call=call)
-    series = dict(predictions)
-    if truth is not None:
-        series["truth"] = truth
-    allowed = {measured.shape, (T,)} if p == 1 else {measured.shape}
-    for label, values in series.items():
-        if np.shape(values) not in allowed:
-            where = "truth" if label == "truth" and truth is not None else "predictions"
-            raise ValueError(
-                f"comparison({where}=...): {label!r} has shape {np.shape(values)}, "
-                f"expected {measured.shape} like measured."
-            )
     names = names if names is not None else state_names
     channel_names = _layout.names(names, "y", p, call, "names")
     chosen = _layout.select(channels, p, call)
     styles = model_styles(list(predictions), roles, call)
-    fits = {
-        label: np.asarray(values, dtype=float)
-        for label, values in (fit_percent or {}).items()
-    }
-    for label, values in fits.items():
-        if values.shape != (p,):
-            raise ValueError(
-                f"comparison(fit_percent=...): {label!r} has shape {values.shape}, "
-                f"expected ({p},) (one per channel)."
-            )
+    fits = _checked_fits(fit_percent, p)
     created = ax is None
     if created:
         fig, axes = _layout.panel_grid(len(chosen))
     else:
         axes = _layout.given_axes(ax, len(chosen), call, "one per channel drawn")
         fig = axes[0].figure
-    every = max(1, T // 8)
     for a, i in zip(axes, chosen):
-        kw = style("measured")
-        a.plot(times, measured[:, i], ls="none", marker=kw["marker"],
-               ms=kw["markersize"], color=kw["color"], zorder=kw["zorder"],
-               label="measured")  # fmt: skip
-        if truth is not None:
-            kw = line_style(style("truth"))
-            a.plot(times, np.asarray(truth, dtype=float).reshape(T, p)[:, i],
-                   label="true system (noise-free)", **kw)  # fmt: skip
-        for k, (label, values) in enumerate(predictions.items()):
-            kw = line_style(styles[label], markevery=(k * every // 3, every))
-            legend = label
-            if label in fits:
-                shown = fits[label][chosen]
-                what = "fit" if len(chosen) == 1 else "mean fit"
-                legend = f"{label} ({what} {_fit_text(float(np.mean(shown)))})"
-            values = np.asarray(values, dtype=float).reshape(T, p)
-            a.plot(times, values[:, i], label=legend, **kw)
-        if fits and len(chosen) > 1:
-            parts = [f"{label} {_fit_text(v[i])}" for label, v in fits.items()]
-            a.set_title("fit: " + ", ".join(parts), fontsize="small", loc="left")
+        _draw_channel(a, i, times, measured, truth, predictions, styles, fits, chosen)
         a.set_ylabel(channel_names[i])
         a.grid(True, alpha=0.3)
     for a in _layout.bottom_row(axes, len(axes)) if created else axes[-1:]:
