@@ -133,7 +133,8 @@ def _qr_x0(G, b, valid, weights):
 
 def _normal_equations_parts(G, b, valid, weights):
     """Per experiment: the row weights `W (N, T, p)`, the ridged Gram matrices'
-    Cholesky factors, the ridges `(N,)` and the refined solutions `x (N, n)`."""
+    Cholesky factors, the Gram matrices' traces `(N,)`, the ridges `(N,)` and the
+    refined solutions `x (N, n)`."""
     W = valid[:, :, None] * weights[None, None, :]
     gram = jnp.einsum("tpn,itp,tpm->inm", G, W, G)
     scale = jnp.trace(gram, axis1=1, axis2=2)
@@ -148,7 +149,7 @@ def _normal_equations_parts(G, b, valid, weights):
     x = solve(jnp.einsum("tpn,itp->in", G, W * b))
     residual = b - jnp.einsum("tpn,in->itp", G, x)
     x = x + solve(jnp.einsum("tpn,itp->in", G, W * residual) - ridge[:, None] * x)
-    return W, factors, ridge, x
+    return W, factors, scale, ridge, x
 
 
 def _cho_solve(lower, right):
@@ -158,7 +159,7 @@ def _cho_solve(lower, right):
 @jax.custom_jvp
 def _normal_equations_x0(G, b, valid, weights):
     """`solve_x0` in float64 (`valid` as 0/1 floats)."""
-    return _normal_equations_parts(G, b, valid, weights)[3]
+    return _normal_equations_parts(G, b, valid, weights)[-1]
 
 
 @_normal_equations_x0.defjvp
@@ -173,7 +174,7 @@ def _normal_equations_x0_jvp(primals, tangents):
     # per-experiment copies of dG).
     G, b, valid, weights = primals
     dG, db, _, dweights = tangents
-    W, factors, ridge, x = _normal_equations_parts(G, b, valid, weights)
+    W, factors, scale, ridge, x = _normal_equations_parts(G, b, valid, weights)
     residual = b - jnp.einsum("tpn,in->itp", G, x)
     dW = valid[:, :, None] * dweights[None, None, :]
     right = (
@@ -185,7 +186,6 @@ def _normal_equations_x0_jvp(primals, tangents):
     dscale = 2 * jnp.einsum("tpn,itp,tpn->i", G, W, dG) + jnp.einsum(
         "tpn,itp,tpn->i", G, dW, G
     )
-    scale = jnp.trace(jnp.einsum("tpn,itp,tpm->inm", G, W, G), axis1=1, axis2=2)
     dridge = jnp.where(scale > 0, eps * dscale, 0.0)
     right = right - dridge[:, None] * x
     eye = jnp.eye(G.shape[-1], dtype=G.dtype)
