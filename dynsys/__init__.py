@@ -2,88 +2,88 @@
 
 import importlib.metadata
 
-from ._adjoint import (
+from ._rollout.adjoint import (
     AbstractAdjoint as AbstractAdjoint,
     Autodiff as Autodiff,
     Checkpointed as Checkpointed,
     LinearAdjoint as LinearAdjoint,
 )
-from ._config import ConfigError as ConfigError
-from ._control import from_control as from_control, to_control as to_control
-from ._controller import (
+from ._experiments.config import ConfigError as ConfigError
+from ._sysid.python_control import from_control as from_control, to_control as to_control
+from ._systems.controller import (
     AbstractController as AbstractController,
     LinearFeedback as LinearFeedback,
     MLPController as MLPController,
 )
-from ._cost import quadratic_cost as quadratic_cost, tracking_cost as tracking_cost
-from ._dataset import Dataset as Dataset
+from ._fitting.cost import quadratic_cost as quadratic_cost, tracking_cost as tracking_cost
+from ._data.dataset import Dataset as Dataset
 from ._distributed import (
     global_dataset as global_dataset,
     initialize_distributed as initialize_distributed,
     is_main_process as is_main_process,
 )
-from ._experiment import (
+from ._experiments.run import (
     ExperimentResult as ExperimentResult,
     resolve_config as resolve_config,
     run_experiment as run_experiment,
 )
-from ._fit import fit as fit, FitResult as FitResult
+from ._fitting.fit import fit as fit, FitResult as FitResult
 from ._io import load as load, save as save
-from ._layered import (
+from ._systems.layered import (
     AbstractContextLayer as AbstractContextLayer,
     AbstractLayeredController as AbstractLayeredController,
     ContextLayer as ContextLayer,
     LayeredController as LayeredController,
     StackedController as StackedController,
 )
-from ._least_squares import fit_least_squares as fit_least_squares
-from ._load_dataset import load_dataset as load_dataset
-from ._losses import MultipleShooting as MultipleShooting
-from ._method import (
+from ._fitting.least_squares import fit_least_squares as fit_least_squares
+from ._data.load import load_dataset as load_dataset
+from ._fitting.losses import MultipleShooting as MultipleShooting
+from ._rollout.method import (
     AbstractMethod as AbstractMethod,
     Chunked as Chunked,
     Parallel as Parallel,
     Sequential as Sequential,
 )
-from ._metrics import (
+from ._fitting.metrics import (
     fit_percent as fit_percent,
     nrmse as nrmse,
     spectral_radius as spectral_radius,
 )
-from ._ode import (
+from ._systems.ode import (
     AbstractODE as AbstractODE,
     discretize as discretize,
     Discretized as Discretized,
     LinearODE as LinearODE,
     Sampled as Sampled,
 )
-from ._response import (
+from ._sysid.response import (
     frequency_response as frequency_response,
     impulse_response as impulse_response,
     Modes as Modes,
     modes as modes,
     step_response as step_response,
 )
-from ._rollout import rollout as rollout, Trajectory as Trajectory
-from ._sharding import (
+from ._rollout.rollout import rollout as rollout, Trajectory as Trajectory
+from ._rollout.sharding import (
     batch_sharding as batch_sharding,
     shard_batch as shard_batch,
 )
-from ._simulate import simulate as simulate
-from ._stable import StableLinearSystem as StableLinearSystem
-from ._subspace import (
+from ._data.simulate import simulate as simulate
+from ._systems.stable import StableLinearSystem as StableLinearSystem
+from ._sysid.subspace import (
     fit_subspace as fit_subspace,
     subspace_singular_values as subspace_singular_values,
 )
-from ._system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
-from ._train import train as train, TrainResult as TrainResult
-from ._validation import (
+from ._systems.system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
+from ._fitting.train import train as train, TrainResult as TrainResult
+from ._sysid.validation import (
     compare as compare,
     Comparison as Comparison,
     residual_analysis as residual_analysis,
     Residuals as Residuals,
 )
-from ._x0 import estimate_x0 as estimate_x0
+from ._sysid.initial_state import estimate_x0 as estimate_x0
 
 
 __version__ = importlib.metadata.version("dynsys")

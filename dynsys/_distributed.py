@@ -16,8 +16,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ._data import Dataset
-from ._sharding import batch_sharding
+from ._data.dataset import Dataset
+from ._rollout.sharding import batch_sharding
 
 
 ENVIRONMENT = ("DYNSYS_COORDINATOR", "DYNSYS_NUM_PROCESSES", "DYNSYS_PROCESS_ID")

@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree
 
-from ._data import _write_atomic
-from ._stable import StableLinearSystem
-from ._system import LinearSystem
+from ._data.files import write_atomic as _write_atomic
+from ._systems.stable import StableLinearSystem
+from ._systems.system import LinearSystem
 
 
 _MAGIC = b"DYNSYS-MODEL\n"

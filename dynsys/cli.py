@@ -39,8 +39,8 @@ def _simulate(args: argparse.Namespace) -> int:
     import dynsys
     import dynsys.models as zoo
     from dynsys import plot
-    from dynsys._experiment import strict_json
-    from dynsys._run_folder import (
+    from dynsys._experiments.run import strict_json
+    from dynsys._experiments.run_folder import (
         check_out,
         clean_stale,
         replace_folder,
@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     import zipfile
 
-    from ._interrupt import catch_interrupts
+    from ._experiments.interrupt import catch_interrupts
 
     prefix = f"dynsys {args.command}"
     try:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def _matrix(system, call: str, label: str) -> np.ndarray:
-    from .._sysid_data import linear_of
+    from .._sysid.signals import linear_of
 
     linear = None if hasattr(system, "shape") else linear_of(system)
     value = np.asarray(system if linear is None else linear.K)
@@ -29,8 +29,8 @@ def _matrix(system, call: str, label: str) -> np.ndarray:
 
 def _modes(system, dt, call: str, label: str):
     """`dynsys.modes` of a system, matrix (with `dt`) or a given `Modes`."""
-    from .._response import modes
-    from .._system import LinearSystem
+    from .._sysid.response import modes
+    from .._systems.system import LinearSystem
 
     if hasattr(system, "damping_ratio"):
         return system

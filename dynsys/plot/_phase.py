@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._rollout import Trajectory
+from .._rollout.rollout import Trajectory
 from . import _layout
 
 

@@ -46,14 +46,14 @@ def system_dt(systems, dt):
 
 
 def _linear(system):
-    from .._sysid_data import linear_of
+    from .._sysid.signals import linear_of
 
     return linear_of(system)
 
 
 def frequency_response(system, w_sample: np.ndarray, call: str, label: str):
     """`dynsys.frequency_response` at `w_sample` rad/sample, shape `(F, p, m)`."""
-    from .._response import frequency_response as response
+    from .._sysid.response import frequency_response as response
 
     linear = _linear(system)
     if linear is None or linear.B is None:
@@ -71,8 +71,8 @@ def step_response(system, num_steps: int, call: str, label: str) -> np.ndarray:
     `dynsys.rollout` per input (any system with inputs)."""
     import jax.numpy as jnp
 
-    from .._response import step_response as linear_step
-    from .._rollout import rollout
+    from .._sysid.response import step_response as linear_step
+    from .._rollout.rollout import rollout
 
     linear = _linear(system)
     if linear is not None and linear.B is not None:

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._rollout import Trajectory
+from .._rollout.rollout import Trajectory
 from . import _layout
 from ._style import BAND_ALPHA, CHANNEL_LINESTYLES, strip_unit, style, THIN, unit_of
 

@@ -1,0 +1,603 @@
+"""`fit`: fit any `AbstractSystem` to trajectories (states) or to measured outputs
+(output error), with a default optimiser that needs no learning rate."""
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jaxtyping import Array, PRNGKeyArray, PyTree
+
+from .._rollout.adjoint import AbstractAdjoint, LinearAdjoint
+from .._data.dataset import Dataset
+from .least_squares import _check_data, step_mask
+from .losses import (
+    channel_weights,
+    FitObjective,
+    is_linear,
+    materialise,
+    MultipleShooting,
+    one_step_predictions,
+)
+from .._rollout.method import AbstractMethod
+from .metrics import spectral_radius
+from .._rollout.rollout import rollout
+from .._rollout.sharding import to_host
+from .solvers import (
+    DEFAULT_MAX_STEPS,
+    default_strategy,
+    lbfgs_strategy,
+    LevenbergMarquardtStrategy,
+    tolerances,
+)
+from .._systems.system import AbstractSystem
+from .train import optax_strategy, optimise, TrainResult
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """What `fit` returns.
+
+    **Fields:**
+
+    - `model`: the best model (lowest validation loss when `val_data` was given,
+        else lowest training loss).
+    - `x0s`: the initial states of the best model, when they are not the measured
+        ones: with `fit_x0=True` on state data the fitted ones, on output data the
+        estimated ones (closed form for linear models, trained otherwise); shape
+        `(N, n)` (or `(N, W, n)`, one per window, for `MultipleShooting`); else
+        `None`.
+    - `losses`: the training loss of each step, shape `(steps_run,)`.
+    - `val_losses`: `(step, validation loss)` pairs (empty without `val_data`).
+    - `best_step`: the step of `model`.
+    - `stop_reason`: `None` when the fit ran normally (converged, or every step
+        ran); else what went wrong, with a suggestion: a non-finite loss (naming the
+        step), a fit no better than its start, a loss that grew by orders of
+        magnitude, an interrupt or the callback.
+    - `converged`: whether the optimiser's tolerances ended the fit.
+    - `optimizer`: the optimiser used, in words (e.g. `"Levenberg–Marquardt
+        (optimistix)"`).
+    - `steps_run`: the number of optimiser steps run.
+    - `metrics`: `{"train": {...}, "validation": {...}}` (the latter only with
+        `val_data`), each with `loss`, `simulation_nrmse` and `fit_percent` (free
+        run over all steps, from the measured, fitted or estimated initial states,
+        on the outputs for output data), `one_step_nrmse` (state data only), and
+        `spectral_radius` for models with a transition matrix `K`.
+    - `train_result`: the underlying `TrainResult`.
+    """
+
+    model: Any
+    x0s: Array | None
+    losses: np.ndarray
+    val_losses: list[tuple[int, float]]
+    best_step: int
+    stop_reason: str | None
+    metrics: dict[str, dict[str, float]]
+    train_result: TrainResult
+    converged: bool = False
+    optimizer: str = ""
+    steps_run: int = 0
+
+
+LossName = Literal["simulation", "one_step"]
+
+
+def _has_outputs(data) -> bool:
+    return getattr(data, "ys", None) is not None
+
+
+def _check_loss(loss, data: Dataset):
+    if isinstance(loss, MultipleShooting):
+        if loss.horizon > data.num_steps:
+            raise ValueError(
+                f"fit(loss=MultipleShooting(horizon={loss.horizon})): the horizon is "
+                f"longer than the trajectories ({data.num_steps} steps); use a "
+                f"horizon <= {data.num_steps}."
+            )
+        return loss
+    if loss not in ("simulation", "one_step"):
+        raise ValueError(
+            "fit(loss=...): expected 'simulation', 'one_step' or "
+            f"MultipleShooting(horizon), got {loss!r}."
+        )
+    if loss == "one_step" and _has_outputs(data):
+        raise ValueError(
+            "fit(loss='one_step'): the data have outputs (ys), not states; a one-step "
+            "prediction needs the state at each step, which output data do not "
+            "measure. Use loss='simulation', or MultipleShooting(horizon) (each "
+            "window's state is estimated)."
+        )
+    return loss
+
+
+def _check_compatible(call: str, model: AbstractSystem, data: Dataset, name: str):
+    if _has_outputs(data):
+        p = data.ys.shape[-1]
+        if model.output_size != p:
+            raise ValueError(
+                f"{call}({name}=...): the data have p = {p} output channels but the "
+                f"model has output_size = {model.output_size}."
+            )
+    elif model.state_size != data.state_size:
+        raise ValueError(
+            f"{call}({name}=...): the data have n = {data.state_size} state columns "
+            f"but the model has state_size = {model.state_size}."
+        )
+    m_data, m_model = data.input_size, model.input_size
+    if m_data and not m_model:
+        raise ValueError(
+            f"{call}({name}=...): the data have inputs (m = {m_data} columns) but "
+            f"the model {type(model).__name__} takes no input (input_size = 0)."
+        )
+    if m_model and not m_data:
+        raise ValueError(
+            f"{call}({name}=...): the model {type(model).__name__} takes inputs "
+            f"(input_size = {m_model}) but the data have none (us is None)."
+        )
+    if m_data != m_model:
+        raise ValueError(
+            f"{call}({name}=...): the data have m = {m_data} input columns but the "
+            f"model has input_size = {m_model}."
+        )
+
+
+def _model_dtype(model):
+    leaves = jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array))
+    return jnp.result_type(*leaves) if leaves else jnp.result_type(float)
+
+
+def _batch(data: Dataset, dtype) -> dict:
+    """The arrays the loss reads, each with the experiments on its leading axis, in
+    the model's floating dtype (a float32 model is fitted in float32)."""
+    N = data.num_trajectories
+    batch = {"index": jnp.arange(N), "mask": jnp.asarray(step_mask(data))}
+    if _has_outputs(data):
+        batch["ys"] = jnp.asarray(data.ys, dtype)
+    else:
+        batch["xs"] = jnp.asarray(data.xs, dtype)
+    if data.us is not None:
+        batch["us"] = jnp.asarray(data.us, dtype)
+    return batch
+
+
+def _objective(loss, data, model, fit_x0, method, adjoint) -> FitObjective:
+    if _has_outputs(data):
+        batch_mask = jnp.asarray(step_mask(data))
+        weights = channel_weights(jnp.asarray(data.ys, _model_dtype(model)), batch_mask)
+        mode = "closed_form" if is_linear(model) else "trained"
+        return FitObjective(loss, True, mode, method, adjoint, weights)
+    mode = "fitted" if fit_x0 else "data"
+    return FitObjective(loss, False, mode, method, adjoint, None)
+
+
+class _ValidationLoss(eqx.Module):
+    """The loss on held-out data (from their measured or estimated initial
+    states)."""
+
+    objective: FitObjective
+    batch: dict
+
+    def __call__(self, params):
+        return self.objective.loss((params[0], None), self.batch)
+
+
+class _ModelCallback(eqx.Module):
+    callback: Any = eqx.field(static=True)
+
+    def __call__(self, step, params, loss):
+        return self.callback(step, params[0], loss)
+
+
+def _initial_x0s(objective: FitObjective, loss, data: Dataset, model):
+    """The trained initial states' starting values, or `None`."""
+    n = model.state_size
+    N = data.num_trajectories
+    if objective.x0 == "fitted":
+        xs = jnp.asarray(data.xs, _model_dtype(model))
+        if isinstance(loss, MultipleShooting):
+            return xs[:, loss.starts(data.num_steps)]
+        return xs[:, 0]
+    if objective.x0 == "trained":
+        dtype = _model_dtype(model)
+        if isinstance(loss, MultipleShooting):
+            return jnp.zeros((N, len(loss.starts(data.num_steps)), n), dtype)
+        return jnp.zeros((N, n), dtype)
+    return None
+
+
+def _strategy(optimizer, objective, params, batch, batch_size, adjoint, rtol, atol):
+    """The optimiser strategy and its default number of steps."""
+    if optimizer is not None:
+        if rtol is not None or atol is not None:
+            raise ValueError(
+                "fit(rtol=..., atol=...): tolerances apply to the default optimiser "
+                "(optimizer=None) only."
+            )
+        return optax_strategy(optimizer), DEFAULT_MAX_STEPS["optax"]
+    if batch_size is not None:
+        raise ValueError(
+            f"fit(batch_size={batch_size}): the default optimiser uses all the data "
+            "at each step; pass an optax optimizer (e.g. optax.adam(1e-3)) to train "
+            "on minibatches."
+        )
+    trainable = [leaf for leaf in jax.tree.leaves(params) if eqx.is_inexact_array(leaf)]
+    num_params = sum(leaf.size for leaf in trainable)
+    dtype = trainable[0].dtype
+    if isinstance(adjoint, LinearAdjoint):
+        # Levenberg–Marquardt builds its Jacobian in forward mode, which the
+        # hand-written reverse pass of LinearAdjoint does not provide.
+        default_rtol = tolerances(dtype)[0] if rtol is None else rtol
+        return lbfgs_strategy(default_rtol), DEFAULT_MAX_STEPS["lbfgs"]
+    strategy, kind = default_strategy(
+        objective.num_residuals(batch), num_params, dtype, rtol, atol
+    )
+    return strategy, DEFAULT_MAX_STEPS[kind]
+
+
+def _chunk(strategy, params, batch) -> int | None:
+    """Steps per dispatch for Levenberg–Marquardt: between 8 and 32, fewer as the
+    work of a step (about the batch's size times the number of parameters: one
+    forward-mode derivative per parameter) grows. Each chunk starts with one extra
+    (warm-up) evaluation of the Jacobian, so small problems gain from long chunks
+    (6 states, 8 x 400 steps, 48 parameters: 24 steps, 10 % faster than 8)."""
+    if not isinstance(strategy, LevenbergMarquardtStrategy):
+        return None
+    num_params = sum(
+        leaf.size for leaf in jax.tree.leaves(params) if eqx.is_inexact_array(leaf)
+    )
+    size = sum(leaf.size for leaf in jax.tree.leaves(batch) if eqx.is_array(leaf))
+    return int(min(32, max(8, 2**25 // max(1, size * num_params))))
+
+
+def _suggestion(default: bool) -> str:
+    if default:
+        return (
+            "try a better start (fit_subspace or fit_least_squares), "
+            "StableLinearSystem.from_linear(start), or MultipleShooting(horizon)"
+        )
+    return (
+        "try optimizer=None (Levenberg–Marquardt or L-BFGS, no learning rate to "
+        "tune), a smaller learning rate, or StableLinearSystem"
+    )
+
+
+def _honest_stop_reason(result: TrainResult, default: bool, exact: float) -> str | None:
+    """`result.stop_reason`, or why the fit is not to be trusted: no better than its
+    start, or a loss that grew by orders of magnitude. A start whose loss is at
+    round-off level (below `exact`) is already exact: nothing to report."""
+    if result.stop_reason is not None:
+        if result.stop_reason.startswith("non-finite"):
+            return (
+                f"{result.stop_reason} (step {result.best_step}); "
+                f"{_suggestion(default)}"
+            )
+        return result.stop_reason
+    losses = result.losses
+    finite = losses[np.isfinite(losses)]
+    if len(finite) == 0:
+        return None
+    start, largest = float(losses[0]), float(np.max(finite))
+    if start <= exact:
+        return None
+    problems = []
+    if result.best_step == 0 and not result.converged and result.steps_run > 1:
+        problems.append("no better than the start (best step 0)")
+    if largest > 100.0 * start and largest > 0:
+        problems.append(
+            f"the loss grew by orders of magnitude, from {start:.3g} to {largest:.3g}"
+        )
+    if not problems:
+        return None
+    return "; ".join(problems) + f"; {_suggestion(default)}"
+
+
+def _exact_loss(batch) -> float:
+    """A loss at round-off level for these data: (1000 eps)^2 times the mean square
+    of the targets (1 for the normalised output loss)."""
+    target = batch["ys"] if "ys" in batch else batch["xs"]
+    eps = float(jnp.finfo(target.dtype).eps)
+    scale = 1.0 if "ys" in batch else float(jnp.mean(target**2))
+    return (1e3 * eps) ** 2 * scale
+
+
+@eqx.filter_jit
+def _predict(objective: FitObjective, model, x0s, batch):
+    """Free-run predictions over all steps (outputs, or states) and, on state data,
+    one-step predictions; plus the loss."""
+    loss = objective.loss((model, x0s), batch)
+    simulation = dataclasses.replace(objective, kind="simulation")
+    linear = materialise(model)
+    mask = batch["mask"]
+    us = batch.get("us")
+    if us is not None:
+        us = jnp.where(mask[..., None], us, 0.0)
+    if objective.outputs:
+        ys = jnp.where(mask[..., None], batch["ys"], 0.0)
+        start = x0s
+        if start is not None and start.ndim == 3:
+            start = start[:, 0]
+        predicted = simulation._predict_outputs(linear, start, ys, us, mask, None)
+        return loss, predicted, None
+    xs = batch["xs"]
+    start = xs[:, 0] if x0s is None else (x0s if x0s.ndim == 2 else x0s[:, 0])
+    free = rollout(linear, start, xs.shape[1] - 1, inputs=us).xs[:, 1:]
+    return loss, free, one_step_predictions(linear, xs, us)
+
+
+@eqx.filter_jit
+def _initial_states(objective: FitObjective, model, batch):
+    return objective.initial_states(model, batch)
+
+
+def _masked_nrmse(y, y_hat, mask) -> float:
+    """The channel-averaged NRMSE over the valid steps."""
+    # to_host: data spread over several processes are gathered (a one-off).
+    valid = to_host(mask)[..., None]
+    y, y_hat = to_host(y).astype(np.float64), to_host(y_hat).astype(np.float64)
+    count = valid.sum()
+    mean = np.where(valid, y, 0.0).sum(axis=(0, 1)) / count
+    error = np.sqrt(np.where(valid, (y - y_hat) ** 2, 0.0).sum(axis=(0, 1)))
+    spread = np.sqrt(np.where(valid, (y - mean) ** 2, 0.0).sum(axis=(0, 1)))
+    return float(np.mean(error / np.where(spread > 0, spread, 1.0)))
+
+
+def _metrics(objective, model, x0s, batch) -> dict[str, float]:
+    loss, free, one_step = _predict(objective, model, x0s, batch)
+    mask = batch["mask"]
+    target = batch["ys"] if objective.outputs else batch["xs"][:, 1:]
+    simulation = _masked_nrmse(target, free, mask)
+    metrics = {
+        "loss": float(loss),
+        "simulation_nrmse": simulation,
+        "fit_percent": 100.0 * (1.0 - simulation),
+    }
+    if one_step is not None:
+        metrics["one_step_nrmse"] = _masked_nrmse(target, one_step, mask)
+    if hasattr(model, "K"):
+        metrics["spectral_radius"] = spectral_radius(model.K)
+    return metrics
+
+
+def _check_arguments(model, data, loss, val_data, fit_x0, num_steps):
+    """`fit`'s checks of its arguments (one-line errors naming each); returns the
+    checked `(data, loss, val_data)`."""
+    if not isinstance(model, AbstractSystem):
+        raise TypeError(
+            f"fit(model=...): expected an AbstractSystem, got {type(model)}."
+        )
+    data = _check_data("fit", data)
+    _check_compatible("fit", model, data, "data")
+    loss = _check_loss(loss, data)
+    outputs = _has_outputs(data)
+    if val_data is not None:
+        val_data = _check_data("fit", val_data)
+        _check_compatible("fit", model, val_data, "val_data")
+        if _has_outputs(val_data) != outputs:
+            raise ValueError(
+                "fit(val_data=...): the training data have "
+                + ("outputs" if outputs else "states only")
+                + " but the validation data have "
+                + ("outputs" if _has_outputs(val_data) else "states only")
+                + "; give both the same kind of measurements."
+            )
+        if isinstance(loss, MultipleShooting) and loss.horizon > val_data.num_steps:
+            raise ValueError(
+                f"fit(val_data=...): the MultipleShooting horizon {loss.horizon} is "
+                f"longer than the validation trajectories ({val_data.num_steps} "
+                "steps)."
+            )
+        if outputs and not is_linear(model):
+            raise ValueError(
+                f"fit(val_data=...): the initial states of held-out output data are "
+                f"estimated in closed form for linear models only, got "
+                f"{type(model).__name__}; fit without val_data and validate with a "
+                "known initial state."
+            )
+    if fit_x0 and loss == "one_step":
+        raise ValueError(
+            "fit(fit_x0=True): the one-step loss does not depend on the initial "
+            "state; use loss='simulation' or MultipleShooting(horizon)."
+        )
+    if num_steps is not None and (
+        isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1
+    ):
+        raise ValueError(
+            f"fit(num_steps=...): expected a positive integer or None, got "
+            f"{num_steps!r}."
+        )
+    if outputs and isinstance(loss, MultipleShooting) and is_linear(model):
+        p, n = data.ys.shape[-1], model.state_size
+        if loss.horizon * p < n:
+            raise ValueError(
+                f"fit(loss=MultipleShooting(horizon={loss.horizon})): each window's "
+                f"initial state is estimated from its horizon * p = "
+                f"{loss.horizon * p} output samples, fewer than the n = {n} states; "
+                f"use a horizon >= {math.ceil(n / p)}."
+            )
+    return data, loss, val_data
+
+
+def _fit_result(result, objective, batch, evaluator, stop_reason) -> FitResult:
+    """The `FitResult` of `optimise`'s `result`: the best model, its initial states
+    and its metrics on the training (and validation) data."""
+    best_model, best_x0s = result.model
+    if objective.x0 == "closed_form":
+        best_x0s = _initial_states(objective, best_model, batch)
+    metrics = {"train": _metrics(objective, best_model, best_x0s, batch)}
+    if evaluator is not None:
+        metrics["validation"] = _metrics(
+            evaluator.objective, best_model, None, evaluator.batch
+        )
+    return FitResult(
+        model=best_model,
+        x0s=best_x0s,
+        losses=result.losses,
+        val_losses=list(result.val_losses),
+        best_step=result.best_step,
+        stop_reason=stop_reason,
+        metrics=metrics,
+        train_result=result,
+        converged=result.converged,
+        optimizer=result.optimizer,
+        steps_run=result.steps_run,
+    )
+
+
+def fit(
+    model: AbstractSystem,
+    data: Dataset,
+    *,
+    loss: LossName | MultipleShooting = "simulation",
+    optimizer: optax.GradientTransformation | None = None,
+    num_steps: int | None = None,
+    batch_size: int | None = None,
+    fit_x0: bool = False,
+    key: PRNGKeyArray | None = None,
+    progress: bool = True,
+    val_data: Dataset | None = None,
+    method: AbstractMethod | None = None,
+    adjoint: AbstractAdjoint | None = None,
+    callback: Callable[[int, AbstractSystem, float], bool | None] | None = None,
+    filter_spec: PyTree = eqx.is_inexact_array,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> FitResult:
+    """Fit the parameters of any `AbstractSystem` to data: measured states, or
+    measured outputs (output error).
+
+    Minimises the error of the model's predictions, through the loop of
+    `dynsys.train` (several steps per dispatch, compiled once and reused by later
+    calls with the same shapes, progress bar, best-model tracking, a stop at the
+    first non-finite loss or gradient):
+
+    - `"simulation"`: the free run over all `T` steps, driven by the data's inputs
+        (output error; unbiased under measurement noise, but a rugged loss for long
+        or chaotic data);
+    - `"one_step"`: $x_{t+1}$ against `model.step(t, x_t, u_t)` (equation error; fast
+        and convex for linear models, biased by measurement noise); states only;
+    - `MultipleShooting(horizon)`: free runs over windows of `horizon` steps.
+
+    **State data** (no `ys`): the loss is the mean squared error of the predicted
+    states $x_1 \\dots$ (also $x_0$ when it is fitted), each run starting from the
+    measured state. **Output data** (`data.ys`): the loss compares `model.output`
+    with the measured outputs, each channel's squared error divided by its variance
+    in the data (so channels in different units count alike), averaged over
+    channels; every inexact array of the model trains (`C` and `D` like `K` and
+    `B`); each experiment's initial state (each window's, for multiple shooting) is
+    estimated: in closed form inside the loss for linear models (`LinearSystem`,
+    `StableLinearSystem`, `Discretized`: the least-squares $x_0$ of the current
+    model, differentiated through), trained from zero otherwise. Experiments of
+    different lengths count only their valid steps (`data.step_mask`).
+
+    **The default optimiser** (`optimizer=None`) needs no learning rate:
+    Levenberg–Marquardt on the residual vector (`optimistix.LevenbergMarquardt`'s
+    trust region; the Jacobian is factorised once per accepted step) when the model
+    has at most 256 trained parameters and the Jacobian (residuals x parameters) at
+    most $2^{24}$ entries (128 MiB in float64), else L-BFGS with a zoom line search
+    (`optax.lbfgs`). It stops at its tolerances
+    (`rtol`, `atol`: 1e-8, 1e-10 in float64; 1e-5, 1e-7 in float32) or after
+    `num_steps` (default 200 for Levenberg–Marquardt, 1000 for L-BFGS).
+    `result.optimizer` names the one used. Any optax transform can be given
+    instead (default `num_steps` 1000).
+
+    **Honest results:** a fit that ends no better than its start, or whose loss grew
+    by orders of magnitude (more than 100 times its start) or became non-finite,
+    warns once and says so, with a suggestion, in `result.stop_reason`.
+
+    **Arguments:**
+
+    - `model`: the initial `AbstractSystem` (e.g. `fit_least_squares(data)` on
+        states, `fit_subspace(data)` on outputs).
+    - `data`: a `Dataset`; with outputs its `output_size` must match the model's,
+        else its `state_size`; its inputs the model's `input_size`.
+    - `loss`: `"simulation"`, `"one_step"` or a `MultipleShooting`.
+    - `optimizer`: `None` (the default rule above) or an optax transform
+        (`optax.adam(1e-3)`, `optax.lbfgs()`, ...). Transforms are compared by
+        value: an equal one built again reuses the compiled steps.
+    - `num_steps`: the maximum number of optimiser steps (`None`: the default of
+        the optimiser).
+    - `batch_size`: trajectories per step (`None`: all); needs an optax optimizer.
+    - `fit_x0`: on state data, also fit each trajectory's initial state (each
+        window's, for `MultipleShooting`), starting from the measured one. Not with
+        `"one_step"`. (On output data the initial states are always estimated.)
+    - `key`: PRNG key for the minibatches.
+    - `progress`: show a progress bar.
+    - `val_data`: an optional held-out `Dataset` of the same kind; its loss (from
+        its measured initial states, or on output data its estimated ones, linear
+        models only) is evaluated every 10 steps and picks the best model.
+    - `method`, `adjoint`: passed to `rollout` (default: its default method,
+        `Autodiff()`). With `LinearAdjoint` the default optimiser is L-BFGS
+        (Levenberg–Marquardt needs forward-mode derivatives).
+    - `callback`: `callback(step, model, loss)` after each step; return `True` to
+        stop (one step per dispatch then).
+    - `filter_spec`: which parts of the model train, as in `train` (e.g. freeze
+        `B`).
+    - `rtol`, `atol`: tolerances of the default optimiser.
+
+    **Returns:**
+
+    A `FitResult` (the best model, the estimated initial states, the loss
+    histories, the best step, the stop reason, the optimiser, metrics on the
+    training and validation data).
+
+    **Raises:**
+
+    `ValueError` naming the argument: widths that do not match the model (outputs,
+    states or inputs), an unknown loss, the one-step loss on output data, a shooting
+    horizon longer than the trajectories (or too short to determine a window's state
+    from outputs), `fit_x0` with `"one_step"`, `batch_size` with the default
+    optimiser.
+
+    **Example:**
+
+    ```python
+    true = dynsys.LinearSystem(K=jnp.array([[0.9, 0.2], [-0.2, 0.9]]))
+    data = dynsys.simulate(true, jax.random.normal(jax.random.key(0), (4, 2)), 20)
+    start = dynsys.LinearSystem(K=0.5 * jnp.eye(2))
+    result = dynsys.fit(start, data, progress=False)
+    result.optimizer, result.metrics["train"]["fit_percent"]  # LM, close to 100
+    ```
+    """
+    data, loss, val_data = _check_arguments(
+        model, data, loss, val_data, fit_x0, num_steps
+    )
+
+    objective = _objective(loss, data, model, fit_x0, method, adjoint)
+    batch = _batch(data, _model_dtype(model))
+    x0s = _initial_x0s(objective, loss, data, model)
+    params = (model, x0s)
+    strategy, default_steps = _strategy(
+        optimizer, objective, params, batch, batch_size, adjoint, rtol, atol
+    )
+    evaluator = None
+    if val_data is not None:
+        val_objective = _objective(loss, val_data, model, False, method, adjoint)
+        val_batch = _batch(val_data, _model_dtype(model))
+        evaluator = _ValidationLoss(val_objective, val_batch)
+    result = optimise(
+        objective,
+        strategy,
+        params,
+        data=batch,
+        num_steps=default_steps if num_steps is None else num_steps,
+        batch_size=batch_size,
+        key=key,
+        progress=progress,
+        callback=None if callback is None else _ModelCallback(callback),
+        filter_spec=(filter_spec, True),
+        evaluator=evaluator,
+        warn=False,
+        chunk=_chunk(strategy, params, batch),
+        caller="fit",
+    )
+    stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
+    if stop_reason is not None and not stop_reason.startswith("stopped by"):
+        warnings.warn(f"fit: {stop_reason}.", stacklevel=2)
+
+    return _fit_result(result, objective, batch, evaluator, stop_reason)

@@ -1,0 +1,398 @@
+"""The fitting losses as residual vectors: simulation, one-step and multiple
+shooting, on states (data without outputs) or on outputs (output error, with each
+experiment's initial state estimated), with ragged experiments masked."""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float
+
+from .._rollout.adjoint import Autodiff
+from .._systems.ode import Discretized
+from .._rollout.rollout import _times, rollout
+from .solvers import AbstractObjective
+from .._systems.stable import StableLinearSystem
+from .._systems.system import LinearSystem
+
+
+class MultipleShooting(eqx.Module):
+    """The multiple-shooting loss: free-run simulation over windows of the data.
+
+    Each trajectory is cut into windows of `horizon` steps starting every `stride`
+    steps; each window is simulated from its own initial state and compared with the
+    data. On data with states that is the measured first state of the window (or,
+    with `fit(..., fit_x0=True)`, a fitted one); on data with outputs only it is
+    estimated (in closed form for linear models, trained otherwise). Short windows
+    keep the loss smooth for long or chaotic trajectories, where a full free run has
+    a rugged loss surface; `horizon=1` is the one-step loss and `horizon=T` the
+    simulation loss (on states).
+
+    **Arguments:**
+
+    - `horizon`: steps per window (a positive integer, at most the data's `T`).
+    - `stride`: steps between window starts; default `horizon` (windows touch).
+
+    **Example:**
+
+    ```python
+    loss = dynsys.MultipleShooting(horizon=10)
+    ```
+    """
+
+    horizon: int = eqx.field(static=True)
+    stride: int = eqx.field(static=True)
+
+    def __init__(self, horizon: int, stride: int | None = None):
+        self.horizon = horizon
+        self.stride = horizon if stride is None else stride
+
+    def __check_init__(self):
+        for name in ("horizon", "stride"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"MultipleShooting({name}=...): expected a positive integer, got "
+                    f"{value!r}."
+                )
+
+    def starts(self, num_steps: int) -> np.ndarray:
+        """The first step of each window for trajectories of `num_steps` steps."""
+        return np.arange(0, num_steps - self.horizon + 1, self.stride)
+
+
+def materialise(model):
+    """Compute derived matrices once per loss evaluation, not once per step.
+
+    A `StableLinearSystem` builds `K` from its parameters and a `Discretized` ODE
+    takes a matrix exponential: both are turned into the equivalent `LinearSystem`
+    (differentiably) before the rollout.
+    """
+    if isinstance(model, StableLinearSystem | Discretized):
+        return model.to_linear()
+    return model
+
+
+def is_linear(model) -> bool:
+    """Whether the initial state can be estimated in closed form for `model`."""
+    return isinstance(model, LinearSystem | StableLinearSystem | Discretized)
+
+
+def channel_weights(
+    ys: Float[Array, "N T p"], mask: Bool[Array, "N T"]
+) -> Float[Array, " p"]:
+    """$1 / \\mathrm{var}_c$ of each output channel over the valid steps (1 for a
+    constant channel)."""
+    valid = mask[..., None]
+    count = jnp.sum(mask).astype(ys.dtype)
+    mean = jnp.sum(jnp.where(valid, ys, 0.0), axis=(0, 1)) / count
+    var = jnp.sum(jnp.where(valid, (ys - mean[None, None]) ** 2, 0.0), axis=(0, 1))
+    var = var / count
+    return jnp.where(var > 0, 1.0 / jnp.where(var > 0, var, 1.0), 1.0)
+
+
+def solve_x0(
+    G: Float[Array, "T p n"],
+    b: Float[Array, "N T p"],
+    valid: Bool[Array, "N T"],
+    weights: Float[Array, " p"],
+) -> Float[Array, "N n"]:
+    """For each experiment `i`,
+    $\\arg\\min_{x_0} \\sum_{t\\ \\mathrm{valid}} \\sum_c w_c (G_t x_0 - b_{i,t})_c^2$;
+    differentiable in forward and reverse mode.
+
+    In float64 by the normal equations (an `n x n` Cholesky factorisation per
+    experiment and one step of iterative refinement), with a hand-written derivative
+    (`_normal_equations_x0`); in float32, whose precision the normal equations would
+    square away, by a QR solve per experiment. A ridge at round-off level keeps a
+    rank-deficient problem (a window shorter than the state, an unobservable
+    direction, a fully padded window) finite without changing a well-posed one:
+    $\\epsilon \\lVert A_i \\rVert_F^2$ added to $A_i^\\top A_i$ (with $A_i$ the
+    weighted valid rows of $G$), $(\\epsilon \\lVert A_i \\rVert_F)^2$ in the QR
+    solve, whose own accuracy needs less."""
+    if G.dtype == jnp.float64:
+        return _normal_equations_x0(G, b, valid.astype(G.dtype), weights)
+    return jax.vmap(_qr_x0, in_axes=(None, 0, 0, None))(G, b, valid, weights)
+
+
+def _qr_x0(G, b, valid, weights):
+    """One experiment's $x_0$ by a QR solve (`G (T, p, n)`, `b (T, p)`)."""
+    T, p, n = G.shape
+    root = jnp.sqrt(weights)
+    A = jnp.where(valid[:, None, None], G * root[None, :, None], 0.0).reshape(T * p, n)
+    rhs = jnp.where(valid[:, None], b * root[None, :], 0.0).reshape(T * p)
+    scale = jnp.sum(A**2)
+    eps = jnp.finfo(A.dtype).eps
+    ridge = jnp.sqrt(eps**2 * scale + jnp.where(scale > 0, 0.0, 1.0))
+    A = jnp.concatenate([A, ridge * jnp.eye(n, dtype=A.dtype)])
+    Q, R = jnp.linalg.qr(A)
+    return jax.scipy.linalg.solve_triangular(R, Q[: T * p].T @ rhs, lower=False)
+
+
+def _normal_equations_parts(G, b, valid, weights):
+    """Per experiment: the row weights `W (N, T, p)`, the ridged Gram matrices'
+    Cholesky factors, the Gram matrices' traces `(N,)`, the ridges `(N,)` and the
+    refined solutions `x (N, n)`."""
+    W = valid[:, :, None] * weights[None, None, :]
+    gram = jnp.einsum("tpn,itp,tpm->inm", G, W, G)
+    scale = jnp.trace(gram, axis1=1, axis2=2)
+    eps = jnp.finfo(G.dtype).eps
+    ridge = eps * scale + jnp.where(scale > 0, 0.0, 1.0)
+    eye = jnp.eye(G.shape[-1], dtype=G.dtype)
+    factors = jnp.linalg.cholesky(gram + ridge[:, None, None] * eye[None])  # lower
+
+    def solve(right):  # (N, n)
+        return jax.vmap(_cho_solve)(factors, right)
+
+    x = solve(jnp.einsum("tpn,itp->in", G, W * b))
+    residual = b - jnp.einsum("tpn,in->itp", G, x)
+    x = x + solve(jnp.einsum("tpn,itp->in", G, W * residual) - ridge[:, None] * x)
+    return W, factors, scale, ridge, x
+
+
+def _cho_solve(lower, right):
+    return jax.scipy.linalg.cho_solve((lower, True), right)
+
+
+@jax.custom_jvp
+def _normal_equations_x0(G, b, valid, weights):
+    """`solve_x0` in float64 (`valid` as 0/1 floats)."""
+    return _normal_equations_parts(G, b, valid, weights)[-1]
+
+
+@_normal_equations_x0.defjvp
+def _normal_equations_x0_jvp(primals, tangents):
+    # With M_i = sum_t G_t^T W_it G_t + rho_i I, differentiating M_i x_i =
+    # sum_t G_t^T W_it b_it gives M_i dx_i = sum_t dG_t^T W_it r_it +
+    # G_t^T W_it (db_it - dG_t x_i) + G_t^T dW_it r_it - drho_i x_i, with
+    # r = b - G x. Each term is one contraction over time and channels, which
+    # jacfwd batches over all parameter directions as a matrix product: through
+    # the factorisation or a vmapped solve per experiment the Jacobian of the
+    # output-error loss took 4-10x as long (small batched LAPACK calls, and
+    # per-experiment copies of dG).
+    G, b, valid, weights = primals
+    dG, db, _, dweights = tangents
+    W, factors, scale, ridge, x = _normal_equations_parts(G, b, valid, weights)
+    residual = b - jnp.einsum("tpn,in->itp", G, x)
+    dW = valid[:, :, None] * dweights[None, None, :]
+    right = (
+        jnp.einsum("tpn,itp->in", dG, W * residual)
+        + jnp.einsum("tpn,itp->in", G, W * (db - jnp.einsum("tpn,in->itp", dG, x)))
+        + jnp.einsum("tpn,itp->in", G, dW * residual)
+    )
+    eps = jnp.finfo(G.dtype).eps
+    dscale = 2 * jnp.einsum("tpn,itp,tpn->i", G, W, dG) + jnp.einsum(
+        "tpn,itp,tpn->i", G, dW, G
+    )
+    dridge = jnp.where(scale > 0, eps * dscale, 0.0)
+    right = right - dridge[:, None] * x
+    eye = jnp.eye(G.shape[-1], dtype=G.dtype)
+    inverses = jax.vmap(_cho_solve, in_axes=(0, None))(factors, eye)
+    return x, jnp.einsum("inm,im->in", inverses, right)
+
+
+class FitObjective(AbstractObjective):
+    """The loss `fit` minimises, as a residual vector `r` with `loss = sum(r**2)`.
+
+    - On states (data without outputs): the mean squared error of the predicted
+        states over the valid steps (and of the fitted initial states).
+    - On outputs: $\\frac{1}{p} \\sum_c \\frac{1}{n_{\\mathrm{valid}}}
+        \\sum_{i,t\\ \\mathrm{valid}} w_c (\\hat y_{i,t,c} - y_{i,t,c})^2$ with
+        $w_c = 1/\\mathrm{var}_c$ (the mean normalised squared error of the
+        channels; 1 is as good as predicting each channel's mean).
+
+    Padded steps (`mask` False) give zero residuals and never reach a gradient: the
+    data there are replaced by zeros before use.
+    """
+
+    kind: Any = eqx.field(static=True)  # "simulation", "one_step", MultipleShooting
+    outputs: bool = eqx.field(static=True)
+    x0: str = eqx.field(static=True)  # "data", "fitted", "closed_form", "trained"
+    method: Any = eqx.field(static=True)
+    adjoint: Any = eqx.field(static=True)
+    weights: Array | None
+
+    def residuals(self, params, batch):
+        model, x0s = params
+        model = materialise(model)
+        if x0s is not None:
+            x0s = x0s[batch["index"]]
+        mask = batch["mask"]
+        us = batch.get("us")
+        if us is not None:
+            us = jnp.where(mask[..., None], us, 0.0)
+        if self.outputs:
+            ys = jnp.where(mask[..., None], batch["ys"], 0.0)
+            return self._output_residuals(model, x0s, ys, us, mask)
+        xs = batch["xs"]
+        valid_x = jnp.concatenate([jnp.ones_like(mask[:, :1]), mask], axis=1)
+        xs = jnp.where(valid_x[..., None], xs, 0.0)
+        return self._state_residuals(model, x0s, xs, us, mask)
+
+    def loss(self, params, batch):
+        return jnp.sum(self.residuals(params, batch) ** 2)
+
+    def num_residuals(self, batch) -> int:
+        """The length of the residual vector on `batch` (without tracing)."""
+        mask = batch["mask"]
+        N, T = mask.shape
+        width = batch["ys"].shape[-1] if self.outputs else batch["xs"].shape[-1]
+        x0_rows = 1 if self.x0 == "fitted" else 0
+        if isinstance(self.kind, MultipleShooting):
+            windows = len(self.kind.starts(T))
+            return N * windows * (self.kind.horizon + x0_rows) * width
+        if self.kind == "one_step":
+            return N * T * width
+        return N * (T + x0_rows) * width
+
+    def _rollout(self, model, x0, num_steps, inputs, t0=0):
+        return rollout(
+            model,
+            x0,
+            num_steps,
+            inputs=inputs,
+            t0=t0,
+            method=self.method,
+            adjoint=Autodiff() if self.adjoint is None else self.adjoint,
+        )
+
+    # ----- states -----------------------------------------------------------------
+
+    def _state_residuals(self, model, x0s, xs, us, mask):
+        n = xs.shape[-1]
+        if self.kind == "one_step":
+            errors = one_step_predictions(model, xs, us) - xs[:, 1:]
+            return _scaled([(errors, mask)], n)
+        if self.kind == "simulation":
+            start = xs[:, 0] if x0s is None else x0s
+            traj = self._rollout(model, start, xs.shape[-2] - 1, us)
+            parts = [(traj.xs[:, 1:] - xs[:, 1:], mask)]
+            if x0s is not None:
+                parts.append((traj.xs[:, :1] - xs[:, :1], jnp.ones_like(mask[:, :1])))
+            return _scaled(parts, n)
+        shooting = self.kind
+        starts, offsets = _window_index(shooting, xs.shape[1] - 1)
+        h = shooting.horizon
+        x_windows = xs[:, starts[:, None] + np.arange(h + 1)]  # (N, W, h+1, n)
+        u_windows = None if us is None else us[:, starts[:, None] + offsets]
+        m_windows = mask[:, starts[:, None] + offsets]  # (N, W, h)
+        times = _times(model, 0, xs.shape[1] - 1, xs.dtype)
+        start = x_windows[:, :, 0] if x0s is None else x0s
+
+        def window(x0_w, u_w, t0):
+            return self._rollout(model, x0_w, h, u_w, t0).xs
+
+        u_axis = None if u_windows is None else 1
+        predicted = jax.vmap(window, in_axes=(1, u_axis, 0), out_axes=1)(
+            start, u_windows, times[starts]
+        )
+        parts = [(predicted[:, :, 1:] - x_windows[:, :, 1:], m_windows)]
+        if x0s is not None:
+            first = predicted[:, :, :1] - x_windows[:, :, :1]
+            parts.append((first, m_windows[..., :1]))
+        return _scaled(parts, n)
+
+    # ----- outputs ----------------------------------------------------------------
+
+    def _output_residuals(self, model, x0s, ys, us, mask):
+        p = ys.shape[-1]
+        if isinstance(self.kind, MultipleShooting):
+            shooting = self.kind
+            starts, offsets = _window_index(shooting, ys.shape[1])
+            index = starts[:, None] + offsets
+            N, W, h = ys.shape[0], len(starts), shooting.horizon
+            y_w = ys[:, index].reshape(N * W, h, p)
+            u_w = None if us is None else us[:, index].reshape(N * W, h, -1)
+            m_w = mask[:, index].reshape(N * W, h)
+            times = _times(model, 0, ys.shape[1], ys.dtype)
+            t0s = jnp.tile(times[starts], N)
+            if x0s is not None:
+                x0s = x0s.reshape(N * W, -1)
+            predicted = self._predict_outputs(model, x0s, y_w, u_w, m_w, t0s)
+            errors, valid = predicted - y_w, m_w
+        else:
+            predicted = self._predict_outputs(model, x0s, ys, us, mask, None)
+            errors, valid = predicted - ys, mask
+        root = jnp.sqrt(self.weights)
+        count = jnp.maximum(jnp.sum(mask), 1).astype(errors.dtype)
+        r = jnp.where(valid[..., None], errors * root[None, None], 0.0)
+        return r.reshape(-1) / jnp.sqrt(p * count)
+
+    def _predict_outputs(self, model, x0s, ys, us, mask, t0s):
+        """The outputs of each experiment (or window) from its estimated initial
+        state: closed form for a linear model, `x0s` (trained) otherwise."""
+        T = ys.shape[1]
+        if self.x0 == "closed_form":
+            G, forced, x0 = self._closed_form(model, ys, us, mask)
+            return forced + jnp.einsum("tpn,in->itp", G, x0)
+        if t0s is None:
+            return self._rollout(model, x0s, T, us).ys
+
+        def one(x0, u, t0):
+            return self._rollout(model, x0, T, u, t0).ys
+
+        return jax.vmap(one, in_axes=(0, None if us is None else 0, 0))(x0s, us, t0s)
+
+    def _closed_form(self, model, ys, us, mask):
+        """Per experiment: $y_t = G_t x_0 + z_t$ with $G_t = C K^t$ (the free
+        response of each state direction) and $z_t$ the forced response from
+        $x_0 = 0$; returns `G (T, p, n)`, `z (N, T, p)` and the weighted
+        least-squares `x0 (N, n)`."""
+        T, n = ys.shape[1], model.state_size
+        eye = jnp.eye(n, dtype=model.K.dtype)
+        C = eye if model.C is None else model.C
+        G = self._rollout(LinearSystem(model.K, C=C), eye, T, None).ys
+        G = jnp.transpose(G, (1, 2, 0))
+        zeros = jnp.zeros((ys.shape[0], n), model.K.dtype)
+        forced = self._rollout(model, zeros, T, us).ys
+        x0 = solve_x0(G, ys - forced, mask, self.weights)
+        return G, forced, x0
+
+    def initial_states(self, model, batch):
+        """The initial states the loss uses for `model` on `batch` when they are
+        estimated in closed form: `(N, n)`, or `(N, W, n)` for multiple shooting."""
+        model = materialise(model)
+        mask = batch["mask"]
+        us = batch.get("us")
+        if us is not None:
+            us = jnp.where(mask[..., None], us, 0.0)
+        ys = jnp.where(mask[..., None], batch["ys"], 0.0)
+        N, T, p = ys.shape
+        if isinstance(self.kind, MultipleShooting):
+            starts, offsets = _window_index(self.kind, T)
+            index = starts[:, None] + offsets
+            h = self.kind.horizon
+            ys = ys[:, index].reshape(-1, h, p)
+            us = None if us is None else us[:, index].reshape(-1, h, us.shape[-1])
+            mask = mask[:, index].reshape(-1, h)
+            return self._closed_form(model, ys, us, mask)[2].reshape(N, len(starts), -1)
+        return self._closed_form(model, ys, us, mask)[2]
+
+
+def _window_index(shooting: MultipleShooting, num_steps: int):
+    return shooting.starts(num_steps), np.arange(shooting.horizon)
+
+
+def _scaled(parts, n: int):
+    """Concatenate the masked errors of `parts` (`(errors (..., n), valid (...))`),
+    scaled so that the sum of squares is their mean over the valid entries."""
+    count = sum(jnp.sum(valid) for _, valid in parts) * n
+    flat = [jnp.where(valid[..., None], e, 0.0).reshape(-1) for e, valid in parts]
+    r = jnp.concatenate(flat)
+    return r / jnp.sqrt(jnp.maximum(count, 1).astype(r.dtype))
+
+
+def one_step_predictions(model, xs, us):
+    """`model.step(t, x_t, u_t)` for every step of every trajectory, `(N, T, n)`."""
+    ts = _times(model, 0, xs.shape[-2] - 1, xs.dtype)[:-1]
+
+    def one(x_traj, u_traj):
+        if u_traj is None:
+            return jax.vmap(lambda t, x: model.step(t, x, None))(ts, x_traj[:-1])
+        return jax.vmap(model.step)(ts, x_traj[:-1], u_traj)
+
+    if us is None:
+        return jax.vmap(lambda x: one(x, None))(xs)
+    return jax.vmap(one)(xs, us)

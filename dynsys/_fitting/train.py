@@ -1,0 +1,570 @@
+"""The one training loop of dynsys: `train` (used by `fit` and controller training)."""
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jaxtyping import PRNGKeyArray, PyTree, Scalar
+
+from .._rollout.sharding import constrain_batch, leading_axis_shardings
+from .solvers import describe, LossFunction, OptaxStrategy
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    """What `train` returns.
+
+    **Fields:**
+
+    - `model`: the best model seen (lowest validation loss if `val_fn` was given,
+        else lowest training loss).
+    - `final_model`: the model after the last completed update.
+    - `losses`: training loss of each step, shape `(steps_run,)`; `losses[k]` is the
+        loss of the model *before* update `k`.
+    - `val_losses`: `(step, validation loss)` pairs, when `val_fn` was given.
+    - `full_losses`: `(step, loss on all of data)` pairs, when training on minibatches
+        without `val_fn` (then these choose the best model, not the noisy minibatch
+        losses).
+    - `best_step`: the step whose model is `model`; `best_loss` its loss.
+    - `steps_run`: the number of steps run.
+    - `stop_reason`: `None` if all `num_steps` ran, else why training stopped early
+        (a non-finite loss or gradient, naming the step; the callback; an interrupt).
+    - `converged`: whether the optimiser's tolerances stopped it (only optimisers
+        with a convergence test, such as `fit`'s defaults).
+    - `optimizer`: the optimiser's name.
+    """
+
+    model: Any
+    final_model: Any
+    losses: np.ndarray
+    val_losses: list[tuple[int, float]]
+    full_losses: list[tuple[int, float]]
+    best_step: int
+    best_loss: float
+    steps_run: int
+    stop_reason: str | None
+    converged: bool = False
+    optimizer: str = ""
+
+
+def _leading_size(data: PyTree) -> int:
+    leaves = [leaf for leaf in jax.tree.leaves(data) if eqx.is_array(leaf)]
+    if not leaves:
+        raise ValueError("train(data=...): data has no arrays.")
+    sizes = {leaf.shape[0] if getattr(leaf, "ndim", 0) else None for leaf in leaves}
+    if len(sizes) != 1 or None in sizes:
+        shapes = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]
+        raise ValueError(
+            "train(data=...): every array in data must share its leading (batch) "
+            f"axis, got shapes {shapes}."
+        )
+    (size,) = sizes
+    if size == 0:
+        raise ValueError("train(data=...): data is empty (leading axis of size 0).")
+    return size
+
+
+def _iter_batches(
+    key: PRNGKeyArray, size: int, batch_size: int, num_steps: int
+) -> Iterator[np.ndarray]:
+    """Yield `num_steps` index arrays of shape `(batch_size,)`: shuffled epochs.
+
+    Epoch `e` is the permutation drawn with `jax.random.fold_in(key, e)`, cut into
+    `size // batch_size` batches; its last incomplete batch is dropped so that every
+    batch has the same shape (one compilation). Epochs are drawn lazily, so memory does
+    not grow with `num_steps`.
+    """
+    per_epoch = size // batch_size
+    step, epoch = 0, 0
+    while step < num_steps:
+        order = np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), size))
+        for b in range(min(per_epoch, num_steps - step)):
+            yield order[b * batch_size : (b + 1) * batch_size]
+        step += per_epoch
+        epoch += 1
+
+
+def _batch_indices(
+    key: PRNGKeyArray, size: int, batch_size: int, num_steps: int
+) -> np.ndarray:
+    """All of `_iter_batches` at once, shape `(num_steps, batch_size)`."""
+    return np.stack(list(_iter_batches(key, size, batch_size, num_steps)))
+
+
+def _strong(leaf):
+    """Drop JAX's weak type, so that the updated parameters keep the input's types
+    (a weakly typed leaf would otherwise cause one retrace)."""
+    if eqx.is_array(leaf):
+        return jnp.asarray(leaf, dtype=leaf.dtype)
+    return leaf
+
+
+def _tree_where(pred, new, old):
+    return jax.tree.map(
+        lambda a, b: jnp.where(pred, a, b) if eqx.is_array(a) else a, new, old
+    )
+
+
+def _gather(data, indices, shardings):
+    if indices is None:
+        return data
+    batch = jax.tree.map(
+        lambda leaf: leaf[indices] if eqx.is_array(leaf) else leaf, data
+    )
+    return constrain_batch(batch, shardings)
+
+
+@eqx.filter_jit
+def _init_carry(strategy, params):
+    return strategy.init(params)
+
+
+@eqx.filter_jit
+def _evaluate(evaluator, params, static):
+    return evaluator(eqx.combine(params, static))
+
+
+@eqx.filter_jit
+def _run_chunk(
+    strategy,
+    objective,
+    static,
+    params,
+    carry,
+    best,
+    data,
+    indices,
+    ks,
+    end,
+    shardings,
+    track_best,
+):
+    """Run the steps `ks` (those below `end`) in one dispatch: a `lax.scan` over
+    steps, each skipped once a step was non-finite or converged. Compiled once per
+    strategy, objective structure, model structure and shapes (a module-level cache,
+    shared across calls)."""
+    first = _gather(data, None if indices is None else indices[0], shardings)
+    state = strategy.begin(objective, params, static, carry, first)
+    dynamic, state_static = eqx.partition(state, eqx.is_array)
+
+    def body(loop, x):
+        params, dynamic, best, stopped = loop
+        k, index, warm = x
+
+        def run(_):
+            state = eqx.combine(dynamic, state_static)
+            batch = _gather(data, index, shardings)
+            loss, finite, new_params, new_state, converged = strategy.step(
+                objective, params, static, state, batch
+            )
+            finite = finite | warm
+            converged = converged & jnp.logical_not(warm)
+            apply = finite & jnp.logical_not(converged)
+            new_params = _tree_where(apply, new_params, params)
+            new_dynamic = _tree_where(
+                apply, eqx.partition(new_state, eqx.is_array)[0], dynamic
+            )
+            best_loss, best_step, best_params = best
+            new_best = best
+            if track_best:
+                better = jnp.isfinite(loss) & (loss < best_loss) & jnp.logical_not(warm)
+                new_best = (
+                    jnp.where(better, loss, best_loss).astype(best_loss.dtype),
+                    jnp.where(better, k, best_step),
+                    _tree_where(better, params, best_params),
+                )
+            stop = jnp.logical_not(finite) | converged
+            return (new_params, new_dynamic, new_best, stop), (
+                loss.astype(best_loss.dtype),
+                finite,
+                converged,
+            )
+
+        def skip(_):
+            nan = jnp.array(jnp.nan, best[0].dtype)
+            return (params, dynamic, best, stopped), (nan, jnp.array(True), stopped)
+
+        return jax.lax.cond((k < end) & jnp.logical_not(stopped), run, skip, None)
+
+    warm = jnp.zeros(ks.shape, bool)
+    if strategy.warmup:
+        ks = jnp.concatenate([ks[:1], ks])
+        warm = jnp.concatenate([jnp.ones(1, bool), warm])
+        if indices is not None:
+            indices = jnp.concatenate([indices[:1], indices])
+    loop = (params, dynamic, best, jnp.array(False))
+    (params, dynamic, best, _), outputs = jax.lax.scan(body, loop, (ks, indices, warm))
+    if strategy.warmup:
+        outputs = jax.tree.map(lambda v: v[1:], outputs)
+    carry = strategy.end(eqx.combine(dynamic, state_static))
+    return params, carry, best, outputs
+
+
+class _UserFunction(eqx.Module):
+    fn: Any = eqx.field(static=True)
+
+    def __call__(self, model):
+        return self.fn(model)
+
+
+class _FullLoss(eqx.Module):
+    objective: Any
+    data: Any
+
+    def __call__(self, model):
+        return self.objective.loss(model, self.data)
+
+
+_CHUNK = 32  # at most this many steps per dispatch
+
+
+def chunk_length(data, extra_work: int = 1) -> int:
+    """Steps per dispatch: many for small problems (Python overhead dominates), few
+    for large ones (the progress bar and Ctrl-C stay responsive)."""
+    size = sum(
+        int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(data) if eqx.is_array(leaf)
+    )
+    return int(max(1, min(_CHUNK, 2**19 // max(1, size * extra_work))))
+
+
+def _trainable(model, filter_spec, caller: str):
+    """`(params, static)`: what `filter_spec` selects, and of that only the inexact
+    arrays, are trained (as strongly typed arrays)."""
+    params, static = eqx.partition(model, filter_spec)
+    params, frozen = eqx.partition(params, eqx.is_inexact_array)
+    static = eqx.combine(static, frozen)
+    if not jax.tree.leaves(params):
+        raise ValueError(
+            f"{caller}(model=..., filter_spec=...): no trainable inexact arrays are "
+            "left (the model has none, or filter_spec froze them all)."
+        )
+    return jax.tree.map(_strong, params), static
+
+
+def _on_device(data, batch_size, key, num_steps: int, caller: str):
+    """`(data, batches)`: the data's arrays on the device (once, not at every
+    step), and the minibatch index iterator (`None` without `batch_size`).
+    Minibatches of data sharded over devices stay sharded (see `shard_batch`)."""
+    if data is None:
+        return None, None
+    size = _leading_size(data)
+    data = jax.tree.map(lambda x: jnp.asarray(x) if eqx.is_array(x) else x, data)
+    if batch_size is None:
+        return data, None
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, int)
+        or not 1 <= batch_size <= size
+    ):
+        raise ValueError(
+            f"{caller}(batch_size=...): batch_size must be an integer in "
+            f"[1, {size}] (the size of data), got {batch_size!r}."
+        )
+    return data, _iter_batches(key, size, batch_size, num_steps)
+
+
+def _steps_per_dispatch(chunk, data, callback, evaluator, eval_every: int) -> int:
+    """The chunk length: `chunk` (default by the data's size), one step with a
+    callback, at most `eval_every` with an evaluation. Not shortened to
+    `num_steps`: the length is part of what is compiled, and steps past
+    `num_steps` are skipped at run time."""
+    if chunk is None:
+        chunk = chunk_length(data)
+    if callback is not None:
+        chunk = 1
+    if evaluator is not None:
+        chunk = min(chunk, eval_every)
+    return chunk
+
+
+def _chunk_indices(batches, count: int, chunk: int):
+    """The minibatch rows of a chunk's `count` steps, padded to `chunk` (`None`
+    without minibatches)."""
+    if batches is None:
+        return None
+    rows = [next(batches) for _ in range(count)]
+    rows += [rows[-1]] * (chunk - count)
+    return jnp.asarray(np.stack(rows))
+
+
+def _record(outputs, count: int, first_step: int, losses: list[float]):
+    """Append a chunk's first `count` losses to `losses`, up to the first
+    non-finite or converged step; `(steps run, stop reason, converged)`."""
+    chunk_losses, chunk_finite, chunk_converged = (np.asarray(v) for v in outputs)
+    for j in range(count):
+        loss = float(chunk_losses[j])
+        losses.append(loss)
+        if not chunk_finite[j]:
+            what = "loss" if not math.isfinite(loss) else "gradient"
+            reason = f"non-finite {what} at step {first_step + j}; kept the best model"
+            return j + 1, reason, False
+        if chunk_converged[j]:
+            return j + 1, None, True
+    return count, None, False
+
+
+def _best(best, params):
+    """`(loss, step, params)` of the best model, from the device's running best
+    (arrays) or the host's (by evaluation); the last `params` when no loss was
+    finite."""
+    loss, step, best_params = float(best[0]), int(best[1]), best[2]
+    if step < 0:  # the very first loss was non-finite
+        return loss, 0, params
+    return loss, step, best_params
+
+
+def _progress_bar(num_steps: int, caller: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=num_steps, desc=caller, mininterval=0.5, leave=True)
+
+
+def optimise(
+    objective,
+    strategy,
+    model: PyTree,
+    *,
+    data: PyTree | None,
+    num_steps: int,
+    batch_size: int | None = None,
+    key: PRNGKeyArray | None = None,
+    progress: bool = True,
+    callback: Callable | None = None,
+    filter_spec: PyTree = eqx.is_inexact_array,
+    evaluator: Callable | None = None,
+    eval_every: int = 10,
+    warn: bool = True,
+    chunk: int | None = None,
+    caller: str = "train",
+) -> "TrainResult":
+    """The loop shared by `train` and `fit`: `strategy` minimises `objective` over
+    the trainable arrays of `model`, a chunk of steps per dispatch."""
+    if key is None:
+        key = jax.random.key(0)
+    params, static = _trainable(model, filter_spec, caller)
+    carry = jax.tree.map(_strong, _init_carry(strategy, params))
+    data, batches = _on_device(data, batch_size, key, num_steps, caller)
+    shardings = None if data is None else leading_axis_shardings(data)
+
+    losses: list[float] = []
+    val_losses: list[tuple[int, float]] = []
+    full_losses: list[tuple[int, float]] = []
+    # How the best model is chosen: validation loss if given; else, on minibatches,
+    # the loss on all of data every `eval_every` steps; else each step's loss.
+    evaluations = val_losses if evaluator is not None else None
+    if evaluator is None and batches is not None:
+        evaluator, evaluations = _FullLoss(objective, data), full_losses
+    track_best = evaluator is None
+    chunk = _steps_per_dispatch(chunk, data, callback, evaluator, eval_every)
+
+    bar = _progress_bar(num_steps, caller) if progress else None
+
+    dtype = jnp.result_type(*[leaf.dtype for leaf in jax.tree.leaves(params)])
+    best_device = (jnp.array(jnp.inf, dtype), jnp.array(-1), params)
+    best_host = (math.inf, -1, params)  # chosen by evaluations
+    stop_reason, converged, evaluated_last = None, False, -1
+
+    def evaluate(step: int):
+        nonlocal best_host, evaluated_last
+        value = float(_evaluate(evaluator, params, static))
+        evaluations.append((step, value))
+        evaluated_last = step
+        if math.isfinite(value) and value < best_host[0]:
+            best_host = (value, step, params)
+
+    try:
+        k = 0
+        while k < num_steps:
+            if evaluator is not None and k % eval_every == 0:
+                evaluate(k)
+            count = min(chunk, num_steps - k)
+            if evaluator is not None:
+                count = min(count, eval_every - k % eval_every)
+            indices = _chunk_indices(batches, count, chunk)
+            ks = jnp.arange(k, k + chunk)
+            new_params, new_carry, best_device, outputs = _run_chunk(
+                strategy,
+                objective,
+                static,
+                params,
+                carry,
+                best_device,
+                data,
+                indices,
+                ks,
+                jnp.asarray(k + count),
+                shardings,
+                track_best,
+            )
+            params, carry = new_params, new_carry
+            ran, stop_reason, converged = _record(outputs, count, k, losses)
+            k += ran
+            if bar is not None:
+                bar.update(ran)
+                bar.set_postfix(loss=f"{losses[-1]:.4g}", refresh=False)
+            if stop_reason is not None or converged:
+                break
+            if callback is not None and callback(
+                k - 1, eqx.combine(params, static), losses[-1]
+            ):
+                stop_reason = f"stopped by the callback after step {k - 1}"
+                break
+        if evaluator is not None and stop_reason is None and evaluated_last != k:
+            # The model after the last update has no step loss; it competes only
+            # where models are compared by evaluation.
+            evaluate(k)
+    except KeyboardInterrupt:
+        stop_reason = f"interrupted at step {len(losses)}; kept the best model"
+        if warn:
+            warnings.warn(f"{caller}: {stop_reason}.", stacklevel=3)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    best_loss, best_step, best_params = _best(
+        best_device if track_best else best_host, params
+    )
+    if warn and stop_reason is not None and stop_reason.startswith("non-finite"):
+        warnings.warn(f"{caller}: {stop_reason} (step {best_step}).", stacklevel=3)
+    return TrainResult(
+        model=eqx.combine(best_params, static),
+        final_model=eqx.combine(params, static),
+        losses=np.asarray(losses),
+        val_losses=val_losses,
+        full_losses=full_losses,
+        best_step=best_step,
+        best_loss=best_loss,
+        steps_run=len(losses),
+        stop_reason=stop_reason,
+        converged=converged,
+        optimizer=strategy.name,
+    )
+
+
+_DEFAULT_OPTIMIZER = OptaxStrategy(optax.adam(1e-2), "optax (adam 1e-2)")
+
+
+def optax_strategy(optimizer) -> OptaxStrategy:
+    """The strategy of an optax transform (equal for equal transforms, e.g.
+    `optax.adam(1e-3)` built twice, so that they reuse the compiled chunk)."""
+    return OptaxStrategy(optimizer, describe(optimizer))
+
+
+def train(
+    loss_fn: Callable[..., Scalar],
+    model: PyTree,
+    *,
+    data: PyTree | None = None,
+    optimizer: optax.GradientTransformation | None = None,
+    num_steps: int,
+    batch_size: int | None = None,
+    key: PRNGKeyArray | None = None,
+    progress: bool = True,
+    callback: Callable[[int, PyTree, float], bool | None] | None = None,
+    filter_spec: PyTree = eqx.is_inexact_array,
+    val_fn: Callable[[PyTree], Scalar] | None = None,
+    eval_every: int = 10,
+) -> TrainResult:
+    """Minimise `loss_fn` over the inexact arrays of `model` with an optax optimiser.
+
+    Several steps per dispatch (a `lax.scan` over steps, so that small problems are
+    not bound by Python overhead), a progress bar with the current loss, the loss
+    history, best-model tracking, and a guard: training stops at the first non-finite
+    loss or gradient, warns at which step, and returns the best model so far.
+    Optimisers with a line search (`optax.lbfgs()`) work as they are: `train` passes
+    them `value`, `grad` and `value_fn`, and reuses the value and gradient their line
+    search stored.
+
+    **Arguments:**
+
+    - `loss_fn`: `loss_fn(model)` when `data` is `None`, else `loss_fn(model, batch)`;
+        returns a scalar.
+    - `model`: any pytree (an equinox module); its inexact arrays selected by
+        `filter_spec` are trained, everything else is held fixed.
+    - `data`: optional pytree of arrays sharing a leading axis of size `N`; batches are
+        drawn from that axis.
+    - `optimizer`: an `optax.GradientTransformation`; default `optax.adam(1e-2)`.
+    - `num_steps`: the number of optimiser steps.
+    - `batch_size`: minibatch size (`None`: the whole of `data` each step). Batches
+        are shuffled epochs without replacement (epoch `e` is the permutation drawn
+        with `jax.random.fold_in(key, e)`; its last incomplete batch is dropped), so
+        the same `key` gives the same batches.
+    - `key`: PRNG key for the minibatches (default `jax.random.key(0)`).
+    - `progress`: show a progress bar (tqdm).
+    - `callback`: `callback(step, model, loss)` after each step; return `True` to stop.
+    - `filter_spec`: which leaves train, as in `eqx.partition` (a bool pytree or a
+        callable); of those, only inexact arrays train. Default: every inexact array.
+        To freeze a part, e.g. `filter_spec = eqx.tree_at(lambda m: m.B,
+        jax.tree.map(eqx.is_inexact_array, model), replace=False)`.
+    - `val_fn`: optional `val_fn(model) -> scalar`, evaluated every `eval_every` steps
+        and after the last; the best model is then the one with the lowest
+        validation loss. (Without `val_fn` but with `batch_size`, the loss on all of
+        `data` is evaluated the same way and chooses the best model.)
+    - `eval_every`: how often (in steps) `val_fn` or the full-data loss is evaluated.
+
+    The chunk of steps is compiled once and cached at module level: a second call
+    with the same `loss_fn` object, an equal `optimizer` (compared by value, so
+    `optax.adam(1e-3)` built again is equal), the same model structure and the same
+    shapes does not trace `loss_fn` again (`loss_fn` is traced once for the step,
+    and once more for the evaluation when there is one). A new closure for
+    `loss_fn` at each call is a new function to JAX: keep it to reuse the
+    compilation.
+
+    **Raises:**
+
+    `ValueError` naming the argument for a bad `num_steps`, `batch_size`,
+    `eval_every`, `data`, or a model with nothing to train.
+
+    **Returns:**
+
+    A `TrainResult`.
+
+    **Example:**
+
+    ```python
+    result = dynsys.train(lambda m: jnp.sum((m - 3.0) ** 2), jnp.zeros(2),
+                          optimizer=optax.adam(0.1), num_steps=200, progress=False)
+    result.model  # close to [3., 3.]
+    ```
+    """
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(
+            f"train(num_steps=...): num_steps must be a positive integer, got "
+            f"{num_steps!r}."
+        )
+    if (
+        isinstance(eval_every, bool)
+        or not isinstance(eval_every, int)
+        or eval_every < 1
+    ):
+        raise ValueError(
+            f"train(eval_every=...): eval_every must be a positive integer, got "
+            f"{eval_every!r}."
+        )
+    if batch_size is not None and data is None:
+        raise ValueError(
+            f"train(batch_size=...): batch_size={batch_size!r} was given without "
+            "data; minibatches are drawn from data."
+        )
+    strategy = _DEFAULT_OPTIMIZER if optimizer is None else optax_strategy(optimizer)
+    return optimise(
+        LossFunction(loss_fn, data is not None),
+        strategy,
+        model,
+        data=data,
+        num_steps=num_steps,
+        batch_size=batch_size,
+        key=key,
+        progress=progress,
+        callback=callback,
+        filter_spec=filter_spec,
+        evaluator=None if val_fn is None else _UserFunction(val_fn),
+        eval_every=eval_every,
+    )

@@ -1,0 +1,130 @@
+"""Conversion to and from python-control state-space systems (an optional
+dependency, imported only when these functions are called)."""
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._systems.ode import LinearODE
+from .signals import linear_of
+from .._systems.system import LinearSystem
+
+
+def _import_control(call: str):
+    try:
+        import control
+    except ImportError as error:
+        raise ImportError(
+            f"{call} needs python-control, which is not installed: install the "
+            "package `control` (or dynsys with the `control` extra: "
+            "pip install 'dynsys[control]')."
+        ) from error
+    return control
+
+
+def to_control(system):
+    """The python-control state-space system (`control.StateSpace`) of a linear
+    system.
+
+    A discrete-time system (`LinearSystem`, or one with `to_linear()` such as
+    `StableLinearSystem` and `Discretized`) becomes `control.ss(K, B, C, D, dt)` with
+    its `dt`, or `dt=True` (discrete time, period unspecified) when it has none; a
+    `LinearODE` becomes a continuous-time one (`dt=0`). Missing parts become
+    `C = I`, `D = 0`, and `B` with no columns for a system without input. The
+    conversion is exact (float64 numpy arrays).
+
+    **Arguments:**
+
+    - `system`: a `LinearSystem`, a system with `to_linear()`, or a `LinearODE`.
+
+    **Returns:**
+
+    A `control.StateSpace`.
+
+    **Raises:**
+
+    `ImportError` when python-control is not installed; `TypeError` for a system that
+    is not linear; `ValueError` for a system with an `offset` (python-control has no
+    affine term).
+
+    **Example:**
+
+    ```python
+    system = dynsys.LinearSystem(jnp.array([[0.5]]), jnp.array([[1.0]]), dt=0.1)
+    sys = dynsys.to_control(system)          # needs: pip install control
+    ```
+    """
+    call = "to_control"
+    control = _import_control(call)
+    if isinstance(system, LinearODE):
+        square, B, C, D, dt, offset = (system.A, system.B, system.C, system.D, 0, None)
+    else:
+        linear = linear_of(system)
+        if linear is None:
+            raise TypeError(
+                f"{call}(system=...): expected a LinearSystem, a system with "
+                f"to_linear() or a LinearODE, got {type(system).__name__}."
+            )
+        square, B, C, D = linear.K, linear.B, linear.C, linear.D
+        dt = True if linear.dt is None else linear.dt
+        offset = linear.offset
+    if offset is not None:
+        raise ValueError(
+            f"{call}(system=...): the system has an offset (an affine term), which a "
+            "python-control state-space system cannot hold; remove it (offset=None) "
+            "or shift the state or outputs first."
+        )
+    A = np.asarray(square, dtype=np.float64)
+    n = A.shape[0]
+    B = np.zeros((n, 0)) if B is None else np.asarray(B, dtype=np.float64)
+    C = np.eye(n) if C is None else np.asarray(C, dtype=np.float64)
+    D = (
+        np.zeros((C.shape[0], B.shape[1]))
+        if D is None
+        else np.asarray(D, dtype=np.float64)
+    )
+    return control.ss(A, B, C, D, dt)
+
+
+def from_control(sys) -> LinearSystem | LinearODE:
+    """The dynsys system of a python-control system.
+
+    A discrete-time `control.StateSpace` (or anything `control.ss` accepts, such as a
+    `TransferFunction`) becomes a `LinearSystem(K=A, B, C, D, dt)` (`dt=None` when
+    python-control's `dt` is `True`, i.e. unspecified); a continuous-time one
+    (`dt=0`) becomes a `LinearODE`. `B` with no columns becomes `None`, and so does
+    an all-zero `D`; `C` is kept. Arrays take JAX's default float dtype.
+
+    **Arguments:**
+
+    - `sys`: a python-control system.
+
+    **Returns:**
+
+    A `LinearSystem` (discrete time) or a `LinearODE` (continuous time).
+
+    **Raises:**
+
+    `ImportError` when python-control is not installed; `TypeError` when `sys` is not
+    a python-control system.
+
+    **Example:**
+
+    ```python
+    system = dynsys.from_control(control.ss([[0.5]], [[1.0]], [[1.0]], [[0.0]], 0.1))
+    ```
+    """
+    call = "from_control"
+    control = _import_control(call)
+    if not isinstance(sys, control.InputOutputSystem):
+        raise TypeError(
+            f"{call}(sys=...): expected a python-control system (StateSpace or "
+            f"TransferFunction), got {type(sys).__name__}."
+        )
+    sys = control.ss(sys)
+    A, B, C, D = (np.asarray(a, dtype=np.float64) for a in (sys.A, sys.B, sys.C, sys.D))
+    B_or_none = None if B.shape[1] == 0 else jnp.asarray(B)
+    D_or_none = None if B_or_none is None or not np.any(D) else jnp.asarray(D)
+    if sys.dt == 0 or sys.dt is None:
+        return LinearODE(jnp.asarray(A), B_or_none, jnp.asarray(C), D_or_none)
+    dt = None if sys.dt is True else float(sys.dt)
+    return LinearSystem(jnp.asarray(A), B_or_none, jnp.asarray(C), D_or_none, dt=dt)

@@ -1,0 +1,88 @@
+"""What the identification and validation functions read from a `Dataset`: the
+measured signals (outputs, or states when there are none), inputs and valid steps."""
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float
+
+from .._systems.system import AbstractSystem, LinearSystem
+
+
+class Signals(NamedTuple):
+    """The arrays of a dataset as identification uses them (padded to `T`).
+
+    - `ys (N, T, p)`: the measured outputs $y_0 \\dots y_{T-1}$; when the data has no
+        outputs, its states $x_0 \\dots x_{T-1}$ (then `from_states` is True).
+    - `us (N, T, m) | None`, `mask (N, T)` (True where `t < lengths[i]`), `lengths`.
+    - `xs (N, T+1, n) | None`: the states when the data has them.
+    """
+
+    ys: Float[Array, "N T p"]
+    us: Float[Array, "N T m"] | None
+    mask: Bool[Array, "N T"]
+    lengths: tuple[int, ...]
+    xs: Float[Array, "N T+1 n"] | None
+    from_states: bool
+    names: tuple[str, ...]
+    dt: float | None
+
+
+def signals(data, call: str) -> Signals:
+    """The `Signals` of `data` (a `Dataset`); `ValueError` naming `call` when it has
+    neither outputs nor states."""
+    ys = getattr(data, "ys", None)
+    xs = getattr(data, "xs", None)
+    us = getattr(data, "us", None)
+    if ys is None and xs is None:
+        raise ValueError(f"{call}(data=...): the data has neither outputs nor states.")
+    from_states = ys is None
+    if from_states:
+        ys = xs[:, :-1]
+        names = tuple(getattr(data, "state_names", ()))
+    else:
+        names = tuple(getattr(data, "output_names", ()))
+    ys = jnp.asarray(ys)
+    N, T, p = ys.shape
+    if len(names) != p:
+        names = tuple(f"{'x' if from_states else 'y'}{j}" for j in range(p))
+    lengths = tuple(int(t) for t in getattr(data, "lengths", None) or (T,) * N)
+    mask = jnp.asarray(np.arange(T)[None, :] < np.asarray(lengths)[:, None])
+    dt = getattr(data, "dt", None)
+    return Signals(ys, us, mask, lengths, xs, from_states, names, dt)
+
+
+def linear_of(model: AbstractSystem) -> LinearSystem | None:
+    """`model` as a `LinearSystem` (itself, or its `to_linear()`), else `None`."""
+    if isinstance(model, LinearSystem):
+        return model
+    to_linear = getattr(model, "to_linear", None)
+    if callable(to_linear):
+        linear = to_linear()
+        if isinstance(linear, LinearSystem):
+            return linear
+    return None
+
+
+def check_model_matches(call: str, model: AbstractSystem, s: Signals) -> None:
+    """One-line `ValueError` when `model`'s outputs (or states) or inputs do not match
+    the data's columns."""
+    p = s.ys.shape[-1]
+    m = 0 if s.us is None else s.us.shape[-1]
+    if s.from_states:
+        if model.state_size != p:
+            raise ValueError(
+                f"{call}(model=..., data=...): the data has states only, so the model "
+                f"must have state_size {p}, got {model.state_size}."
+            )
+    elif model.output_size != p:
+        raise ValueError(
+            f"{call}(model=..., data=...): the data has {p} output channels, but the "
+            f"model's output_size is {model.output_size}."
+        )
+    if model.input_size != m:
+        raise ValueError(
+            f"{call}(model=..., data=...): the data has {m} input channels, but the "
+            f"model's input_size is {model.input_size}."
+        )

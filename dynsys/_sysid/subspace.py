@@ -1,0 +1,359 @@
+"""Subspace identification (PO-MOESP) of a linear state-space model from
+input-output data of several experiments."""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from .signals import Signals, signals
+from .._systems.system import LinearSystem
+from .initial_state import observability_rows
+
+
+_DEFAULT_HORIZON = 10
+_NUMERICAL_FLOOR = 1e-10  # singular values below this (relative) count as zero
+_WINDOWS_PER_ROW = 8  # default horizon: at least this many windows per data row
+_MARGIN = 0.5  # decades: the least distance above the noise floor of an order's value
+
+
+def _horizon(call: str, s: Signals, horizon: int | None, order: int | None) -> int:
+    """The number of block rows `s` of the past and future Hankel matrices."""
+    p = s.ys.shape[-1]
+    m = 0 if s.us is None else s.us.shape[-1]
+    shortest = min(s.lengths)
+    if horizon is not None:
+        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 2:
+            raise ValueError(
+                f"{call}(horizon=...): horizon must be an integer >= 2, got "
+                f"{horizon!r}."
+            )
+        for i, T in enumerate(s.lengths):
+            if T < 2 * horizon:
+                raise ValueError(
+                    f"{call}(horizon=...): horizon {horizon} needs experiments of at "
+                    f"least 2 * horizon = {2 * horizon} steps, but experiment {i} has "
+                    f"{T}; the largest horizon possible is {shortest // 2}."
+                )
+        return horizon
+    wanted = _DEFAULT_HORIZON
+    needed = 2
+    if order is not None:
+        needed = math.ceil(order / p) + 1
+        wanted = max(wanted, needed)
+
+    def windows(h: int) -> int:
+        return sum(T - 2 * h + 1 for T in s.lengths)
+
+    # Each experiment gives T_i - 2s + 1 windows; the LQ step needs at least as many
+    # windows in all as rows 2s(m + p), and the noise floor of the singular values is
+    # flat enough to read the order from only with several times as many.
+    largest = shortest // 2
+    while largest >= 2 and windows(largest) < 2 * largest * (m + p):
+        largest -= 1
+    if largest < 2:
+        raise ValueError(
+            f"{call}(data=...): too little data for subspace identification: the "
+            f"shortest experiment has {shortest} steps; need experiments of at least "
+            f"4 steps and about {4 * (m + p)} steps in all."
+        )
+    preferred = largest
+    while preferred > 2 and windows(preferred) < _WINDOWS_PER_ROW * 2 * preferred * (
+        m + p
+    ):
+        preferred -= 1
+    return min(largest, max(needed, min(wanted, preferred)))
+
+
+def _hankel(signal: Array, start: int, s: int, count: int) -> Array:
+    """Rows `j = 0..count-1` of `[signal[start + j], ..., signal[start + j + s - 1]]`,
+    shape `(count, s * width)`."""
+    index = start + np.arange(count)[:, None] + np.arange(s)[None, :]
+    return signal[index].reshape(count, -1)
+
+
+def _window_factors(ys: Array, us: Array | None, lengths: Array, horizon: int) -> Array:
+    """The triangular factor of each experiment's windows `[U_f, U_p, Y_p, Y_f]`
+    (one row per window; the rows of windows past an experiment's end are zero, which
+    leaves the factor unchanged), one experiment at a time, shape `(N, r', r)`."""
+    count = ys.shape[1] - 2 * horizon + 1
+
+    def factor(args):
+        y, u, length = args
+        blocks = []
+        if u is not None:
+            blocks += [
+                _hankel(u, horizon, horizon, count),
+                _hankel(u, 0, horizon, count),
+            ]
+        blocks += [_hankel(y, 0, horizon, count), _hankel(y, horizon, horizon, count)]
+        valid = jnp.arange(count) < length - 2 * horizon + 1
+        rows = jnp.concatenate(blocks, axis=1) * valid[:, None]
+        return jnp.linalg.qr(rows, mode="r")
+
+    return jax.lax.map(factor, (ys, us, lengths))
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _observability_svd(
+    ys: Array, us: Array | None, lengths: Array, horizon: int, windows: int
+) -> tuple[Array, Array]:
+    """The left singular vectors and singular values of the block of the LQ factor
+    (of `[U_f; U_p; Y_p; Y_f] = L Q^T` over the windows of every experiment, divided
+    by the square root of their number) that maps the past to the future outputs."""
+    p = ys.shape[-1]
+    m = 0 if us is None else us.shape[-1]
+    factors = _window_factors(ys, us, lengths, horizon)
+    R = jnp.linalg.qr(factors.reshape(-1, factors.shape[-1]), mode="r")
+    L = R.T / jnp.sqrt(windows)
+    a, b = horizon * m, horizon * (m + p)
+    U, S, _ = jnp.linalg.svd(L[a + b :, a : a + b], full_matrices=False)
+    return U, S
+
+
+def _projected_singular_values(
+    call: str, s: Signals, horizon: int
+) -> tuple[Array, Array]:
+    """`_observability_svd` of the data, after checking there are enough windows."""
+    p = s.ys.shape[-1]
+    m = 0 if s.us is None else s.us.shape[-1]
+    windows = sum(T - 2 * horizon + 1 for T in s.lengths)
+    rows = 2 * horizon * (m + p)
+    if windows < rows:
+        raise ValueError(
+            f"{call}(horizon=...): horizon {horizon} gives {windows} data windows in "
+            f"all, fewer than the {rows} rows of the data matrix; use a shorter "
+            "horizon or more data."
+        )
+    return _observability_svd(s.ys, s.us, jnp.asarray(s.lengths), horizon, windows)
+
+
+def select_order(singular_values: Array, max_order: int) -> int:
+    """The order from the singular values (see `fit_subspace`): how many of them lie
+    clearly above the noise floor."""
+    sigma = np.asarray(singular_values, dtype=np.float64)
+    if sigma.size == 0 or not sigma[0] > 0:
+        return 1
+    levels = np.log10(np.maximum(sigma, _NUMERICAL_FLOOR * sigma[0]))
+    lower = levels[sigma.size // 2 :]
+    floor = np.median(lower)
+    margin = max(_MARGIN, 2.0 * (floor - lower[-1]))
+    return int(min(max_order, max(1, np.sum(levels > floor + margin))))
+
+
+def _input_regressors(
+    K: Array, C: Array, us: Array, feedthrough: bool
+) -> Float[Array, "N T p q"]:
+    """`Phi[i, t]` with $y_t = C K^t x_0 + \\Phi_t\\,[\\mathrm{vec}\\,B;
+    \\mathrm{vec}\\,D]$ (row-major vec): the response to unit entries of `B`, `D`."""
+    N, T, m = us.shape
+    n = K.shape[0]
+    eye_n = jnp.eye(n, dtype=K.dtype)
+
+    def body(W, u):  # W (N, n, n*m): d x_t / d vec(B)
+        phi = jnp.einsum("pi,nij->npj", C, W)
+        W_next = jnp.einsum("ij,njk->nik", K, W) + jax.vmap(
+            lambda v: jnp.kron(eye_n, v[None, :])
+        )(u)
+        return W_next, phi
+
+    W0 = jnp.zeros((N, n, n * m), K.dtype)
+    _, phi = jax.lax.scan(body, W0, jnp.swapaxes(us, 0, 1))
+    phi = jnp.swapaxes(phi, 0, 1)  # (N, T, p, n m)
+    if feedthrough:
+        p = C.shape[0]
+        eye_p = jnp.eye(p, dtype=K.dtype)
+        direct = jax.vmap(jax.vmap(lambda v: jnp.kron(eye_p, v[None, :])))(us)
+        phi = jnp.concatenate([phi, direct], axis=-1)
+    return phi
+
+
+def _input_matrices(
+    K: Array, C: Array, ys: Array, us: Array, mask: Array, feedthrough: bool
+) -> tuple[Array, Array | None]:
+    """`B` (and `D`) by least squares on all experiments, each experiment's initial
+    state projected out (so it is estimated jointly, in closed form)."""
+    N, T, p = ys.shape
+    m = us.shape[-1]
+    n = K.shape[0]
+    weight = mask.astype(ys.dtype)
+    phi = _input_regressors(K, C, us * weight[..., None], feedthrough)
+    phi = (phi * weight[..., None, None]).reshape(N, T * p, -1)
+    y = (ys * weight[..., None]).reshape(N, T * p)
+    obs = observability_rows(K, C, T)[None] * weight[:, :, None, None]
+    obs = obs.reshape(N, T * p, n)
+    obs_pinv = jnp.linalg.pinv(obs)
+    phi = phi - obs @ (obs_pinv @ phi)
+    y = y - jnp.einsum("nij,nj->ni", obs, jnp.einsum("nij,nj->ni", obs_pinv, y))
+    theta = jnp.linalg.lstsq(phi.reshape(N * T * p, -1), y.reshape(-1))[0]
+    B = theta[: n * m].reshape(n, m)
+    D = theta[n * m :].reshape(p, m) if feedthrough else None
+    return B, D
+
+
+def subspace_singular_values(data, *, horizon: int | None = None) -> Float[Array, " k"]:
+    """The singular values that `fit_subspace` chooses the order from.
+
+    They are those of the part of the future outputs (the next `horizon` steps) that
+    the past inputs and outputs explain once the future inputs are accounted for
+    (PO-MOESP). On noise-free data of an order-$n$ system exactly $n$ are nonzero; with
+    noise the rest form a floor. Divided by the square root of the number of data
+    windows, so they do not grow with the amount of data.
+
+    **Arguments:**
+
+    - `data`: a `Dataset` with outputs `ys` (or states `xs` when it has no outputs),
+        and inputs `us` or none; experiments may have different lengths.
+    - `horizon`: the number of past and future steps `s` (default as for
+        `fit_subspace` without `order`).
+
+    **Returns:**
+
+    Shape `(s p,)`, in decreasing order (`p` output channels).
+
+    **Raises:**
+
+    `ValueError` as `fit_subspace`.
+
+    **Example:**
+
+    ```python
+    values = dynsys.subspace_singular_values(data)   # data: a Dataset
+    ```
+    """
+    call = "subspace_singular_values"
+    s = signals(data, call)
+    horizon = _horizon(call, s, horizon, None)
+    return _projected_singular_values(call, s, horizon)[1]
+
+
+def fit_subspace(
+    data,
+    order: int | None = None,
+    *,
+    horizon: int | None = None,
+    feedthrough: bool = False,
+) -> LinearSystem:
+    """A linear state-space model identified from input-output data by a subspace
+    method (PO-MOESP), from all experiments at once.
+
+    The model is $x_{t+1} = K x_t + B u_t$, $y_t = C x_t\\,(+ D u_t)$. With the
+    `horizon` $s$, every window of $2s$ consecutive steps of every experiment is one
+    column of the block Hankel matrices of past inputs and outputs ($U_p$, $Y_p$) and
+    future inputs and outputs ($U_f$, $Y_f$); windows never cross from one experiment
+    to the next, so experiments of different lengths simply give different numbers of
+    columns. One LQ factorisation of $[U_f; U_p; Y_p; Y_f]$ (a QR per experiment,
+    then one of the stacked triangular factors) and an SVD of the block that maps the
+    past to the future outputs give the extended observability matrix
+    $\\Gamma_s = [C; CK; \\dots; CK^{s-1}]$ (its first `order` left singular vectors,
+    scaled by the square roots of the singular values). $C$ is its first block row
+    and $K$ solves the shift equation
+    $\\Gamma_s^{\\uparrow} K = \\Gamma_s^{\\downarrow}$ by least squares. Then $B$
+    (and $D$) solve the linear least-squares problem
+    $y_t = C K^t x_0^{(i)} + \\sum_{j<t} C K^{t-1-j} B u_j (+ D u_t)$ over all steps
+    of all experiments, each experiment's initial state $x_0^{(i)}$ estimated jointly.
+    Everything is `jax.numpy` QR, SVD and least squares. On noise-free data of a
+    system of order `order`, with inputs rich enough, the result equals the true
+    system up to a change of state basis (eigenvalues and Markov parameters
+    $C K^k B$ exact to round-off); with white output noise it is consistent as the
+    data grow.
+
+    **Order selection** (`order=None`): with the singular values
+    $\\sigma_1 \\ge \\dots \\ge \\sigma_k$ (`subspace_singular_values`, $k$ =
+    `horizon * p`) in decades, $\\ell_i = \\log_{10} \\max(\\sigma_i,
+    10^{-10}\\sigma_1)$, the noise floor $f$ is the median of the lower half
+    $\\ell_{\\lfloor k/2 \\rfloor + 1} \\dots \\ell_k$ and its spread
+    $d = f - \\ell_k$; the order is the number of values with
+    $\\ell_i > f + \\max(0.5,\\, 2d)$, between 1 and $(s-1)p$. Noise-free data
+    put every value past the order at the numerical floor, so the count is exact;
+    with noise the values past the order form a roughly flat floor and the order's
+    values stand above it. It assumes the order is below $k/2$ (pass a longer
+    `horizon`, or `order`, for higher orders), and a mode that the inputs hardly
+    excite or a low signal-to-noise ratio can hide in the floor: look at the values
+    (`plot.singular_values`) when in doubt.
+
+    **Arguments:**
+
+    - `data`: a `Dataset` with outputs `ys (N, T, p)` (or states when it has none)
+        and inputs `us (N, T, m)` or none; experiments may have different lengths.
+    - `order`: the state dimension `n`; `None` chooses it (see above). At most
+        `(horizon - 1) * p`.
+    - `horizon`: the number of past and future steps `s` in each window; default
+        `max(10, ceil(order / p) + 1)`, shortened (not below `ceil(order / p) + 1`)
+        until the data give at least 8 windows per row of the data matrix
+        ($\\sum_i (T_i - 2s + 1) \\ge 8 \\cdot 2s(m+p)$), and to what the shortest
+        experiment allows. Each experiment needs at least `2 s` steps.
+    - `feedthrough`: estimate `D` (direct feedthrough $y_t = \\dots + D u_t$);
+        otherwise `D` is `None`.
+
+    **Returns:**
+
+    A `LinearSystem(K, B, C, D)` with `K (n, n)`, `B (n, m)` (`None` without inputs),
+    `C (p, n)`, `D (p, m)` or `None`, and `dt` from the data's times when they are
+    uniform.
+
+    **Raises:**
+
+    `ValueError` (one line) when `order` exceeds the largest the horizon allows (and
+    names it), `horizon` is too long for an experiment (names it), there is too
+    little data, or `feedthrough` is asked without inputs.
+
+    **Example:**
+
+    ```python
+    model = dynsys.fit_subspace(data, order=2)       # data: a Dataset with ys, us
+    model = dynsys.fit_subspace(data)                # order from the singular values
+    ```
+    """
+    call = "fit_subspace"
+    s = signals(data, call)
+    p = s.ys.shape[-1]
+    if order is not None and (
+        isinstance(order, bool) or not isinstance(order, int) or order < 1
+    ):
+        raise ValueError(
+            f"{call}(order=...): order must be a positive integer or None, got "
+            f"{order!r}."
+        )
+    if feedthrough and s.us is None:
+        raise ValueError(
+            f"{call}(feedthrough=True): the data has no inputs, so there is no D to "
+            "estimate."
+        )
+    horizon = _horizon(call, s, horizon, order)
+    max_order = (horizon - 1) * p
+    if order is not None and order > max_order:
+        raise ValueError(
+            f"{call}(order=...): with horizon {horizon} and {p} output channels the "
+            f"largest order possible is (horizon - 1) * p = {max_order}, got {order}; "
+            "pass a longer horizon (if the experiments are long enough)."
+        )
+    U, S = _projected_singular_values(call, s, horizon)
+    if order is None:
+        order = max(1, select_order(S, max_order))
+    K, B, C, D = _realisation(U, S, s.ys, s.us, s.mask, order, feedthrough)
+    return LinearSystem(K, B, C, D, dt=s.dt)
+
+
+@functools.partial(jax.jit, static_argnums=(5, 6))
+def _realisation(
+    U: Array,
+    S: Array,
+    ys: Array,
+    us: Array | None,
+    mask: Array,
+    order: int,
+    feedthrough: bool,
+) -> tuple[Array, Array | None, Array, Array | None]:
+    """`K`, `C` from the observability matrix, then `B`, `D` by least squares."""
+    p = ys.shape[-1]
+    gamma = U[:, :order] * jnp.sqrt(S[:order])[None, :]
+    C = gamma[:p]
+    K = jnp.linalg.lstsq(gamma[:-p], gamma[p:])[0]
+    B = D = None
+    if us is not None:
+        B, D = _input_matrices(K, C, ys, us, mask, feedthrough)
+    return K, B, C, D

@@ -1,0 +1,342 @@
+"""Model validation on measured data: fit % per output channel (free run or
+k-step-ahead prediction) and residual analysis."""
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int
+
+from .._rollout.rollout import rollout
+from .signals import check_model_matches, linear_of, Signals, signals
+from .._systems.system import AbstractSystem, LinearSystem
+from .initial_state import estimate_x0, forced_outputs, observability_rows
+
+
+class Comparison(eqx.Module):
+    """Measured against predicted outputs, from `compare`.
+
+    **Fields:**
+
+    - `fit_percent`: shape `(p,)`, per output channel over all experiments' valid
+        steps: $100\\,(1 - \\lVert y - \\hat y\\rVert / \\lVert y - \\bar y\\rVert)$,
+        $\\bar y$ the channel's mean over all valid steps (as MATLAB's `compare`).
+    - `fit_percent_per_experiment`: shape `(N, p)`, the same per experiment (its own
+        mean).
+    - `predicted`, `measured`: shape `(N, T, p)`, zero after each experiment's end.
+    - `x0`: shape `(N, n)`, the initial states of the free run.
+    - `names`: the channels' names; `horizon`: `None` (free run) or `k`;
+        `lengths`: each experiment's number of steps.
+    """
+
+    fit_percent: Float[Array, " p"]
+    fit_percent_per_experiment: Float[Array, "N p"]
+    predicted: Float[Array, "N T p"]
+    measured: Float[Array, "N T p"]
+    x0: Float[Array, "N n"]
+    names: tuple[str, ...] = eqx.field(static=True)
+    horizon: int | None = eqx.field(static=True)
+    lengths: tuple[int, ...] = eqx.field(static=True)
+
+
+def _fit_percent(y: Array, y_hat: Array, weight: Array, axes) -> Array:
+    count = jnp.sum(weight, axis=axes)
+    mean = jnp.sum(y * weight, axis=axes, keepdims=True) / jnp.expand_dims(count, axes)
+    error = jnp.sqrt(jnp.sum(((y - y_hat) * weight) ** 2, axis=axes))
+    spread = jnp.sqrt(jnp.sum(((y - mean) * weight) ** 2, axis=axes))
+    return 100.0 * (1.0 - error / spread)
+
+
+def _check_horizon(call: str, horizon) -> None:
+    if horizon is not None and (
+        isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1
+    ):
+        raise ValueError(
+            f"{call}(horizon=...): horizon must be a positive int or None, got "
+            f"{horizon!r}."
+        )
+
+
+def _initial_states(call: str, model, data, s: Signals, x0) -> Array:
+    N = s.ys.shape[0]
+    if x0 is None:
+        return estimate_x0(model, data)
+    x0 = jnp.asarray(x0)
+    if x0.shape != (N, model.state_size):
+        raise ValueError(
+            f"{call}(x0=...): x0 must have shape (N, n) = ({N}, {model.state_size}), "
+            f"got {tuple(x0.shape)}."
+        )
+    return x0
+
+
+def _linear_prediction(
+    linear: LinearSystem, s: Signals, x0: Array, horizon: int | None, window: int
+) -> Array:
+    """Free run from `x0`, or `horizon`-step-ahead prediction (see `compare`)."""
+    N, T, p = s.ys.shape
+    n = linear.state_size
+    C = jnp.eye(n, dtype=linear.K.dtype) if linear.C is None else linear.C
+    rows = observability_rows(linear.K, C, T)  # (T, p, n): C K^t
+    forced = forced_outputs(linear, s.us, T, N)  # (N, T, p): from x_0 = 0
+    free = jnp.einsum("tpn,in->itp", rows, x0) + forced
+    if horizon is None or horizon + window - 1 >= T:
+        return free
+    lead = horizon + window - 1  # steps from a window's start to the predicted step
+    # y_t - forced_t = C K^(t - tau) d_tau for every t >= tau, where d_tau is the
+    # state at tau minus the forced state: least squares over each window
+    # tau .. tau + window - 1 (the normal matrix is the same for every window).
+    residual = (s.ys - forced) * s.mask.astype(s.ys.dtype)[..., None]
+    starts = T - window + 1
+    index = np.arange(starts)[:, None] + np.arange(window)[None, :]
+    moment = jnp.einsum("jpn,isjp->isn", rows[:window], residual[:, index])
+    gram = jnp.einsum("jpa,jpb->ab", rows[:window], rows[:window])
+    d = moment @ jnp.linalg.pinv(gram).T  # (N, starts, n)
+    ahead = jnp.einsum("pn,isn->isp", rows[lead], d[:, : T - lead]) + forced[:, lead:]
+    return jnp.concatenate([free[:, :lead], ahead], axis=1)
+
+
+def _state_prediction(model, s: Signals, x0: Array, horizon: int | None) -> Array:
+    """Free run, or from each measured state `horizon` steps back (states data)."""
+    N, T, n = s.ys.shape
+    free = rollout(model, x0, T, inputs=s.us).xs[:, :T]
+    if horizon is None or horizon >= T:
+        return free
+    starts = s.xs[:, : T - horizon + 1]  # x_tau for tau = 0..T-horizon
+    inputs = None
+    if s.us is not None:
+        index = np.arange(T - horizon + 1)[:, None] + np.arange(horizon)[None, :]
+        inputs = s.us[:, index]  # (N, T-horizon+1, horizon, m)
+    ahead = rollout(model, starts, horizon, inputs=inputs).xs[..., -1, :]
+    return jnp.concatenate([free[:, :horizon], ahead[:, : T - horizon]], axis=1)
+
+
+def compare(
+    model: AbstractSystem,
+    data,
+    *,
+    horizon: int | None = None,
+    x0: Float[ArrayLike, "N n"] | None = None,
+    window: int | None = None,
+) -> Comparison:
+    """Predict the data with `model` and report the fit % of each output channel, as
+    MATLAB's `compare` does.
+
+    **Free run** (`horizon=None`): the model is simulated over each experiment from
+    its initial state (`x0`, or `estimate_x0(model, data)`: closed-form least
+    squares for linear models; the measured first state for other models when the
+    data has states) with the measured inputs.
+
+    **`horizon`-step-ahead prediction** (`horizon=k`): $\\hat y_t$ uses the
+    measurements up to step $t-k$ and the inputs up to $t$:
+
+    - data with outputs, linear model: the state at the start of the `window`
+      samples $y_{t-k-w+1} \\dots y_{t-k}$ is the one that best explains them
+      (least squares, the model's own dynamics and the measured inputs); the model
+      then runs from there with the measured inputs to step $t$. The first
+      $k + w - 1$ steps of each experiment (no full window yet) are the free run;
+      so is everything when $k + w - 1 \\ge T$.
+    - data with states only (any model): the model runs $k$ steps from the measured
+      state $x_{t-k}$; the first $k$ steps are the free run.
+
+    On noise-free data of the model itself both are exact (100 %).
+
+    **Arguments:**
+
+    - `model`: an `AbstractSystem` whose `output_size` equals the data's output
+        channels (or whose `state_size` equals its states when it has no outputs)
+        and whose `input_size` equals its inputs. k-step prediction on output data
+        needs a linear model (a `LinearSystem` or one with `to_linear()`).
+    - `data`: a `Dataset` (outputs `ys`, or states `xs` when it has none); only each
+        experiment's first `lengths[i]` steps count.
+    - `horizon`: `None` (free run) or a positive int `k`.
+    - `x0`: the free run's initial states `(N, n)`; default `estimate_x0`.
+    - `window`: `w`, the number of outputs the k-step prediction re-estimates each
+        state from (data with outputs); default `2 n`. It must be at least the
+        model's observability index (`n` always suffices) for the prediction to be
+        exact on noise-free data; longer windows average out more noise.
+
+    **Returns:**
+
+    A `Comparison` with `fit_percent (p,)`, `fit_percent_per_experiment (N, p)`,
+    `predicted`, `measured (N, T, p)`, `x0 (N, n)`, `names`, `horizon`, `lengths`.
+
+    **Raises:**
+
+    `ValueError` (one line) when the model's sizes do not match the data, `x0` has
+    the wrong shape, `horizon` or `window` is not a positive int, or k-step
+    prediction is asked of a nonlinear model on data without states.
+
+    **Example:**
+
+    ```python
+    result = dynsys.compare(model, data)              # free run
+    result.fit_percent                                # one number per channel
+    dynsys.compare(model, data, horizon=5).fit_percent
+    ```
+    """
+    call = "compare"
+    s = signals(data, call)
+    check_model_matches(call, model, s)
+    _check_horizon(call, horizon)
+    if window is None:
+        window = 2 * model.state_size
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(
+            f"{call}(window=...): window must be a positive int or None, got "
+            f"{window!r}."
+        )
+    x0 = _initial_states(call, model, data, s, x0)
+    linear = linear_of(model)
+    if s.from_states:
+        if linear is not None:
+            model = LinearSystem(linear.K, linear.B, offset=linear.offset)
+        predicted = _state_prediction(model, s, x0, horizon)
+    elif linear is not None:
+        predicted = _linear_prediction(linear, s, x0, horizon, window)
+    else:
+        if horizon is not None:
+            raise ValueError(
+                f"{call}(horizon=...): k-step-ahead prediction on output data needs a "
+                f"linear model (it re-estimates the state), got "
+                f"{type(model).__name__}; use horizon=None or data with states."
+            )
+        predicted = rollout(model, x0, s.ys.shape[1], inputs=s.us).ys
+    weight = s.mask.astype(s.ys.dtype)[..., None]
+    predicted = predicted * weight
+    measured = s.ys * weight
+    return Comparison(
+        fit_percent=_fit_percent(measured, predicted, weight, (0, 1)),
+        fit_percent_per_experiment=_fit_percent(measured, predicted, weight, 1),
+        predicted=predicted,
+        measured=measured,
+        x0=x0,
+        names=s.names,
+        horizon=horizon,
+        lengths=s.lengths,
+    )
+
+
+class Residuals(eqx.Module):
+    """Residual analysis of a model on data, from `residual_analysis`.
+
+    **Fields:**
+
+    - `autocorrelation`: shape `(L+1, p)`, the normalised auto-correlation of each
+        channel's residual at lags `0..L` (1 at lag 0).
+    - `cross_correlation`: shape `(2L+1, p, m)`, the normalised correlation of
+        residual `i` at time `t + lag` with input `j` at time `t`, lags `-L..L`;
+        `None` for data without inputs.
+    - `lags`: `0..L`; `cross_lags`: `-L..L`.
+    - `bound`: the 99 % confidence bound $2.58/\\sqrt{N_s}$ ($N_s$ the number of
+        valid samples): white residuals independent of the inputs stay within
+        $\\pm$`bound` at 99 % of the lags (other than lag 0 of the auto-correlation).
+    - `residuals`: shape `(N, T, p)`, measured minus predicted (zero after each
+        experiment's end); `num_samples`: $N_s$.
+    - `names`, `input_names`: channel names.
+    """
+
+    autocorrelation: Float[Array, "L+1 p"]
+    cross_correlation: Float[Array, "2L+1 p m"] | None
+    lags: Int[Array, " L+1"]
+    cross_lags: Int[Array, " 2L+1"]
+    bound: float = eqx.field(static=True)
+    residuals: Float[Array, "N T p"]
+    num_samples: int = eqx.field(static=True)
+    names: tuple[str, ...] = eqx.field(static=True)
+    input_names: tuple[str, ...] = eqx.field(static=True)
+
+
+def _lagged_sums(a: Array, b: Array, max_lag: int, negative: bool) -> Array:
+    """`sum_{i,t} a[i, t + lag, :, None] * b[i, t, None, :]` for `lag = 0..max_lag`
+    (or `-max_lag..max_lag` when `negative`), zero outside, shape `(lags, p, m)`."""
+    T = a.shape[1]
+    lags = np.arange(-max_lag if negative else 0, max_lag + 1)
+    padded = jnp.pad(a, ((0, 0), (max_lag, max_lag), (0, 0)))
+    shifted = padded[:, lags[:, None] + max_lag + np.arange(T)[None, :]]
+    return jnp.einsum("iltp,itm->lpm", shifted, b)
+
+
+def residual_analysis(
+    model: AbstractSystem,
+    data,
+    *,
+    max_lag: int = 25,
+    horizon: int | None = None,
+    x0: Float[ArrayLike, "N n"] | None = None,
+    window: int | None = None,
+) -> Residuals:
+    """Whiteness and independence tests of the residuals $e_t = y_t - \\hat y_t$.
+
+    The predictions are `compare(model, data, horizon=horizon, x0=x0,
+    window=window)`'s (free run by default). Sums run over every experiment's valid
+    steps, pairs never crossing from one experiment to another; no mean is removed.
+    With $N_s$ the number of valid samples:
+
+    - auto-correlation of channel $i$: $r_i(\\tau) = \\sum_t e_{i,t+\\tau}
+      e_{i,t} / \\sum_t e_{i,t}^2$, $\\tau = 0 \\dots L$;
+    - cross-correlation with input $j$: $r_{ij}(\\tau) = \\sum_t e_{i,t+\\tau}
+      u_{j,t} / \\sqrt{\\sum_t e_{i,t}^2 \\sum_t u_{j,t}^2}$, $\\tau = -L \\dots L$
+      (positive lags: the input comes first; correlation there means dynamics from
+      $u$ to $y$ the model misses; at negative lags it suggests feedback);
+    - `bound` $= 2.58 / \\sqrt{N_s}$: under the hypothesis of white residuals
+      independent of the inputs, each value lies within $\\pm$`bound` with
+      probability 99 %.
+
+    **Arguments:**
+
+    - `model`, `data`, `horizon`, `x0`, `window`: as for `compare`.
+    - `max_lag`: `L`, a positive int smaller than the longest experiment.
+
+    **Returns:**
+
+    A `Residuals` with `autocorrelation (L+1, p)`, `cross_correlation (2L+1, p, m)`
+    or `None`, `lags`, `cross_lags`, `bound`, `residuals (N, T, p)`, `num_samples`,
+    `names`, `input_names`.
+
+    **Raises:**
+
+    As `compare`; `ValueError` for a bad `max_lag`.
+
+    **Example:**
+
+    ```python
+    result = dynsys.residual_analysis(model, data, max_lag=20)
+    bool(jnp.all(jnp.abs(result.autocorrelation[1:]) < result.bound))  # white?
+    ```
+    """
+    call = "residual_analysis"
+    comparison = compare(model, data, horizon=horizon, x0=x0, window=window)
+    T = comparison.measured.shape[1]
+    if (
+        isinstance(max_lag, bool)
+        or not isinstance(max_lag, int)
+        or not (0 < max_lag < T)
+    ):
+        raise ValueError(
+            f"{call}(max_lag=...): max_lag must be a positive int below the longest "
+            f"experiment's {T} steps, got {max_lag!r}."
+        )
+    e = comparison.measured - comparison.predicted
+    energy = jnp.sum(e**2, axis=(0, 1))  # (p,)
+    auto = (
+        jnp.einsum("lpp->lp", _lagged_sums(e, e, max_lag, negative=False))
+        / energy[None]
+    )
+    s = signals(data, call)
+    cross = None
+    if s.us is not None:
+        u = s.us * s.mask.astype(s.us.dtype)[..., None]
+        scale = jnp.sqrt(energy[:, None] * jnp.sum(u**2, axis=(0, 1))[None, :])
+        cross = _lagged_sums(e, u, max_lag, negative=True) / scale[None]
+    num_samples = int(sum(comparison.lengths))
+    return Residuals(
+        autocorrelation=auto,
+        cross_correlation=cross,
+        lags=jnp.arange(max_lag + 1),
+        cross_lags=jnp.arange(-max_lag, max_lag + 1),
+        bound=2.58 / float(np.sqrt(num_samples)),
+        residuals=e,
+        num_samples=num_samples,
+        names=comparison.names,
+        input_names=tuple(getattr(data, "input_names", ()) or ()),
+    )
