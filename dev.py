@@ -7,7 +7,8 @@
                           # write runs/fit/
     python3 dev.py demo DATA.csv --inputs u1 --outputs y1,y2
                           # the same on your own input-output data
-    python3 dev.py test   # create .venv, install dynsys with test extras, run pytest
+    python3 dev.py test   # create .venv, install dynsys with test extras, check the
+                          # import contract (lint-imports), run pytest
 
 Extra arguments after the task go to the command it runs, e.g.
 `python3 dev.py test -k rollout` or `python3 dev.py demo my.csv --outputs y1,y2`
@@ -82,6 +83,10 @@ def main(argv: list[str]) -> int:
     ensure_environment()
     if tasks[task] is None:
         return 0
+    if task == "test":  # the layering (pyproject.toml, [tool.importlinter]) first
+        contract = subprocess.run([str(BIN / "lint-imports")], cwd=ROOT)
+        if contract.returncode != 0:
+            return contract.returncode
     return subprocess.run(tasks[task] + extra, cwd=ROOT).returncode
 
 

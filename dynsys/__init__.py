@@ -1,61 +1,70 @@
-"""dynsys: declarative, differentiable simulation of dynamical systems on JAX."""
+"""dynsys: declarative, differentiable simulation of dynamical systems on JAX.
+
+This file only re-exports: what it lists is the public API. The implementation lives
+in folders by layer, each importing only from the layers listed before it here
+(checked by the import contract in `pyproject.toml`); see `docs/architecture.md`.
+"""
 
 import importlib.metadata
 
+# Data: datasets, files, simulation.
+from ._data.dataset import Dataset as Dataset
+from ._data.load import load_dataset as load_dataset
+from ._data.simulate import simulate as simulate
+from ._distributed import (
+    global_dataset as global_dataset,
+    initialize_distributed as initialize_distributed,
+    is_main_process as is_main_process,
+)
+
+# Experiments from configs.
+from ._experiments.config import ConfigError as ConfigError
+from ._experiments.results import ExperimentResult as ExperimentResult
+from ._experiments.run import run_experiment as run_experiment
+from ._experiments.schema import resolve_config as resolve_config
+
+# Fitting: fit, train, least squares, metrics, costs.
+from ._fitting.cost import (
+    quadratic_cost as quadratic_cost,
+    tracking_cost as tracking_cost,
+)
+from ._fitting.fit import fit as fit, FitResult as FitResult
+from ._fitting.least_squares import fit_least_squares as fit_least_squares
+from ._fitting.losses import MultipleShooting as MultipleShooting
+from ._fitting.metrics import (
+    fit_percent as fit_percent,
+    nrmse as nrmse,
+    spectral_radius as spectral_radius,
+)
+from ._fitting.train import train as train, TrainResult as TrainResult
+
+# Model files and many hosts.
+from ._io import load as load, save as save
+
+# Rollout: the engine that records trajectories.
 from ._rollout.adjoint import (
     AbstractAdjoint as AbstractAdjoint,
     Autodiff as Autodiff,
     Checkpointed as Checkpointed,
     LinearAdjoint as LinearAdjoint,
 )
-from ._experiments.config import ConfigError as ConfigError
-from ._sysid.python_control import from_control as from_control, to_control as to_control
-from ._systems.controller import (
-    AbstractController as AbstractController,
-    LinearFeedback as LinearFeedback,
-    MLPController as MLPController,
-)
-from ._fitting.cost import quadratic_cost as quadratic_cost, tracking_cost as tracking_cost
-from ._data.dataset import Dataset as Dataset
-from ._distributed import (
-    global_dataset as global_dataset,
-    initialize_distributed as initialize_distributed,
-    is_main_process as is_main_process,
-)
-from ._experiments.run import (
-    ExperimentResult as ExperimentResult,
-    resolve_config as resolve_config,
-    run_experiment as run_experiment,
-)
-from ._fitting.fit import fit as fit, FitResult as FitResult
-from ._io import load as load, save as save
-from ._systems.layered import (
-    AbstractContextLayer as AbstractContextLayer,
-    AbstractLayeredController as AbstractLayeredController,
-    ContextLayer as ContextLayer,
-    LayeredController as LayeredController,
-    StackedController as StackedController,
-)
-from ._fitting.least_squares import fit_least_squares as fit_least_squares
-from ._data.load import load_dataset as load_dataset
-from ._fitting.losses import MultipleShooting as MultipleShooting
 from ._rollout.method import (
     AbstractMethod as AbstractMethod,
     Chunked as Chunked,
     Parallel as Parallel,
     Sequential as Sequential,
 )
-from ._fitting.metrics import (
-    fit_percent as fit_percent,
-    nrmse as nrmse,
-    spectral_radius as spectral_radius,
+from ._rollout.rollout import rollout as rollout, Trajectory as Trajectory
+from ._rollout.sharding import (
+    batch_sharding as batch_sharding,
+    shard_batch as shard_batch,
 )
-from ._systems.ode import (
-    AbstractODE as AbstractODE,
-    discretize as discretize,
-    Discretized as Discretized,
-    LinearODE as LinearODE,
-    Sampled as Sampled,
+
+# System identification from input-output data.
+from ._sysid.initial_state import estimate_x0 as estimate_x0
+from ._sysid.python_control import (
+    from_control as from_control,
+    to_control as to_control,
 )
 from ._sysid.response import (
     frequency_response as frequency_response,
@@ -64,26 +73,42 @@ from ._sysid.response import (
     modes as modes,
     step_response as step_response,
 )
-from ._rollout.rollout import rollout as rollout, Trajectory as Trajectory
-from ._rollout.sharding import (
-    batch_sharding as batch_sharding,
-    shard_batch as shard_batch,
-)
-from ._data.simulate import simulate as simulate
-from ._systems.stable import StableLinearSystem as StableLinearSystem
 from ._sysid.subspace import (
     fit_subspace as fit_subspace,
     subspace_singular_values as subspace_singular_values,
 )
-from ._systems.system import AbstractSystem as AbstractSystem, LinearSystem as LinearSystem
-from ._fitting.train import train as train, TrainResult as TrainResult
 from ._sysid.validation import (
     compare as compare,
     Comparison as Comparison,
     residual_analysis as residual_analysis,
     Residuals as Residuals,
 )
-from ._sysid.initial_state import estimate_x0 as estimate_x0
+
+# Systems: what steps.
+from ._systems.controller import (
+    AbstractController as AbstractController,
+    LinearFeedback as LinearFeedback,
+    MLPController as MLPController,
+)
+from ._systems.layered import (
+    AbstractContextLayer as AbstractContextLayer,
+    AbstractLayeredController as AbstractLayeredController,
+    ContextLayer as ContextLayer,
+    LayeredController as LayeredController,
+    StackedController as StackedController,
+)
+from ._systems.ode import (
+    AbstractODE as AbstractODE,
+    discretize as discretize,
+    Discretized as Discretized,
+    LinearODE as LinearODE,
+    Sampled as Sampled,
+)
+from ._systems.stable import StableLinearSystem as StableLinearSystem
+from ._systems.system import (
+    AbstractSystem as AbstractSystem,
+    LinearSystem as LinearSystem,
+)
 
 
 __version__ = importlib.metadata.version("dynsys")

@@ -95,6 +95,27 @@ def initialize_distributed(
     """
     if jax.distributed.is_initialized():
         return
+    coordinator_address, num_processes, process_id, coordinator_bind_address = (
+        _resolved_arguments(
+            coordinator_address, num_processes, process_id, coordinator_bind_address
+        )
+    )
+    _check_process_numbers(coordinator_address, num_processes, process_id)
+    _start_runtime(
+        coordinator_address=coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id,
+        local_device_ids=local_device_ids,
+        initialization_timeout=initialization_timeout,
+        coordinator_bind_address=coordinator_bind_address,
+    )
+
+
+def _resolved_arguments(
+    coordinator_address, num_processes, process_id, coordinator_bind_address
+):
+    """The four addresses and numbers, each from the call or else its environment
+    variable (`None` where neither gives it)."""
     coordinator_address = _from_environment(
         "DYNSYS_COORDINATOR", coordinator_address, str
     )
@@ -103,6 +124,11 @@ def initialize_distributed(
     coordinator_bind_address = _from_environment(
         BIND_ENVIRONMENT, coordinator_bind_address, str
     )
+    return coordinator_address, num_processes, process_id, coordinator_bind_address
+
+
+def _check_process_numbers(coordinator_address, num_processes, process_id) -> None:
+    """All three given or none, and `0 <= process_id < num_processes`."""
     given = {
         "coordinator_address (DYNSYS_COORDINATOR)": coordinator_address,
         "num_processes (DYNSYS_NUM_PROCESSES)": num_processes,
@@ -120,18 +146,16 @@ def initialize_distributed(
             f"initialize_distributed(process_id=...): expected 0 <= process_id < "
             f"num_processes = {num_processes}, got {process_id}."
         )
+
+
+def _start_runtime(*, num_processes, **arguments) -> None:
+    """`jax.distributed.initialize`, with gloo for CPU collectives unless they were
+    set; without the three numbers and a launcher, one `ValueError` that says so."""
     collectives = jax.config.jax_cpu_collectives_implementation
     if collectives in (None, "none"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
-        jax.distributed.initialize(
-            coordinator_address=coordinator_address,
-            num_processes=num_processes,
-            process_id=process_id,
-            local_device_ids=local_device_ids,
-            initialization_timeout=initialization_timeout,
-            coordinator_bind_address=coordinator_bind_address,
-        )
+        jax.distributed.initialize(num_processes=num_processes, **arguments)
     except ValueError as error:
         jax.config.update("jax_cpu_collectives_implementation", collectives)
         if num_processes is not None:
@@ -217,6 +241,25 @@ def global_dataset(
                         progress=dynsys.is_main_process())
     ```
     """
+    sharding = _checked_sharding(local_data, sharding)
+    count = jax.process_count()
+    _check_same_layout(local_data, count)
+    N_local = _check_local_rows(local_data, sharding)
+    replacements = _global_rows(local_data, sharding, count * N_local)
+    ts = _replicated_ts(local_data, sharding, count)
+    if ts is not None:
+        replacements["ts"] = ts
+    names = list(replacements)
+    result = eqx.tree_at(
+        lambda d: [getattr(d, name) for name in names],
+        local_data,
+        [replacements[name] for name in names],
+    )
+    return _with_global_lengths(result, local_data, sharding, count)
+
+
+def _checked_sharding(local_data, sharding) -> NamedSharding:
+    """The sharding (default `batch_sharding()`), after checking both types."""
     if not isinstance(local_data, Dataset):
         raise TypeError(
             "global_dataset(local_data=...): expected a dynsys.Dataset, got "
@@ -228,7 +271,11 @@ def global_dataset(
             "global_dataset(sharding=...): expected a jax.sharding.NamedSharding, "
             f"got {type(sharding)}."
         )
-    count = jax.process_count()
+    return sharding
+
+
+def _check_same_layout(local_data: Dataset, count: int) -> None:
+    """Every process's `N, T, n, m, p` equal process 0's (a collective)."""
     layout = _layout(local_data)
     layouts = np.asarray(multihost_utils.process_allgather(layout)).reshape(count, -1)
     for p in range(count):
@@ -239,6 +286,10 @@ def global_dataset(
                 f"p); process 0 has {tuple(int(v) for v in layouts[0])}, process "
                 f"{p} has {tuple(int(v) for v in layouts[p])}."
             )
+
+
+def _check_local_rows(local_data: Dataset, sharding: NamedSharding) -> int:
+    """`N_local`, after checking it is a multiple of this process's devices."""
     local_devices = sum(
         d.process_index == jax.process_index() for d in sharding.mesh.devices.flat
     )
@@ -249,46 +300,57 @@ def global_dataset(
             f"N_local = {N_local} experiments, which must be a multiple of its "
             f"{local_devices} device(s) in the sharding."
         )
-    replicated = NamedSharding(sharding.mesh, PartitionSpec())
+    return N_local
+
+
+def _global_rows(local_data: Dataset, sharding: NamedSharding, N: int) -> dict:
+    """`xs`, `us` (and `ys`) as global arrays of `N` rows, this process's slice
+    from `local_data`."""
     replacements = {}
     for name in _PER_EXPERIMENT:
         value = getattr(local_data, name, None)
         if value is not None:
             local = np.asarray(value)
-            shape = (count * N_local,) + local.shape[1:]
+            shape = (N,) + local.shape[1:]
             replacements[name] = jax.make_array_from_process_local_data(
                 sharding, local, shape
             )
+    return replacements
+
+
+def _replicated_ts(local_data: Dataset, sharding: NamedSharding, count: int):
+    """The sample times replicated on every device, after checking that every
+    process has the same (a collective); `None` without them."""
     ts = getattr(local_data, "ts", None)
-    if ts is not None:
-        every = np.asarray(multihost_utils.process_allgather(np.asarray(ts)))
-        for p in range(count):
-            if not np.array_equal(every.reshape(count, -1)[p], np.asarray(ts)):
-                raise ValueError(
-                    "global_dataset(local_data=...): every process must have the "
-                    f"same sample times ts; process {jax.process_index()} and "
-                    f"process {p} differ."
-                )
-        replacements["ts"] = jax.make_array_from_process_local_data(
-            replicated, np.asarray(ts)
-        )
-    names = list(replacements)
-    result = eqx.tree_at(
-        lambda d: [getattr(d, name) for name in names],
-        local_data,
-        [replacements[name] for name in names],
-    )
+    if ts is None:
+        return None
+    every = np.asarray(multihost_utils.process_allgather(np.asarray(ts)))
+    for p in range(count):
+        if not np.array_equal(every.reshape(count, -1)[p], np.asarray(ts)):
+            raise ValueError(
+                "global_dataset(local_data=...): every process must have the "
+                f"same sample times ts; process {jax.process_index()} and "
+                f"process {p} differ."
+            )
+    replicated = NamedSharding(sharding.mesh, PartitionSpec())
+    return jax.make_array_from_process_local_data(replicated, np.asarray(ts))
+
+
+def _with_global_lengths(result, local_data, sharding, count: int):
+    """`result` with every process's experiment `lengths` (a static field), in the
+    order of the rows (a collective); unchanged without lengths."""
     lengths = getattr(local_data, "lengths", None)
-    if lengths is not None:  # a static field: every experiment's length, in order
-        every = np.asarray(
-            multihost_utils.process_allgather(np.asarray(lengths, np.int64))
-        ).reshape(count, -1)
-        result = copy.copy(result)
-        object.__setattr__(
-            result,
-            "lengths",
-            tuple(int(v) for p in _process_order(sharding) for v in every[p]),
-        )
+    if lengths is None:
+        return result
+    every = np.asarray(
+        multihost_utils.process_allgather(np.asarray(lengths, np.int64))
+    ).reshape(count, -1)
+    result = copy.copy(result)
+    object.__setattr__(
+        result,
+        "lengths",
+        tuple(int(v) for p in _process_order(sharding) for v in every[p]),
+    )
     return result
 
 

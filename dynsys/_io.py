@@ -10,6 +10,7 @@ import os
 import pathlib
 import stat
 import struct
+import sys
 from typing import Any
 
 import equinox as eqx
@@ -32,12 +33,69 @@ _BUILTIN = {
 }
 
 
+# Where the private modules were before they moved into the layer folders: files
+# written then name a non-built-in class by its module path (`dynsys._controller.
+# MLPController`), and they still load.
+_MOVED_MODULES = {
+    "dynsys._systems.system": "dynsys._system",
+    "dynsys._systems.stable": "dynsys._stable",
+    "dynsys._systems.ode": "dynsys._ode",
+    "dynsys._systems.controller": "dynsys._controller",
+    "dynsys._systems.layered": "dynsys._layered",
+    "dynsys._rollout.adjoint": "dynsys._adjoint",
+    "dynsys._rollout.method": "dynsys._method",
+    "dynsys._rollout.rollout": "dynsys._rollout",
+    "dynsys._rollout.sharding": "dynsys._sharding",
+    "dynsys._data.dataset": "dynsys._dataset",
+    "dynsys._data.files": "dynsys._data_files",
+    "dynsys._data.load": "dynsys._load_dataset",
+    "dynsys._data.simulate": "dynsys._simulate",
+    "dynsys._fitting.fit": "dynsys._fit",
+    "dynsys._fitting.losses": "dynsys._losses",
+    "dynsys._fitting.solvers": "dynsys._solvers",
+    "dynsys._fitting.transform_key": "dynsys._transform_key",
+    "dynsys._fitting.least_squares": "dynsys._least_squares",
+    "dynsys._fitting.train": "dynsys._train",
+    "dynsys._fitting.metrics": "dynsys._metrics",
+    "dynsys._fitting.cost": "dynsys._cost",
+    "dynsys._sysid.signals": "dynsys._sysid_data",
+    "dynsys._sysid.subspace": "dynsys._subspace",
+    "dynsys._sysid.initial_state": "dynsys._x0",
+    "dynsys._sysid.validation": "dynsys._validation",
+    "dynsys._sysid.response": "dynsys._response",
+    "dynsys._sysid.python_control": "dynsys._control",
+    "dynsys._experiments.config": "dynsys._config",
+    "dynsys._experiments.interrupt": "dynsys._interrupt",
+    "dynsys._experiments.run_folder": "dynsys._run_folder",
+    "dynsys._experiments.run": "dynsys._experiment",
+    "dynsys._experiments.kinds": "dynsys._experiment_kinds",
+    "dynsys._experiments.fit": "dynsys._experiment_fit",
+}
+
+
 def _class_name(model: Any) -> str:
+    """The name a file gives the model's class: `dynsys.X` for a class that dynsys
+    exports (whichever private module defines it), else its module path."""
     for name, cls in _BUILTIN.items():
         if type(model) is cls:
             return name
     cls = type(model)
+    package = sys.modules.get("dynsys")  # not imported here: it imports every layer
+    if cls.__module__.startswith("dynsys.") and (
+        getattr(package, cls.__qualname__, None) is cls
+    ):
+        return f"dynsys.{cls.__qualname__}"
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _names_of(model: Any) -> set[str]:
+    """Every name a file may give the model's class: today's, its module path, and
+    the module path it had before the layer folders."""
+    cls = type(model)
+    names = {_class_name(model), f"{cls.__module__}.{cls.__qualname__}"}
+    if cls.__module__ in _MOVED_MODULES:
+        names.add(f"{_MOVED_MODULES[cls.__module__]}.{cls.__qualname__}")
+    return names
 
 
 def _leaf_info(leaf) -> dict[str, Any]:
@@ -450,7 +508,7 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
             )
         like = _template(header, fail)
         built = True
-    elif _class_name(like) != name:
+    elif name not in _names_of(like):
         raise ValueError(
             f"load(like=...): the file holds a {name}, but like is a "
             f"{_class_name(like)}."

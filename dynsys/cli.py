@@ -29,27 +29,30 @@ def _check_simulate_options(args: argparse.Namespace) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    import logging
+    """`dynsys simulate MODEL`: roll a zoo model out and write its run folder."""
     import os
-    import shutil
 
-    import jax
-    import jax.numpy as jnp
-
-    import dynsys
     import dynsys.models as zoo
-    from dynsys import plot
-    from dynsys._experiments.run import strict_json
-    from dynsys._experiments.run_folder import (
-        check_out,
-        clean_stale,
-        replace_folder,
-        staging_folder,
-    )
+    from dynsys._experiments.results import strict_json
+    from dynsys._experiments.run_folder import check_out
 
     _check_simulate_options(args)
     system = zoo.get(args.model)
     out = check_out(args.out, "--out")
+    x0, inputs = _simulate_start(args, system)
+    traj = _simulate_rollout(args, system, x0, inputs)
+    summary = _write_simulation(args, system, traj, out)
+    print(strict_json(summary), end="")
+    files = ("trajectory.png", "trajectory.npz", "summary.json")
+    print("wrote " + ", ".join(os.path.join(str(out), name) for name in files))
+    return 0
+
+
+def _simulate_start(args: argparse.Namespace, system):
+    """The initial states `--x0-mean + --x0-scale * N(0, 1)` and random inputs
+    (`None` for a model without inputs), from `--seed`."""
+    import jax
+
     key_x0, key_u = jax.random.split(jax.random.key(args.seed))
     x0 = args.x0_mean + args.x0_scale * jax.random.normal(
         key_x0, (args.batch, system.state_size)
@@ -59,6 +62,17 @@ def _simulate(args: argparse.Namespace) -> int:
         inputs = 0.5 * jax.random.normal(
             key_u, (args.batch, args.steps, system.input_size)
         )
+    return x0, inputs
+
+
+def _simulate_rollout(args: argparse.Namespace, system, x0, inputs):
+    """The rollout; a solver failure becomes one `ValueError` line with a hint."""
+    import logging
+
+    import jax
+
+    import dynsys
+
     # A solver failure is raised from a callback, which JAX also logs with its
     # traceback; the one line below says it all.
     callback_logger = logging.getLogger("jax._src.callback")
@@ -83,6 +97,25 @@ def _simulate(args: argparse.Namespace) -> int:
         ) from None
     finally:
         callback_logger.setLevel(level)
+    return traj
+
+
+def _write_simulation(args: argparse.Namespace, system, traj, out) -> dict:
+    """Write `trajectory.png`, `trajectory.npz` and `summary.json` aside, then move
+    them into `out` whole; returns the summary."""
+    import shutil
+
+    import jax.numpy as jnp
+
+    import dynsys
+    from dynsys import plot
+    from dynsys._experiments.results import strict_json
+    from dynsys._experiments.run_folder import (
+        clean_stale,
+        replace_folder,
+        staging_folder,
+    )
+
     clean_stale(out.absolute().parent)
     staging = staging_folder(out)
     try:
@@ -119,14 +152,11 @@ def _simulate(args: argparse.Namespace) -> int:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    print(strict_json(summary), end="")
-    files = ("trajectory.png", "trajectory.npz", "summary.json")
-    print("wrote " + ", ".join(os.path.join(str(out), name) for name in files))
-    return 0
+    return summary
 
 
 def _fit(args: argparse.Namespace) -> int:
-    """`dynsys fit`: a fit experiment built from the options (see `_experiment`)."""
+    """`dynsys fit`: a fit experiment from the options (`_experiments/schema.py`)."""
     import dynsys
 
     data = {
@@ -314,12 +344,21 @@ def run_script(default_config: pathlib.Path, argv: list[str] | None, description
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `dynsys` command's parser: `simulate`, `fit` and `run`."""
     parser = argparse.ArgumentParser(
         prog="dynsys",
         description="Declarative, differentiable simulation of dynamical systems.",
     )
     parser.add_argument("--version", action="version", version=f"dynsys {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_simulate_parser(commands)
+    _add_fit_parser(commands)
+    _add_run_parser(commands)
+    return parser
+
+
+def _add_simulate_parser(commands) -> None:
+    """`dynsys simulate MODEL`."""
     simulate = commands.add_parser(
         "simulate", help="simulate a zoo model and plot its trajectories"
     )
@@ -339,6 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="output folder (replaces only an earlier dynsys output folder)",
     )
     simulate.set_defaults(handler=_simulate)
+
+
+def _add_fit_parser(commands) -> None:
+    """`dynsys fit [DATA]`: the model and optimiser options, then the columns of
+    DATA (`_add_column_options`), then the data options."""
     fit = commands.add_parser(
         "fit",
         help="fit a linear model to data (default: simulated zoo data)",
@@ -377,14 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps", type=int, default=None, help="optimiser steps (a maximum)"
     )
     fit.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate")
-    columns = fit.add_argument_group(
-        "columns of DATA", "comma-separated names; default: x*, u*, y* columns"
-    )
-    columns.add_argument("--states", type=_names, help="state columns, e.g. x1,x2")
-    columns.add_argument("--inputs", type=_names, help="input columns, e.g. u1")
-    columns.add_argument("--outputs", type=_names, help="output columns, e.g. y1,y2")
-    columns.add_argument("--trajectory-column", default="trajectory")
-    columns.add_argument("--time-column", default="time")
+    _add_column_options(fit)
     fit.add_argument(
         "--order",
         type=int,
@@ -411,6 +448,22 @@ def build_parser() -> argparse.ArgumentParser:
         "existing path is refused)",
     )
     fit.set_defaults(handler=_fit)
+
+
+def _add_column_options(fit: argparse.ArgumentParser) -> None:
+    """`dynsys fit`'s "columns of DATA" group."""
+    columns = fit.add_argument_group(
+        "columns of DATA", "comma-separated names; default: x*, u*, y* columns"
+    )
+    columns.add_argument("--states", type=_names, help="state columns, e.g. x1,x2")
+    columns.add_argument("--inputs", type=_names, help="input columns, e.g. u1")
+    columns.add_argument("--outputs", type=_names, help="output columns, e.g. y1,y2")
+    columns.add_argument("--trajectory-column", default="trajectory")
+    columns.add_argument("--time-column", default="time")
+
+
+def _add_run_parser(commands) -> None:
+    """`dynsys run CONFIG` with the run options (`_add_run_options`)."""
     run = commands.add_parser(
         "run",
         help="run an experiment (or a sweep) from a TOML config",
@@ -424,7 +477,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="the experiment's TOML config")
     _add_run_options(run)
     run.set_defaults(handler=_run)
-    return parser
 
 
 def _one_line(error: BaseException) -> str:

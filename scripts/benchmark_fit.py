@@ -259,6 +259,23 @@ def _t(seconds):
 
 def run(quick: bool):
     """Measure everything; return `(markdown lines, target rows)`."""
+    iteration_problems, convergence_problems = _problems(quick)
+    lines = ["### Fitting", ""]
+    target_rows = []
+    for section, problems in (
+        (_iteration_section, iteration_problems),
+        (_convergence_section, convergence_problems),
+    ):
+        section_lines, section_targets = section(problems)
+        lines += section_lines
+        target_rows += section_targets
+    lines.append("")
+    return lines, target_rows
+
+
+def _problems(quick: bool):
+    """`(iteration problems, convergence problems)`; the convergence ones as
+    `(problem, Adam learning rates, Adam's step budget, held out)`."""
     if quick:
         iteration_problems = [Problem("A", 4, 2, 4, 50, "float32")]
         convergence_problems = [(Problem("P6", 6, 2, 8, 100), [1e-2], 30, False)]
@@ -274,10 +291,13 @@ def run(quick: bool):
             (Problem("P20", 20, 3, 64, 500), lrs, 500, True),
             (Problem("P32", 32, 4, 64, 1000), [3e-4, 1e-3, 3e-3], 100, False),
         ]
-    lines = ["### Fitting", ""]
-    target_rows = []
+    return iteration_problems, convergence_problems
 
-    lines += [
+
+def _iteration_section(problems):
+    """(a): the table of `fit`'s cost per iteration against the bare step, and its
+    targets."""
+    lines = [
         "**(a) One iteration of `fit` against a bare jitted step** (state data with "
         "inputs; `fit(..., optimizer=optax.adam(1e-4))`, the marginal cost "
         "(t(40 steps) − t(10 steps)) / 30 of warm calls; the bare step is "
@@ -289,7 +309,8 @@ def run(quick: bool):
         "| problem | fit per iteration | bare step | ratio (wall) | ratio (CPU) |",
         "|---|---|---|---|---|",
     ]
-    for p in iteration_problems:
+    target_rows = []
+    for p in problems:
         print(f"fit iteration: {p.describe()} …", flush=True)
         (fit_wall, fit_cpu), (bare_wall, bare_cpu) = iteration_cost(p)
         ratio, ratio_cpu = fit_wall / bare_wall, fit_cpu / bare_cpu
@@ -306,8 +327,12 @@ def run(quick: bool):
                 max(ratio, ratio_cpu) <= 1.1,
             )
         )
+    return lines, target_rows
 
-    lines += [
+
+def _convergence_section(problems):
+    """(b): the table of times to 1.1× the true loss, and its targets."""
+    lines = [
         "",
         "**(b) Time to reach 1.1× the true model's loss** from the least-squares "
         "start (state data with measurement noise 0.05, or at the signal-to-noise "
@@ -324,66 +349,81 @@ def run(quick: bool):
         "time (steps) | Adam, all rates | default / Adam |",
         "|---|---|---|---|---|---|---|",
     ]
-    for p, lrs, budget, held_out in convergence_problems:
-        print(f"time to target: {p.describe()} …", flush=True)
-        rows = convergence(p, lrs, budget, held_out)
-        d = rows["default"]
-        adam = rows["adam"]
-        all_rates = ", ".join(
-            f"{lr:g}: {r['steps']} steps"
-            if r["steps"] is not None
-            else f"not in {budget} steps"
-            for lr, r in adam.items()
-        )
-        timed = {lr: r for lr, r in adam.items() if r["seconds"] is not None}
-        if timed:
-            best_lr = next(iter(timed))
-            best = timed[best_lr]
-            adam_text = f"{_t(best['seconds'])} ({best['steps']})"
-            best_text = f"{best_lr:g}"
-        else:
-            best = None
-            adam_text = f"not reached in {budget} steps (> {_t(rows['adam_bound'])})"
-            best_text = "—"
-        name = d["result"].optimizer
-        if d["seconds"] is not None:
-            default_text = f"{_t(d['seconds'])} ({d['steps']})"
-        else:
-            default_text = (
-                f"not reached ({len(d['result'].losses)} steps, "
-                f"{_t(d['first_seconds'])})"
-            )
-        if d["seconds"] is not None and best is not None:
-            ratio = d["seconds"] / best["seconds"]
-            ratio_text, met = f"{ratio:.2f}", ratio <= 1 / 3
-        elif d["seconds"] is not None:
-            ratio = d["seconds"] / rows["adam_bound"]
-            ratio_text, met = f"< {ratio:.2f}", ratio <= 1 / 3
-        else:
-            ratio_text, met = "—", False
-        lines.append(
-            f"| {p.name}: {p.describe()} | {name} | {default_text} | "
-            f"{best_text} | {adam_text} | {all_rates} | {ratio_text} |"
-        )
-        if p.name != "P32":
-            target_rows.append(
-                (
-                    f"{p.name}: time to 1.1× the true loss, default optimiser at most "
-                    "1/3 of Adam's best tuned time",
-                    f"{ratio_text} (default {default_text}, Adam {adam_text})",
-                    met,
-                )
-            )
-        if held_out:
-            gain = rows["default_fit_percent"] - rows["ls_fit_percent"]
-            target_rows.append(
-                (
-                    f"{p.name}: held-out fit with defaults at least 5 points above "
-                    "least squares",
-                    f"{rows['default_fit_percent']:.1f} % vs "
-                    f"{rows['ls_fit_percent']:.1f} % ({gain:+.1f} points)",
-                    gain >= 5,
-                )
-            )
-    lines.append("")
+    target_rows = []
+    for p, lrs, budget, held_out in problems:
+        line, targets = _convergence_row(p, lrs, budget, held_out)
+        lines.append(line)
+        target_rows += targets
     return lines, target_rows
+
+
+def _convergence_row(p: Problem, lrs, budget, held_out):
+    """Measure one problem of (b): its table line and its targets."""
+    print(f"time to target: {p.describe()} …", flush=True)
+    rows = convergence(p, lrs, budget, held_out)
+    d = rows["default"]
+    all_rates = ", ".join(
+        f"{lr:g}: {r['steps']} steps"
+        if r["steps"] is not None
+        else f"not in {budget} steps"
+        for lr, r in rows["adam"].items()
+    )
+    best, best_text, adam_text = _best_adam(rows, budget)
+    default_text = _default_text(d)
+    ratio_text, met = _default_over_adam(d, best, rows)
+    line = (
+        f"| {p.name}: {p.describe()} | {d['result'].optimizer} | {default_text} | "
+        f"{best_text} | {adam_text} | {all_rates} | {ratio_text} |"
+    )
+    targets = []
+    if p.name != "P32":
+        targets.append(
+            (
+                f"{p.name}: time to 1.1× the true loss, default optimiser at most "
+                "1/3 of Adam's best tuned time",
+                f"{ratio_text} (default {default_text}, Adam {adam_text})",
+                met,
+            )
+        )
+    if held_out:
+        gain = rows["default_fit_percent"] - rows["ls_fit_percent"]
+        targets.append(
+            (
+                f"{p.name}: held-out fit with defaults at least 5 points above "
+                "least squares",
+                f"{rows['default_fit_percent']:.1f} % vs "
+                f"{rows['ls_fit_percent']:.1f} % ({gain:+.1f} points)",
+                gain >= 5,
+            )
+        )
+    return line, targets
+
+
+def _best_adam(rows, budget):
+    """`(best, its learning rate's text, its time's text)`; `best` is the timed
+    Adam run (None when no rate reached the target)."""
+    timed = {lr: r for lr, r in rows["adam"].items() if r["seconds"] is not None}
+    if not timed:
+        adam_text = f"not reached in {budget} steps (> {_t(rows['adam_bound'])})"
+        return None, "—", adam_text
+    best_lr = next(iter(timed))
+    best = timed[best_lr]
+    return best, f"{best_lr:g}", f"{_t(best['seconds'])} ({best['steps']})"
+
+
+def _default_text(d):
+    """The default optimiser's time (steps), or how far it got."""
+    if d["seconds"] is not None:
+        return f"{_t(d['seconds'])} ({d['steps']})"
+    return f"not reached ({len(d['result'].losses)} steps, {_t(d['first_seconds'])})"
+
+
+def _default_over_adam(d, best, rows):
+    """`(the default optimiser's time over Adam's as text, target met)`."""
+    if d["seconds"] is not None and best is not None:
+        ratio = d["seconds"] / best["seconds"]
+        return f"{ratio:.2f}", ratio <= 1 / 3
+    if d["seconds"] is not None:
+        ratio = d["seconds"] / rows["adam_bound"]
+        return f"< {ratio:.2f}", ratio <= 1 / 3
+    return "—", False

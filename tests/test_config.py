@@ -5,7 +5,7 @@ import tomllib
 import pytest
 
 import dynsys
-from dynsys._config import (
+from dynsys._experiments.config import (
     apply_overrides,
     dump_toml,
     expand_sweep,
@@ -194,7 +194,7 @@ def test_overrides():
 def test_dump_toml_round_trips_control_characters():
     import tomllib
 
-    from dynsys._config import dump_toml
+    from dynsys._experiments.config import dump_toml
 
     every = "".join(chr(c) for c in range(0x80)) + "é\u2028\U0001f600"
     config = {"description": every, "section": {"key\nwith newline": "a\r\nb"}}

@@ -54,7 +54,9 @@ def test_bound_saturates_with_unit_slope(getkey):
     assert np.all(np.abs(us) <= 2.0) and np.max(np.abs(us)) > 1.99
     # Near zero the saturation is the identity: u = z + O(z^3).
     z = jnp.array([1e-4])
-    np.testing.assert_allclose(dynsys._controller.saturate(z, (2.0,)), z, rtol=1e-8)
+    np.testing.assert_allclose(
+        dynsys._systems.controller.saturate(z, (2.0,)), z, rtol=1e-8
+    )
 
 
 def test_key_based_initialisation(getkey):

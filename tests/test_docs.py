@@ -64,8 +64,18 @@ def test_api_reference_lists_every_public_name():
     assert not missing, f"add to docs/api.md: {', '.join('::: ' + m for m in missing)}"
 
 
+def test_api_reference_describes_each_name_in_its_section():
+    """Each section's `::: dynsys.X` lines have a one-line description of `X` above
+    them, so that the page reads in the repository too."""
+    api = (ROOT / "docs" / "api.md").read_text()
+    for section in re.split(r"^#+ ", api, flags=re.MULTILINE)[1:]:
+        described = set(re.findall(r"^- `([\w.]+)`: \S", section, re.MULTILINE))
+        for name in re.findall(r"^::: dynsys\.([\w.]+)$", section, re.MULTILINE):
+            assert name in described, f"docs/api.md: describe {name} in its section"
+
+
 def test_experiments_page_documents_every_config_key():
-    from dynsys._experiment import _schema
+    from dynsys._experiments.schema import _schema
 
     page = (ROOT / "docs" / "experiments.md").read_text()
     for kind in ("fit", "train_controller"):

@@ -377,7 +377,8 @@ def test_scripts_run_their_configs_and_copy_figures(script, overrides, tmp_path)
 
 
 def test_folder_names_are_reserved_and_safe(tmp_path):
-    from dynsys._experiment import _folder_label, _reserve_folder
+    from dynsys._experiments.run_folder import reserve_folder as _reserve_folder
+    from dynsys._experiments.sweep import _folder_label
 
     first = _reserve_folder(tmp_path, "x")
     second = _reserve_folder(tmp_path, "x")

@@ -24,7 +24,7 @@ import pytest
 
 import dynsys
 from dynsys import cli
-from dynsys._run_folder import clean_stale, MARKER
+from dynsys._experiments.run_folder import clean_stale, MARKER
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -355,7 +355,7 @@ def test_bad_input_is_one_line_with_status_2(args, words, tmp_path, capsys):
 
 
 def test_metrics_are_strict_json_with_a_reason_for_non_finite_values():
-    from dynsys._experiment import strict_json
+    from dynsys._experiments.results import strict_json
 
     text = strict_json({"a": float("inf"), "b": [1.0, float("nan")], "c": {"d": 2}})
     value = _strict_json(text)

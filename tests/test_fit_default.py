@@ -11,7 +11,7 @@ import optax
 import pytest
 
 import dynsys
-import dynsys._solvers
+import dynsys._fitting.solvers
 
 
 K_TRUE = 0.95 * np.array([[np.cos(0.3), -np.sin(0.3)], [np.sin(0.3), np.cos(0.3)]])
@@ -59,7 +59,7 @@ def test_default_one_step_fit_equals_the_closed_form_least_squares(dtype, atol):
 
 
 def test_lbfgs_above_the_jacobian_limit(monkeypatch):
-    monkeypatch.setattr(dynsys._solvers, "JACOBIAN_LIMIT", 0)
+    monkeypatch.setattr(dynsys._fitting.solvers, "JACOBIAN_LIMIT", 0)
     data = _data(noise=0.1)
     estimate = dynsys.fit_least_squares(data)
     result = dynsys.fit(_start(), data, loss="one_step", progress=False)
@@ -311,7 +311,7 @@ def test_factored_descent_is_the_damped_least_squares_step(normal_equations, ste
     f_info = optx.FunctionInfo.ResidualJac(
         residual, lx.FunctionLinearOperator(linear, jax.eval_shape(lambda: params))
     )
-    descent = dynsys._solvers.FactoredDampedNewtonDescent(normal_equations)
+    descent = dynsys._fitting.solvers.FactoredDampedNewtonDescent(normal_equations)
     state = descent.query(params, f_info, descent.init(params, None))
     step, _ = descent.step(jnp.array(step_size), state)
 

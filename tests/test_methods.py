@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dynsys
-from dynsys._method import default_chunk_size, default_method
+from dynsys._rollout.method import default_chunk_size, default_method
 
 from .helpers import python_loop_rollout
 
@@ -270,7 +270,7 @@ def test_default_with_inputs_equals_sequential(getkey, case, adjoint):
 def test_factored_input_term_equals_dense(getkey):
     """The chunked solver gives the same states whether the input term B w_t comes
     as its factors (m-wide Toeplitz) or multiplied out (n-wide Toeplitz)."""
-    from dynsys._method import _chunked_solve_batch, _dense, Factored
+    from dynsys._rollout.method import _chunked_solve_batch, _dense, Factored
 
     M = 0.4 * jax.random.normal(getkey(), (3, 3))
     x0 = jax.random.normal(getkey(), (2, 3))

@@ -8,7 +8,7 @@ import matplotlib
 import pytest
 
 import dynsys
-from dynsys._experiment_kinds import RUNNERS, sweep_label
+from dynsys._experiments.kinds import RUNNERS, sweep_label
 
 
 def _outcome(config):

@@ -8,7 +8,7 @@ import optax
 import pytest
 
 import dynsys
-from dynsys._train import _batch_indices
+from dynsys._fitting.train import _batch_indices
 
 
 def test_converges_to_closed_form_minimum():

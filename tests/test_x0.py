@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import dynsys
-from dynsys._x0 import linear_x0
+from dynsys._sysid.initial_state import linear_x0
 
 
 def _system(getkey, n=4, m=2, p=2, offset=True):

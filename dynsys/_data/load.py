@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .files import check_regular_file, file_error, read_csv, read_npz
 from .dataset import Dataset
+from .files import check_regular_file, file_error, read_csv, read_npz
 
 
 def load_dataset(
@@ -83,9 +83,15 @@ def load_dataset(
     """
     path = pathlib.Path(path)
     size = check_regular_file(path)
+    parts = _parts(path, size, states, inputs, outputs, trajectory, time)
+    return _dataset(path, parts)
+
+
+def _parts(path, size, states, inputs, outputs, trajectory, time) -> dict:
+    """The arrays and names of the file, read by its suffix (`.csv` or `.npz`)."""
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        parts = read_csv(
+        return read_csv(
             path,
             states=states,
             inputs=inputs,
@@ -93,12 +99,15 @@ def load_dataset(
             trajectory=trajectory,
             time=time,
         )
-    elif suffix == ".npz":
-        parts = _npz_parts(path, size, states, inputs, outputs)
-    else:
-        raise ValueError(
-            f"load_dataset(path=...): expected a .npz or .csv file, got {str(path)!r}."
-        )
+    if suffix == ".npz":
+        return _npz_parts(path, size, states, inputs, outputs)
+    raise ValueError(
+        f"load_dataset(path=...): expected a .npz or .csv file, got {str(path)!r}."
+    )
+
+
+def _dataset(path, parts: dict) -> Dataset:
+    """The `Dataset` of the parts; its errors name the file."""
     try:
         return Dataset(
             parts["xs"],

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 from jaxtyping import ArrayLike, Float, PRNGKeyArray
 
 from .._custom_types import Input, Output, State, Time
-from .dataset import _float_dtype, Dataset
-from .._systems.ode import _AbstractSampledODE, AbstractODE
 from .._rollout.rollout import rollout
+from .._systems.ode import _AbstractSampledODE, AbstractODE
 from .._systems.system import AbstractSystem
+from .dataset import _float_dtype, Dataset
 
 
 class _WithProcessNoise(AbstractSystem):
@@ -89,6 +89,66 @@ def _checked_inputs(inputs, N: int, num_steps: int, m: int, dtype):
     return inputs
 
 
+def _checked_x0s(x0s, n: int):
+    """`x0s` as an inexact `(N, n)` array."""
+    x0s = jnp.asarray(x0s)
+    if not jnp.issubdtype(x0s.dtype, jnp.inexact):
+        x0s = x0s.astype(_float_dtype())
+    if x0s.ndim != 2 or x0s.shape[1] != n:
+        raise ValueError(
+            f"simulate(x0s=...): x0s must have shape (N, n) = (N, {n}), got "
+            f"{tuple(x0s.shape)}."
+        )
+    return x0s
+
+
+def _check_steps_and_noise(num_steps, process_noise, measurement_noise, key):
+    """`simulate`'s checks of the number of steps, the noise levels and the key."""
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(
+            f"simulate(num_steps=...): expected a positive integer, got {num_steps!r}."
+        )
+    for name, value in (
+        ("process_noise", process_noise),
+        ("measurement_noise", measurement_noise),
+    ):
+        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            raise ValueError(
+                f"simulate({name}=...): expected a finite number >= 0, got {value!r}."
+            )
+    if (process_noise or measurement_noise) and key is None:
+        raise ValueError(
+            "simulate(key=...): a PRNG key is needed for the noise, got key=None."
+        )
+
+
+def _noisy_rollout(system, x0s, num_steps: int, inputs, process_noise, key_w):
+    """The rollout from `x0s`, with the process noise (drawn with `key_w`) added
+    to each step."""
+    if process_noise:
+        N, n = x0s.shape
+        noise = process_noise * jax.random.normal(
+            key_w, (N, num_steps, n), dtype=x0s.dtype
+        )
+        both = noise if inputs is None else jnp.concatenate([inputs, noise], axis=-1)
+        return rollout(_WithProcessNoise(system), x0s, num_steps, inputs=both)
+    return rollout(system, x0s, num_steps, inputs=inputs)
+
+
+def _measured(system, traj, inputs, measurement_noise, key_v) -> Dataset:
+    """The `Dataset` of `traj`, with the measurement noise (drawn with `key_v`)
+    on the outputs, or on the states when the output is the plain state."""
+    xs = traj.xs
+    if not _output_is_state(system):
+        ys = traj.ys
+        if measurement_noise:
+            ys = ys + measurement_noise * jax.random.normal(key_v, ys.shape, ys.dtype)
+        return Dataset(xs, inputs, traj.ts, ys=ys)
+    if measurement_noise:
+        xs = xs + measurement_noise * jax.random.normal(key_v, xs.shape, xs.dtype)
+    return Dataset(xs, inputs, traj.ts)
+
+
 def simulate(
     system: AbstractSystem,
     x0s: Float[ArrayLike, "N n"],
@@ -148,48 +208,10 @@ def simulate(
         raise TypeError(
             f"simulate(system=...): expected an AbstractSystem, got {type(system)}."
         )
-    n, m = system.state_size, system.input_size
-    x0s = jnp.asarray(x0s)
-    if not jnp.issubdtype(x0s.dtype, jnp.inexact):
-        x0s = x0s.astype(_float_dtype())
-    if x0s.ndim != 2 or x0s.shape[1] != n:
-        raise ValueError(
-            f"simulate(x0s=...): x0s must have shape (N, n) = (N, {n}), got "
-            f"{tuple(x0s.shape)}."
-        )
+    x0s = _checked_x0s(x0s, system.state_size)
+    _check_steps_and_noise(num_steps, process_noise, measurement_noise, key)
     N = x0s.shape[0]
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-        raise ValueError(
-            f"simulate(num_steps=...): expected a positive integer, got {num_steps!r}."
-        )
-    for name, value in (
-        ("process_noise", process_noise),
-        ("measurement_noise", measurement_noise),
-    ):
-        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-            raise ValueError(
-                f"simulate({name}=...): expected a finite number >= 0, got {value!r}."
-            )
-    if (process_noise or measurement_noise) and key is None:
-        raise ValueError(
-            "simulate(key=...): a PRNG key is needed for the noise, got key=None."
-        )
-    inputs = _checked_inputs(inputs, N, num_steps, m, x0s.dtype)
+    inputs = _checked_inputs(inputs, N, num_steps, system.input_size, x0s.dtype)
     key_w, key_v = jax.random.split(key) if key is not None else (None, None)
-    if process_noise:
-        noise = process_noise * jax.random.normal(
-            key_w, (N, num_steps, n), dtype=x0s.dtype
-        )
-        both = noise if inputs is None else jnp.concatenate([inputs, noise], axis=-1)
-        traj = rollout(_WithProcessNoise(system), x0s, num_steps, inputs=both)
-    else:
-        traj = rollout(system, x0s, num_steps, inputs=inputs)
-    xs = traj.xs
-    if not _output_is_state(system):
-        ys = traj.ys
-        if measurement_noise:
-            ys = ys + measurement_noise * jax.random.normal(key_v, ys.shape, ys.dtype)
-        return Dataset(xs, inputs, traj.ts, ys=ys)
-    if measurement_noise:
-        xs = xs + measurement_noise * jax.random.normal(key_v, xs.shape, xs.dtype)
-    return Dataset(xs, inputs, traj.ts)
+    traj = _noisy_rollout(system, x0s, num_steps, inputs, process_noise, key_w)
+    return _measured(system, traj, inputs, measurement_noise, key_v)

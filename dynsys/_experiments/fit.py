@@ -9,224 +9,18 @@ Two paths share the data handling:
   workflow.
 """
 
-import dataclasses
 import time
-import zipfile
-from typing import Any
 
 import numpy as np
 
-from .config import ConfigError
 from .._distributed import share_between_processes
-from .run import _zoo, config_vector as _vector, loss_history_lines, Outcome
+from .config import ConfigError
+from .fit_data import _columns, _from_file, _simulated, _split
+from .fit_figures import _output_figures, _state_figures
+from .outcome import loss_history_lines, Outcome
 
 
 SUMMARY_LABEL = "free-run fit % (100 = perfect)"
-
-
-# ---------------------------------------------------------------------------------
-# Data: simulated from a zoo model or read from a file.
-
-
-@dataclasses.dataclass(frozen=True)
-class _Data:
-    """The data of a fit run, and what is known about how they were made."""
-
-    data: Any  # the Dataset
-    source: str  # one line saying where the data came from
-    true_system: Any = None  # the simulating model, when simulated
-    clean: Any = None  # the same data without noise, when simulated
-
-
-def _measured_system(system, measured: list[int] | None, state_names):
-    """The zoo system with `C` selecting the measured states (or as it is)."""
-    import jax.numpy as jnp
-
-    import dynsys
-
-    if measured is None:
-        return system, None
-    n = system.state_size
-    bad = [k for k in measured if not 0 <= k < n]
-    if bad or len(set(measured)) != len(measured) or not measured:
-        raise ConfigError(
-            "config key 'data.measured_states': expected distinct state indices in "
-            f"0..{n - 1}, got {measured}."
-        )
-    if not isinstance(system, dynsys.LinearSystem):
-        raise ConfigError(
-            "config key 'data.measured_states': only linear zoo models can be "
-            f"measured through outputs; {type(system).__name__} is not linear."
-        )
-    C = jnp.eye(n)[jnp.asarray(measured)]
-    names = [state_names[k] for k in measured] if state_names else None
-    return (
-        dynsys.LinearSystem(system.K, system.B, C, None, system.offset, dt=system.dt),
-        names,
-    )
-
-
-def _simulated(config: dict) -> _Data:
-    import jax
-
-    import dynsys
-
-    data_cfg, system_cfg = config["data"], config["system"]
-    seed = config["seed"]
-    key_x0, key_u, key_noise = jax.random.split(jax.random.key(seed), 3)
-    zoo_system = _zoo().get(system_cfg["model"], **system_cfg["params"])
-    n, m = zoo_system.state_size, zoo_system.input_size
-    state_names = _channel_names(config, "states", n)
-    system, output_names = _measured_system(
-        zoo_system, data_cfg["measured_states"], state_names
-    )
-    N, T = data_cfg["trajectories"], data_cfg["length"]
-    mean = _vector(config, "data", "x0_mean", n, "state")
-    x0s = mean[None] + data_cfg["x0_scale"] * jax.random.normal(key_x0, (N, n))
-    inputs = None
-    if m:
-        inputs = data_cfg["input_scale"] * jax.random.normal(key_u, (N, T, m))
-    noise = dict(
-        process_noise=data_cfg["process_noise"],
-        measurement_noise=data_cfg["measurement_noise"],
-    )
-    data = dynsys.simulate(system, x0s, T, inputs=inputs, key=key_noise, **noise)
-    clean = dynsys.simulate(system, x0s, T, inputs=inputs)
-    input_names = _channel_names(config, "inputs", m)
-    if output_names is not None:  # only the outputs are measured: drop the states
-        data, clean = _outputs_only(data), _outputs_only(clean)
-        state_names = None
-    data = _named(data, state_names, input_names, output_names)
-    measured = (
-        f", outputs {', '.join(output_names or [])}"
-        if data_cfg["measured_states"] is not None
-        else ""
-    )
-    source = (
-        f"{system_cfg['model']} (zoo), {N} simulated trajectories x {T} steps"
-        f"{measured}, measurement noise {noise['measurement_noise']:g}"
-        + (f", process noise {noise['process_noise']:g}") * bool(noise["process_noise"])
-        + f" (seed {seed})"
-    )
-    return _Data(data, source, true_system=system, clean=clean)
-
-
-# Figure roles of the models a fit run draws (see `dynsys.plot.STYLES`).
-ROLES = {"least squares": "estimate", "subspace": "estimate", "fitted": "fit"}
-
-
-def _outputs_only(data):
-    """The inputs and outputs of `data`, without its states."""
-    import dynsys
-
-    ts = None if data.ts is None else data.ts[: data.num_steps]
-    return dynsys.Dataset(us=data.us, ts=ts, ys=data.ys)
-
-
-def _zoo_names(config: dict, which: str):
-    """The zoo model's channel names with units, of one role (`"states"`, ...)."""
-    from .kinds import zoo_names  # that module imports this one
-
-    return list(getattr(zoo_names(config), which)) or None
-
-
-def _channel_names(config: dict, role: str, count: int):
-    """`system.state_names` or `system.input_names` (`role` `"states"` or
-    `"inputs"`) checked against `count`, else the zoo model's names."""
-    key = f"{role[:-1]}_names"
-    names = config["system"][key]
-    if names is None:
-        return _zoo_names(config, role)
-    if len(names) != count:
-        raise ConfigError(
-            f"config key 'system.{key}': expected {count} names, got {len(names)}."
-        )
-    return list(names)
-
-
-def _named(data, state_names, input_names, output_names):
-    """`data` with the given column names (where given and the columns exist)."""
-    import dynsys
-
-    def role(field: str, names, current):
-        """The field's experiments and names (the given ones, else the current)."""
-        if getattr(data, field) is None:
-            return None, None
-        return _experiments(data, field), tuple(names) if names else current
-
-    xs, state_names = role("xs", state_names, data.state_names)
-    us, input_names = role("us", input_names, data.input_names)
-    ys, output_names = role("ys", output_names, data.output_names)
-    return dynsys.Dataset(
-        xs,
-        us,
-        data.ts,
-        ys=ys,
-        state_names=state_names,
-        input_names=input_names,
-        output_names=output_names,
-    )
-
-
-def _experiments(data, field: str):
-    """The field's values, one unpadded array per experiment (ragged-safe)."""
-    values = np.asarray(getattr(data, field))
-    extra = 1 if field == "xs" else 0
-    return [values[i, : T + extra] for i, T in enumerate(data.lengths)]
-
-
-def _from_file(config: dict) -> _Data:
-    import dynsys
-
-    data_cfg = config["data"]
-    roles = {
-        "states": data_cfg["states"],
-        "inputs": data_cfg["inputs"],
-        "outputs": data_cfg["outputs"],
-        "trajectory": data_cfg["trajectory_column"],
-        "time": data_cfg["time_column"],
-    }
-    try:
-        data = dynsys.load_dataset(data_cfg["file"], **roles)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
-        raise ConfigError(f"config key 'data.file': {error}") from None
-    lengths = sorted(set(data.lengths))
-    steps = (
-        f"{lengths[0]} steps"
-        if len(lengths) == 1
-        else f"{lengths[0]} to {lengths[-1]} steps"
-    )
-    source = f"{data_cfg['file']}: {data.num_trajectories} experiments x {steps}"
-    return _Data(data, source)
-
-
-def _columns(data) -> str:
-    """What the run detected in the data: the state, input and output columns."""
-
-    def part(count: int, what: str, names) -> str:
-        if not count:
-            return f"no {what}s"
-        return f"{count} {what}{'s' * (count != 1)} ({', '.join(names)})"
-
-    parts = [
-        part(data.state_size, "state", data.state_names),
-        part(data.input_size, "input", data.input_names),
-    ]
-    if data.output_size:
-        parts.append(part(data.output_size, "output", data.output_names))
-    return ", ".join(parts)
-
-
-def _split(config: dict, run: _Data):
-    """Training and held-out data (and the held-out noise-free data, if known)."""
-    data, fraction = run.data, config["data"]["validation"]
-    if fraction <= 0 or data.num_trajectories < 2:
-        return data, None, None
-    train, val = data.split(fraction)
-    clean_val = None
-    if run.clean is not None:
-        clean_val = run.clean[np.arange(train.num_trajectories, data.num_trajectories)]
-    return train, val, clean_val
 
 
 # ---------------------------------------------------------------------------------
@@ -246,7 +40,7 @@ def _optimizer(fit_cfg: dict):
 
 
 def _loss(fit_cfg: dict, train_data):
-    import dynsys
+    from .._fitting.losses import MultipleShooting
 
     if fit_cfg["loss"] != "shooting":
         return fit_cfg["loss"]
@@ -256,14 +50,14 @@ def _loss(fit_cfg: dict, train_data):
             f"steps) is longer than the training experiments ({train_data.num_steps} "
             "steps)."
         )
-    return dynsys.MultipleShooting(fit_cfg["horizon"])
+    return MultipleShooting(fit_cfg["horizon"])
 
 
 def _stable_if_asked(fit_cfg: dict, model):
-    import dynsys
+    from .._systems.stable import StableLinearSystem
 
     if fit_cfg["model"] == "stable":
-        return dynsys.StableLinearSystem.from_linear(model)
+        return StableLinearSystem.from_linear(model)
     return model
 
 
@@ -274,14 +68,14 @@ def _as_linear(model):
 def _fit_model(config, start_model, train_data, val_data, progress):
     import jax
 
-    import dynsys
+    from .._fitting.fit import fit
 
     fit_cfg = config["fit"]
     optimizer, num_steps, described = _optimizer(fit_cfg)
     loss = _loss(fit_cfg, train_data)
     key = jax.random.key(config["seed"] + 1)
     started = time.perf_counter()
-    result = dynsys.fit(
+    result = fit(
         start_model,
         share_between_processes(train_data),  # several processes: each its slice
         loss=loss,
@@ -387,32 +181,16 @@ def _stop_notes(result, echo) -> list[str]:
     return [f"Note: {result.stop_reason}.", ""]
 
 
-def _time_label(data) -> str:
-    return "time (s)" if data.dt not in (None, 1.0) else "time (steps)"
-
-
-def _times(data) -> np.ndarray:
-    if data.ts is not None:
-        return np.asarray(data.ts)
-    return np.arange(data.num_steps + 1)
-
-
-# ---------------------------------------------------------------------------------
-# The path for input-output data.
-
-
 def _subspace_start(fit_cfg: dict, train, echo):
     """The subspace estimate, its singular values, the time it took and how its
     order was chosen."""
-    import dynsys
+    from .._sysid.subspace import fit_subspace, subspace_singular_values
 
     started = time.perf_counter()
     horizon = fit_cfg["subspace_horizon"]
     try:
-        singular_values = np.asarray(
-            dynsys.subspace_singular_values(train, horizon=horizon)
-        )
-        start = dynsys.fit_subspace(
+        singular_values = np.asarray(subspace_singular_values(train, horizon=horizon))
+        start = fit_subspace(
             train,
             fit_cfg["order"],
             horizon=horizon,
@@ -431,9 +209,9 @@ def _validate_outputs(models: dict, report, clean_val, which: str):
     """Each model's `compare` on the report data, the fit % rows (against the
     measurements, and the noise-free outputs when known), and the fitted model's
     residual analysis."""
-    import dynsys
+    from .._sysid.validation import compare, residual_analysis
 
-    comparisons = {name: dynsys.compare(m, report) for name, m in models.items()}
+    comparisons = {name: compare(m, report) for name, m in models.items()}
     rows = {
         f"{which} fit % vs measurements": {
             name: np.asarray(c.fit_percent).tolist() for name, c in comparisons.items()
@@ -446,7 +224,7 @@ def _validate_outputs(models: dict, report, clean_val, which: str):
             name: _fit_percent_masked(clean_ys, np.asarray(c.predicted), mask)
             for name, c in comparisons.items()
         }
-    residuals = dynsys.residual_analysis(models["fitted"], report)
+    residuals = residual_analysis(models["fitted"], report)
     return comparisons, rows, residuals
 
 
@@ -461,6 +239,8 @@ def _matrices(model) -> dict:
 
 
 def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
+    """Input–output data: the subspace start, the output-error fit, and the models'
+    validation on the held-out (or else the training) data."""
     fit_cfg = config["fit"]
     start, singular_values, subspace_seconds, chosen = _subspace_start(
         fit_cfg, train, echo
@@ -486,34 +266,15 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     comparisons, rows, residuals = _validate_outputs(models, report, clean_val, which)
     timing["validation_seconds"] = time.perf_counter() - started
 
-    echo("")
-    notes = [
-        f"Data: {run.source}.",
-        "",
-        f"Columns: {_columns(run.data)}.",
-        "",
+    described = (
         f"Subspace start of order {order} ({chosen}); output-error fit with "
-        f"{optimizer}, {fit_cfg['loss']} loss.",
-        "",
-    ]
-    notes += _stop_notes(result, echo)
-    eigenvalues = _eigenvalue_table(models, echo)
-    echo("")
-    channels = list(report.output_names)
-    _fit_table(rows, channels, echo)
-    echo("")
-    echo(
-        "  time: subspace {subspace_seconds:.2f} s, fit {fit_seconds:.1f} s, "
-        "validation {validation_seconds:.2f} s".format(**timing)
+        f"{optimizer}, {fit_cfg['loss']} loss."
     )
-
-    headline = list(rows.values())[-1]
-    against = "noise-free outputs" if clean_val is not None else "measurements"
-    summary = {
-        f"{which} fit % vs {against}, {name}": float(np.mean(v))
-        for name, v in headline.items()
-        if name != "true" or clean_val is not None
-    }
+    channels = list(report.output_names)
+    notes, eigenvalues = _echo_outputs(
+        run, result, described, models, rows, channels, timing, echo
+    )
+    summary = _output_summary(rows, which, clean_val)
     metrics = {
         "source": run.source,
         "columns": {
@@ -557,6 +318,42 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     return _outcome(run, result, metrics, summary, figures, notes)
 
 
+def _echo_outputs(run, result, described, models, rows, channels, timing, echo):
+    """Print the stop note, eigenvalues, fit % table and times of input–output data;
+    returns `(notes for summary.md, eigenvalues)`."""
+    echo("")
+    notes = [
+        f"Data: {run.source}.",
+        "",
+        f"Columns: {_columns(run.data)}.",
+        "",
+        described,
+        "",
+    ]
+    notes += _stop_notes(result, echo)
+    eigenvalues = _eigenvalue_table(models, echo)
+    echo("")
+    _fit_table(rows, channels, echo)
+    echo("")
+    echo(
+        "  time: subspace {subspace_seconds:.2f} s, fit {fit_seconds:.1f} s, "
+        "validation {validation_seconds:.2f} s".format(**timing)
+    )
+    return notes, eigenvalues
+
+
+def _output_summary(rows: dict, which: str, clean_val) -> dict:
+    """The headline numbers: each model's mean fit % in the last row (the truth's
+    only against noise-free outputs)."""
+    headline = list(rows.values())[-1]
+    against = "noise-free outputs" if clean_val is not None else "measurements"
+    return {
+        f"{which} fit % vs {against}, {name}": float(np.mean(v))
+        for name, v in headline.items()
+        if name != "true" or clean_val is not None
+    }
+
+
 def _fit_percent_masked(reference, predicted, mask) -> list[float]:
     """Fit % per channel over the valid steps, as `compare` reports it."""
     values = []
@@ -569,133 +366,15 @@ def _fit_percent_masked(reference, predicted, mask) -> list[float]:
     return values
 
 
-def _output_figures(
-    report, comparisons, models, truth, singular_values, order, residuals, result, which
-):
-    from dynsys import plot
-
-    estimated = {k: v for k, v in models.items() if k != "true"}
-    true_system = models.get("true")
-    T0 = report.lengths[0]
-    dt = report.dt if report.dt not in (None, 1.0) else None
-    p = report.output_size
-    responses = dict(  # the Bode and step-response figures' common settings
-        truth=true_system,
-        roles=ROLES,
-        dt=dt,
-        output_names=list(report.output_names),
-        input_names=list(report.input_names) or None,
-        outputs=None if p <= 4 else range(4),
-    )
-    figures = {}
-    pages = plot.pages(p)  # several pages for many outputs
-    for k, page in enumerate(pages):
-        of = f", page {k + 1} of {len(pages)}" if len(pages) > 1 else ""
-        figures[_page_file("comparison", k)] = plot.comparison(
-            {k: v for k, v in comparisons.items() if k != "true"},
-            experiment=0,
-            truth=None if truth is None else truth[:T0],
-            roles=ROLES,
-            channels=page,
-            dt=dt,
-            title=f"{which} experiment 0: free run from the estimated initial state "
-            f"(fit % over all {which} experiments){of}",
-        )
-    return figures | {
-        "singular_values.png": plot.singular_values(singular_values, order=order),
-        "bode.png": plot.bode(estimated, **responses),
-        "step_response.png": plot.step_response(estimated, **responses),
-        "residuals.png": plot.residuals(
-            residuals, channels=None if p <= 8 else range(8)
-        ),
-        "eigenvalues.png": plot.eigenvalues(
-            estimated, truth=true_system, roles=ROLES, dt=dt, title="eigenvalues of K"
-        ),
-        "loss.png": _loss_figure(
-            result,
-            "output-error loss",
-            "output error (each channel's squared error / its variance)",
-        ),
-    }
-
-
-def _loss_figure(result, title, ylabel):
-    from dynsys import plot
-
-    return plot.loss_history(
-        result.losses,
-        result.val_losses,
-        best_step=result.best_step,
-        stop_reason=result.stop_reason,
-        ylabel=ylabel,
-        title=title,
-    )
-
-
-def _page_file(stem: str, k: int) -> str:
-    """`stem.png` for the first page of a figure, `stem_<k+1>.png` after it."""
-    return f"{stem}.png" if k == 0 else f"{stem}_{k + 1}.png"
-
-
-# ---------------------------------------------------------------------------------
-# The path for measured states.
-
-
-def _state_figures(report, runs, models, clean_val, result, fit_cfg, which):
-    """The figures of a fit to measured states: trajectory 0 against each model's
-    free run (in pages for many states), the eigenvalues, the loss."""
-    import dynsys
-    from dynsys import plot
-
-    predictions = {label: xs[0] for label, xs in runs.items()}
-    per_channel = {
-        label: np.asarray(
-            dynsys.fit_percent(report.xs[0, 1:], xs[0, 1:], per_channel=True)
-        )
-        for label, xs in runs.items()
-    }
-    estimated = {k: v for k, v in models.items() if k != "true"}
-    dt = report.dt if report.dt not in (None, 1.0) else None
-    figures = {}
-    pages = plot.pages(report.state_size)  # several pages for many states
-    for k, page in enumerate(pages):
-        of = f", page {k + 1} of {len(pages)}" if len(pages) > 1 else ""
-        figures[_page_file("trajectories", k)] = plot.comparison(
-            _times(report),
-            np.asarray(report.xs[0]),
-            predictions,
-            truth=None if clean_val is None else np.asarray(clean_val.xs[0]),
-            roles=ROLES,
-            fit_percent=per_channel,
-            names=list(report.state_names),
-            channels=page,
-            time_label=_time_label(report),
-            title=f"{which} trajectory 0: free run from its first state "
-            f"(fit % vs measurements){of}",
-        )
-    figures |= {
-        "eigenvalues.png": plot.eigenvalues(
-            estimated,
-            truth=models.get("true"),
-            roles=ROLES,
-            dt=dt,
-            title="eigenvalues of K",
-        ),
-        "loss.png": _loss_figure(
-            result,
-            f"{fit_cfg['loss']} loss ({fit_cfg['model']} model)",
-            "mean squared state error (units² of the states)",
-        ),
-    }
-    return figures
-
-
 def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
-    import dynsys
+    from .._fitting.least_squares import fit_least_squares
+    from .._fitting.metrics import fit_percent
+    from .._rollout.rollout import rollout
+    from .._systems.system import LinearSystem
 
     fit_cfg = config["fit"]
     try:
-        estimate = dynsys.fit_least_squares(train, ridge=fit_cfg["ridge"])
+        estimate = fit_least_squares(train, ridge=fit_cfg["ridge"])
     except ValueError as error:
         raise ConfigError(f"config key 'fit.ridge': {error}") from None
     result, fit_seconds, optimizer = _fit_model(
@@ -705,9 +384,7 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
 
     def free_run(system, dataset):
         return np.asarray(
-            dynsys.rollout(
-                system, dataset.xs[:, 0], dataset.num_steps, inputs=dataset.us
-            ).xs
+            rollout(system, dataset.xs[:, 0], dataset.num_steps, inputs=dataset.us).xs
         )
 
     report = val if val is not None else train
@@ -718,13 +395,13 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
     }
     rows = {
         f"{which} fit % vs measurements": {
-            label: float(dynsys.fit_percent(report.xs[:, 1:], xs[:, 1:]))
+            label: float(fit_percent(report.xs[:, 1:], xs[:, 1:]))
             for label, xs in runs.items()
         }
     }
     if clean_val is not None:
         rows[f"{which} fit % vs noise-free truth"] = {
-            label: float(dynsys.fit_percent(clean_val.xs[:, 1:], xs[:, 1:]))
+            label: float(fit_percent(clean_val.xs[:, 1:], xs[:, 1:]))
             for label, xs in runs.items()
         }
 
@@ -739,7 +416,7 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
     ]
     notes += _stop_notes(result, echo)
     models = {"least squares": estimate, "fitted": fitted}
-    if isinstance(run.true_system, dynsys.LinearSystem):
+    if isinstance(run.true_system, LinearSystem):
         models = {"true": run.true_system, **models}
     eigenvalues = _eigenvalue_table(models, echo)
     echo("")

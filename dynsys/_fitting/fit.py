@@ -14,8 +14,12 @@ import numpy as np
 import optax
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
-from .._rollout.adjoint import AbstractAdjoint, LinearAdjoint
 from .._data.dataset import Dataset
+from .._rollout.adjoint import AbstractAdjoint, LinearAdjoint
+from .._rollout.method import AbstractMethod
+from .._rollout.rollout import rollout
+from .._rollout.sharding import to_host
+from .._systems.system import AbstractSystem
 from .least_squares import _check_data, step_mask
 from .losses import (
     channel_weights,
@@ -25,10 +29,7 @@ from .losses import (
     MultipleShooting,
     one_step_predictions,
 )
-from .._rollout.method import AbstractMethod
 from .metrics import spectral_radius
-from .._rollout.rollout import rollout
-from .._rollout.sharding import to_host
 from .solvers import (
     DEFAULT_MAX_STEPS,
     default_strategy,
@@ -36,7 +37,6 @@ from .solvers import (
     LevenbergMarquardtStrategy,
     tolerances,
 )
-from .._systems.system import AbstractSystem
 from .train import optax_strategy, optimise, TrainResult
 
 
@@ -364,7 +364,7 @@ def _metrics(objective, model, x0s, batch) -> dict[str, float]:
     return metrics
 
 
-def _check_arguments(model, data, loss, val_data, fit_x0, num_steps):
+def _checked(model, data, loss, val_data, fit_x0, num_steps):
     """`fit`'s checks of its arguments (one-line errors naming each); returns the
     checked `(data, loss, val_data)`."""
     if not isinstance(model, AbstractSystem):
@@ -423,6 +423,22 @@ def _check_arguments(model, data, loss, val_data, fit_x0, num_steps):
     return data, loss, val_data
 
 
+def _validation_loss(loss, val_data, model, method, adjoint):
+    """The held-out loss that picks the best model (`None` without `val_data`)."""
+    if val_data is None:
+        return None
+    val_objective = _objective(loss, val_data, model, False, method, adjoint)
+    val_batch = _batch(val_data, _model_dtype(model))
+    return _ValidationLoss(val_objective, val_batch)
+
+
+def _warn_untrusted(stop_reason: str | None):
+    """Warn once when the fit is not to be trusted (not when the user stopped it)."""
+    if stop_reason is not None and not stop_reason.startswith("stopped by"):
+        # stacklevel 3: the caller of `fit` (this, `fit`).
+        warnings.warn(f"fit: {stop_reason}.", stacklevel=3)
+
+
 def _fit_result(result, objective, batch, evaluator, stop_reason) -> FitResult:
     """The `FitResult` of `optimise`'s `result`: the best model, its initial states
     and its metrics on the training (and validation) data."""
@@ -471,44 +487,8 @@ def fit(
     """Fit the parameters of any `AbstractSystem` to data: measured states, or
     measured outputs (output error).
 
-    Minimises the error of the model's predictions, through the loop of
-    `dynsys.train` (several steps per dispatch, compiled once and reused by later
-    calls with the same shapes, progress bar, best-model tracking, a stop at the
-    first non-finite loss or gradient):
-
-    - `"simulation"`: the free run over all `T` steps, driven by the data's inputs
-        (output error; unbiased under measurement noise, but a rugged loss for long
-        or chaotic data);
-    - `"one_step"`: $x_{t+1}$ against `model.step(t, x_t, u_t)` (equation error; fast
-        and convex for linear models, biased by measurement noise); states only;
-    - `MultipleShooting(horizon)`: free runs over windows of `horizon` steps.
-
-    **State data** (no `ys`): the loss is the mean squared error of the predicted
-    states $x_1 \\dots$ (also $x_0$ when it is fitted), each run starting from the
-    measured state. **Output data** (`data.ys`): the loss compares `model.output`
-    with the measured outputs, each channel's squared error divided by its variance
-    in the data (so channels in different units count alike), averaged over
-    channels; every inexact array of the model trains (`C` and `D` like `K` and
-    `B`); each experiment's initial state (each window's, for multiple shooting) is
-    estimated: in closed form inside the loss for linear models (`LinearSystem`,
-    `StableLinearSystem`, `Discretized`: the least-squares $x_0$ of the current
-    model, differentiated through), trained from zero otherwise. Experiments of
-    different lengths count only their valid steps (`data.step_mask`).
-
-    **The default optimiser** (`optimizer=None`) needs no learning rate:
-    Levenberg–Marquardt on the residual vector (`optimistix.LevenbergMarquardt`'s
-    trust region; the Jacobian is factorised once per accepted step) when the model
-    has at most 256 trained parameters and the Jacobian (residuals x parameters) at
-    most $2^{24}$ entries (128 MiB in float64), else L-BFGS with a zoom line search
-    (`optax.lbfgs`). It stops at its tolerances
-    (`rtol`, `atol`: 1e-8, 1e-10 in float64; 1e-5, 1e-7 in float32) or after
-    `num_steps` (default 200 for Levenberg–Marquardt, 1000 for L-BFGS).
-    `result.optimizer` names the one used. Any optax transform can be given
-    instead (default `num_steps` 1000).
-
-    **Honest results:** a fit that ends no better than its start, or whose loss grew
-    by orders of magnitude (more than 100 times its start) or became non-finite,
-    warns once and says so, with a suggestion, in `result.stop_reason`.
+    Minimises the error of the model's predictions through the loop of `train`, by
+    default with no learning rate to tune; how, and when it warns: docs/fitting.md.
 
     **Arguments:**
 
@@ -517,69 +497,53 @@ def fit(
     - `data`: a `Dataset`; with outputs its `output_size` must match the model's,
         else its `state_size`; its inputs the model's `input_size`.
     - `loss`: `"simulation"`, `"one_step"` or a `MultipleShooting`.
-    - `optimizer`: `None` (the default rule above) or an optax transform
-        (`optax.adam(1e-3)`, `optax.lbfgs()`, ...). Transforms are compared by
-        value: an equal one built again reuses the compiled steps.
-    - `num_steps`: the maximum number of optimiser steps (`None`: the default of
-        the optimiser).
+    - `optimizer`: `None` (Levenberg–Marquardt, or L-BFGS for large problems) or
+        an optax transform (`optax.adam(1e-3)`, `optax.lbfgs()`, ...).
+    - `num_steps`: the maximum number of optimiser steps (`None`: its default).
     - `batch_size`: trajectories per step (`None`: all); needs an optax optimizer.
     - `fit_x0`: on state data, also fit each trajectory's initial state (each
         window's, for `MultipleShooting`), starting from the measured one. Not with
         `"one_step"`. (On output data the initial states are always estimated.)
     - `key`: PRNG key for the minibatches.
     - `progress`: show a progress bar.
-    - `val_data`: an optional held-out `Dataset` of the same kind; its loss (from
-        its measured initial states, or on output data its estimated ones, linear
-        models only) is evaluated every 10 steps and picks the best model.
-    - `method`, `adjoint`: passed to `rollout` (default: its default method,
-        `Autodiff()`). With `LinearAdjoint` the default optimiser is L-BFGS
-        (Levenberg–Marquardt needs forward-mode derivatives).
+    - `val_data`: an optional held-out `Dataset` of the same kind (on output data,
+        linear models only); its loss, every 10 steps, picks the best model.
+    - `method`, `adjoint`: passed to `rollout` (default `Autodiff()`). With
+        `LinearAdjoint` the default optimiser is L-BFGS (no forward mode).
     - `callback`: `callback(step, model, loss)` after each step; return `True` to
         stop (one step per dispatch then).
-    - `filter_spec`: which parts of the model train, as in `train` (e.g. freeze
-        `B`).
+    - `filter_spec`: which parts of the model train, as in `train` (e.g. freeze `B`).
     - `rtol`, `atol`: tolerances of the default optimiser.
 
     **Returns:**
 
-    A `FitResult` (the best model, the estimated initial states, the loss
-    histories, the best step, the stop reason, the optimiser, metrics on the
-    training and validation data).
+    A `FitResult`: the best model, its initial states, the loss histories, the best
+    step, the stop reason, the optimiser, metrics on the training and validation data.
 
     **Raises:**
 
-    `ValueError` naming the argument: widths that do not match the model (outputs,
-    states or inputs), an unknown loss, the one-step loss on output data, a shooting
-    horizon longer than the trajectories (or too short to determine a window's state
-    from outputs), `fit_x0` with `"one_step"`, `batch_size` with the default
-    optimiser.
+    `ValueError` naming the argument: widths that do not match the model's, an
+    unknown loss, the one-step loss on output data, a shooting horizon too long for
+    the data (or too short for a window's state), `fit_x0` with `"one_step"`,
+    `batch_size` with the default optimiser.
 
     **Example:**
 
     ```python
     true = dynsys.LinearSystem(K=jnp.array([[0.9, 0.2], [-0.2, 0.9]]))
     data = dynsys.simulate(true, jax.random.normal(jax.random.key(0), (4, 2)), 20)
-    start = dynsys.LinearSystem(K=0.5 * jnp.eye(2))
-    result = dynsys.fit(start, data, progress=False)
+    result = dynsys.fit(dynsys.LinearSystem(K=0.5 * jnp.eye(2)), data, progress=False)
     result.optimizer, result.metrics["train"]["fit_percent"]  # LM, close to 100
     ```
     """
-    data, loss, val_data = _check_arguments(
-        model, data, loss, val_data, fit_x0, num_steps
-    )
-
+    data, loss, val_data = _checked(model, data, loss, val_data, fit_x0, num_steps)
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
     batch = _batch(data, _model_dtype(model))
-    x0s = _initial_x0s(objective, loss, data, model)
-    params = (model, x0s)
+    params = (model, _initial_x0s(objective, loss, data, model))
     strategy, default_steps = _strategy(
         optimizer, objective, params, batch, batch_size, adjoint, rtol, atol
     )
-    evaluator = None
-    if val_data is not None:
-        val_objective = _objective(loss, val_data, model, False, method, adjoint)
-        val_batch = _batch(val_data, _model_dtype(model))
-        evaluator = _ValidationLoss(val_objective, val_batch)
+    evaluator = _validation_loss(loss, val_data, model, method, adjoint)
     result = optimise(
         objective,
         strategy,
@@ -597,7 +561,5 @@ def fit(
         caller="fit",
     )
     stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
-    if stop_reason is not None and not stop_reason.startswith("stopped by"):
-        warnings.warn(f"fit: {stop_reason}.", stacklevel=2)
-
+    _warn_untrusted(stop_reason)
     return _fit_result(result, objective, batch, evaluator, stop_reason)

@@ -11,11 +11,11 @@ import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from .._rollout.adjoint import Autodiff
-from .._systems.ode import Discretized
 from .._rollout.rollout import _times, rollout
-from .solvers import AbstractObjective
+from .._systems.ode import Discretized
 from .._systems.stable import StableLinearSystem
 from .._systems.system import LinearSystem
+from .solvers import AbstractObjective
 
 
 class MultipleShooting(eqx.Module):

@@ -326,6 +326,166 @@ def _progress_bar(num_steps: int, caller: str):
     return tqdm(total=num_steps, desc=caller, mininterval=0.5, leave=True)
 
 
+@dataclasses.dataclass
+class _Loop:
+    """What `optimise`'s loop reads (the first fields, fixed) and updates between
+    chunks (the parameters, optimiser state, running best and histories)."""
+
+    strategy: Any
+    objective: Any
+    static: Any
+    data: Any
+    shardings: Any
+    batches: Iterator[np.ndarray] | None
+    evaluator: Callable | None
+    full_data: bool  # the evaluator is the loss on all of data (minibatches)
+    chunk: int
+    eval_every: int
+    callback: Callable | None
+    bar: Any
+    params: Any
+    carry: Any
+    best_device: tuple  # (loss, step, params) as arrays, tracked by `_run_chunk`
+    best_host: tuple  # (loss, step, params), chosen by evaluations
+    losses: list[float] = dataclasses.field(default_factory=list)
+    val_losses: list[tuple[int, float]] = dataclasses.field(default_factory=list)
+    full_losses: list[tuple[int, float]] = dataclasses.field(default_factory=list)
+    stop_reason: str | None = None
+    converged: bool = False
+    evaluated_last: int = -1
+
+    @property
+    def track_best(self) -> bool:
+        """Whether the device tracks the best model (no evaluator)."""
+        return self.evaluator is None
+
+
+def _best_model_evaluator(objective, data, batches, evaluator):
+    """`(evaluator, full_data)`: how the best model is chosen. By `evaluator`
+    (validation loss) if given; else, on minibatches, by the loss on all of data
+    every `eval_every` steps; else (`None`) by each step's loss."""
+    if evaluator is None and batches is not None:
+        return _FullLoss(objective, data), True
+    return evaluator, False
+
+
+def _initial_best(params) -> tuple[tuple, tuple]:
+    """The running best before any step: on the device and on the host."""
+    dtype = jnp.result_type(*[leaf.dtype for leaf in jax.tree.leaves(params)])
+    best_device = (jnp.array(jnp.inf, dtype), jnp.array(-1), params)
+    best_host = (math.inf, -1, params)  # chosen by evaluations
+    return best_device, best_host
+
+
+def _evaluate_at(loop: _Loop, step: int):
+    """Evaluate the current model, record the value, and keep it if it is the
+    best so far."""
+    value = float(_evaluate(loop.evaluator, loop.params, loop.static))
+    (loop.full_losses if loop.full_data else loop.val_losses).append((step, value))
+    loop.evaluated_last = step
+    if math.isfinite(value) and value < loop.best_host[0]:
+        loop.best_host = (value, step, loop.params)
+
+
+def _dispatch(loop: _Loop, k: int, num_steps: int) -> int:
+    """Run the chunk that starts at step `k` (after an evaluation, when one is
+    due) and record its losses; the number of steps it ran."""
+    if loop.evaluator is not None and k % loop.eval_every == 0:
+        _evaluate_at(loop, k)
+    count = min(loop.chunk, num_steps - k)
+    if loop.evaluator is not None:
+        count = min(count, loop.eval_every - k % loop.eval_every)
+    indices = _chunk_indices(loop.batches, count, loop.chunk)
+    ks = jnp.arange(k, k + loop.chunk)
+    new_params, new_carry, loop.best_device, outputs = _run_chunk(
+        loop.strategy,
+        loop.objective,
+        loop.static,
+        loop.params,
+        loop.carry,
+        loop.best_device,
+        loop.data,
+        indices,
+        ks,
+        jnp.asarray(k + count),
+        loop.shardings,
+        loop.track_best,
+    )
+    loop.params, loop.carry = new_params, new_carry
+    ran, loop.stop_reason, loop.converged = _record(outputs, count, k, loop.losses)
+    return ran
+
+
+def _after_chunk(loop: _Loop, k: int, ran: int) -> bool:
+    """Advance the progress bar and call the callback after a chunk that ran `ran`
+    steps up to step `k`; whether to stop."""
+    if loop.bar is not None:
+        loop.bar.update(ran)
+        loop.bar.set_postfix(loss=f"{loop.losses[-1]:.4g}", refresh=False)
+    if loop.stop_reason is not None or loop.converged:
+        return True
+    if loop.callback is not None and loop.callback(
+        k - 1, eqx.combine(loop.params, loop.static), loop.losses[-1]
+    ):
+        loop.stop_reason = f"stopped by the callback after step {k - 1}"
+        return True
+    return False
+
+
+def _run_steps(loop: _Loop, num_steps: int, warn: bool, caller: str):
+    """Run chunks until `num_steps`, a stop or convergence, then evaluate the last
+    model; Ctrl-C keeps what ran. Closes the progress bar."""
+    try:
+        k = 0
+        while k < num_steps:
+            ran = _dispatch(loop, k, num_steps)
+            k += ran
+            if _after_chunk(loop, k, ran):
+                break
+        if (
+            loop.evaluator is not None
+            and loop.stop_reason is None
+            and loop.evaluated_last != k
+        ):
+            # The model after the last update has no step loss; it competes only
+            # where models are compared by evaluation.
+            _evaluate_at(loop, k)
+    except KeyboardInterrupt:
+        loop.stop_reason = (
+            f"interrupted at step {len(loop.losses)}; kept the best model"
+        )
+        if warn:
+            # stacklevel 4: the caller of `train` (this, `optimise`, `train`).
+            warnings.warn(f"{caller}: {loop.stop_reason}.", stacklevel=4)
+    finally:
+        if loop.bar is not None:
+            loop.bar.close()
+
+
+def _train_result(loop: _Loop, warn: bool, caller: str) -> "TrainResult":
+    """The `TrainResult` of a finished loop (warning of a non-finite stop)."""
+    best_loss, best_step, best_params = _best(
+        loop.best_device if loop.track_best else loop.best_host, loop.params
+    )
+    stop_reason = loop.stop_reason
+    if warn and stop_reason is not None and stop_reason.startswith("non-finite"):
+        # stacklevel 4: the caller of `train` (this, `optimise`, `train`).
+        warnings.warn(f"{caller}: {stop_reason} (step {best_step}).", stacklevel=4)
+    return TrainResult(
+        model=eqx.combine(best_params, loop.static),
+        final_model=eqx.combine(loop.params, loop.static),
+        losses=np.asarray(loop.losses),
+        val_losses=loop.val_losses,
+        full_losses=loop.full_losses,
+        best_step=best_step,
+        best_loss=best_loss,
+        steps_run=len(loop.losses),
+        stop_reason=stop_reason,
+        converged=loop.converged,
+        optimizer=loop.strategy.name,
+    )
+
+
 def optimise(
     objective,
     strategy,
@@ -352,100 +512,28 @@ def optimise(
     carry = jax.tree.map(_strong, _init_carry(strategy, params))
     data, batches = _on_device(data, batch_size, key, num_steps, caller)
     shardings = None if data is None else leading_axis_shardings(data)
-
-    losses: list[float] = []
-    val_losses: list[tuple[int, float]] = []
-    full_losses: list[tuple[int, float]] = []
-    # How the best model is chosen: validation loss if given; else, on minibatches,
-    # the loss on all of data every `eval_every` steps; else each step's loss.
-    evaluations = val_losses if evaluator is not None else None
-    if evaluator is None and batches is not None:
-        evaluator, evaluations = _FullLoss(objective, data), full_losses
-    track_best = evaluator is None
+    evaluator, full_data = _best_model_evaluator(objective, data, batches, evaluator)
     chunk = _steps_per_dispatch(chunk, data, callback, evaluator, eval_every)
-
     bar = _progress_bar(num_steps, caller) if progress else None
-
-    dtype = jnp.result_type(*[leaf.dtype for leaf in jax.tree.leaves(params)])
-    best_device = (jnp.array(jnp.inf, dtype), jnp.array(-1), params)
-    best_host = (math.inf, -1, params)  # chosen by evaluations
-    stop_reason, converged, evaluated_last = None, False, -1
-
-    def evaluate(step: int):
-        nonlocal best_host, evaluated_last
-        value = float(_evaluate(evaluator, params, static))
-        evaluations.append((step, value))
-        evaluated_last = step
-        if math.isfinite(value) and value < best_host[0]:
-            best_host = (value, step, params)
-
-    try:
-        k = 0
-        while k < num_steps:
-            if evaluator is not None and k % eval_every == 0:
-                evaluate(k)
-            count = min(chunk, num_steps - k)
-            if evaluator is not None:
-                count = min(count, eval_every - k % eval_every)
-            indices = _chunk_indices(batches, count, chunk)
-            ks = jnp.arange(k, k + chunk)
-            new_params, new_carry, best_device, outputs = _run_chunk(
-                strategy,
-                objective,
-                static,
-                params,
-                carry,
-                best_device,
-                data,
-                indices,
-                ks,
-                jnp.asarray(k + count),
-                shardings,
-                track_best,
-            )
-            params, carry = new_params, new_carry
-            ran, stop_reason, converged = _record(outputs, count, k, losses)
-            k += ran
-            if bar is not None:
-                bar.update(ran)
-                bar.set_postfix(loss=f"{losses[-1]:.4g}", refresh=False)
-            if stop_reason is not None or converged:
-                break
-            if callback is not None and callback(
-                k - 1, eqx.combine(params, static), losses[-1]
-            ):
-                stop_reason = f"stopped by the callback after step {k - 1}"
-                break
-        if evaluator is not None and stop_reason is None and evaluated_last != k:
-            # The model after the last update has no step loss; it competes only
-            # where models are compared by evaluation.
-            evaluate(k)
-    except KeyboardInterrupt:
-        stop_reason = f"interrupted at step {len(losses)}; kept the best model"
-        if warn:
-            warnings.warn(f"{caller}: {stop_reason}.", stacklevel=3)
-    finally:
-        if bar is not None:
-            bar.close()
-
-    best_loss, best_step, best_params = _best(
-        best_device if track_best else best_host, params
+    loop = _Loop(
+        strategy,
+        objective,
+        static,
+        data,
+        shardings,
+        batches,
+        evaluator,
+        full_data,
+        chunk,
+        eval_every,
+        callback,
+        bar,
+        params,
+        carry,
+        *_initial_best(params),
     )
-    if warn and stop_reason is not None and stop_reason.startswith("non-finite"):
-        warnings.warn(f"{caller}: {stop_reason} (step {best_step}).", stacklevel=3)
-    return TrainResult(
-        model=eqx.combine(best_params, static),
-        final_model=eqx.combine(params, static),
-        losses=np.asarray(losses),
-        val_losses=val_losses,
-        full_losses=full_losses,
-        best_step=best_step,
-        best_loss=best_loss,
-        steps_run=len(losses),
-        stop_reason=stop_reason,
-        converged=converged,
-        optimizer=strategy.name,
-    )
+    _run_steps(loop, num_steps, warn, caller)
+    return _train_result(loop, warn, caller)
 
 
 _DEFAULT_OPTIMIZER = OptaxStrategy(optax.adam(1e-2), "optax (adam 1e-2)")
@@ -455,6 +543,29 @@ def optax_strategy(optimizer) -> OptaxStrategy:
     """The strategy of an optax transform (equal for equal transforms, e.g.
     `optax.adam(1e-3)` built twice, so that they reuse the compiled chunk)."""
     return OptaxStrategy(optimizer, describe(optimizer))
+
+
+def _check_train_arguments(num_steps, eval_every, batch_size, data):
+    """`train`'s checks of its arguments (one-line errors naming each)."""
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(
+            f"train(num_steps=...): num_steps must be a positive integer, got "
+            f"{num_steps!r}."
+        )
+    if (
+        isinstance(eval_every, bool)
+        or not isinstance(eval_every, int)
+        or eval_every < 1
+    ):
+        raise ValueError(
+            f"train(eval_every=...): eval_every must be a positive integer, got "
+            f"{eval_every!r}."
+        )
+    if batch_size is not None and data is None:
+        raise ValueError(
+            f"train(batch_size=...): batch_size={batch_size!r} was given without "
+            "data; minibatches are drawn from data."
+        )
 
 
 def train(
@@ -474,13 +585,10 @@ def train(
 ) -> TrainResult:
     """Minimise `loss_fn` over the inexact arrays of `model` with an optax optimiser.
 
-    Several steps per dispatch (a `lax.scan` over steps, so that small problems are
-    not bound by Python overhead), a progress bar with the current loss, the loss
+    Several steps per dispatch, a progress bar with the current loss, the loss
     history, best-model tracking, and a guard: training stops at the first non-finite
-    loss or gradient, warns at which step, and returns the best model so far.
-    Optimisers with a line search (`optax.lbfgs()`) work as they are: `train` passes
-    them `value`, `grad` and `value_fn`, and reuses the value and gradient their line
-    search stored.
+    loss or gradient, warns at which step, and returns the best model so far. How
+    the loop runs, compiles and caches: docs/training.md.
 
     **Arguments:**
 
@@ -509,14 +617,6 @@ def train(
         `data` is evaluated the same way and chooses the best model.)
     - `eval_every`: how often (in steps) `val_fn` or the full-data loss is evaluated.
 
-    The chunk of steps is compiled once and cached at module level: a second call
-    with the same `loss_fn` object, an equal `optimizer` (compared by value, so
-    `optax.adam(1e-3)` built again is equal), the same model structure and the same
-    shapes does not trace `loss_fn` again (`loss_fn` is traced once for the step,
-    and once more for the evaluation when there is one). A new closure for
-    `loss_fn` at each call is a new function to JAX: keep it to reuse the
-    compilation.
-
     **Raises:**
 
     `ValueError` naming the argument for a bad `num_steps`, `batch_size`,
@@ -534,25 +634,7 @@ def train(
     result.model  # close to [3., 3.]
     ```
     """
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-        raise ValueError(
-            f"train(num_steps=...): num_steps must be a positive integer, got "
-            f"{num_steps!r}."
-        )
-    if (
-        isinstance(eval_every, bool)
-        or not isinstance(eval_every, int)
-        or eval_every < 1
-    ):
-        raise ValueError(
-            f"train(eval_every=...): eval_every must be a positive integer, got "
-            f"{eval_every!r}."
-        )
-    if batch_size is not None and data is None:
-        raise ValueError(
-            f"train(batch_size=...): batch_size={batch_size!r} was given without "
-            "data; minibatches are drawn from data."
-        )
+    _check_train_arguments(num_steps, eval_every, batch_size, data)
     strategy = _DEFAULT_OPTIMIZER if optimizer is None else optax_strategy(optimizer)
     return optimise(
         LossFunction(loss_fn, data is not None),

@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Real
 
+from .._systems.controller import AbstractController
+from .._systems.system import AbstractSystem
 from .adjoint import (
     AbstractAdjoint,
     Checkpointed,
@@ -26,8 +28,6 @@ from .adjoint import (
     linear_case_problem,
     LinearAdjoint,
 )
-from .._systems.controller import AbstractController
-from .._systems.system import AbstractSystem
 
 
 StepOutputs = tuple[

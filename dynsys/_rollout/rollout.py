@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Real
 
-from .adjoint import AbstractAdjoint, Autodiff
 from .._systems.controller import AbstractController
-from .method import AbstractMethod, default_method
 from .._systems.system import AbstractSystem
+from .adjoint import AbstractAdjoint, Autodiff
+from .method import AbstractMethod, default_method
 
 
 class Trajectory(eqx.Module):

@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from .signals import check_model_matches, linear_of, signals
 from .._systems.system import AbstractSystem, LinearSystem
+from .signals import check_model_matches, linear_of, signals
 
 
 def observability_rows(

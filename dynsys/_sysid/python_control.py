@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._systems.ode import LinearODE
-from .signals import linear_of
 from .._systems.system import LinearSystem
+from .signals import linear_of
 
 
 def _import_control(call: str):

@@ -7,8 +7,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float
 
 from .._systems.ode import LinearODE
-from .signals import linear_of
 from .._systems.system import LinearSystem
+from .signals import linear_of
 
 
 def _discrete(call: str, system) -> LinearSystem:

@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .signals import Signals, signals
 from .._systems.system import LinearSystem
 from .initial_state import observability_rows
+from .signals import Signals, signals
 
 
 _DEFAULT_HORIZON = 10
@@ -230,6 +230,36 @@ def subspace_singular_values(data, *, horizon: int | None = None) -> Float[Array
     return _projected_singular_values(call, s, horizon)[1]
 
 
+def _check_options(call: str, s: Signals, order, feedthrough: bool) -> None:
+    """`fit_subspace`'s checks of `order` and `feedthrough` (one-line errors)."""
+    if order is not None and (
+        isinstance(order, bool) or not isinstance(order, int) or order < 1
+    ):
+        raise ValueError(
+            f"{call}(order=...): order must be a positive integer or None, got "
+            f"{order!r}."
+        )
+    if feedthrough and s.us is None:
+        raise ValueError(
+            f"{call}(feedthrough=True): the data has no inputs, so there is no D to "
+            "estimate."
+        )
+
+
+def _max_order(call: str, s: Signals, horizon: int, order: int | None) -> int:
+    """The largest order `horizon` allows, `(horizon - 1) * p`; `order` must not
+    exceed it."""
+    p = s.ys.shape[-1]
+    max_order = (horizon - 1) * p
+    if order is not None and order > max_order:
+        raise ValueError(
+            f"{call}(order=...): with horizon {horizon} and {p} output channels the "
+            f"largest order possible is (horizon - 1) * p = {max_order}, got {order}; "
+            "pass a longer horizon (if the experiments are long enough)."
+        )
+    return max_order
+
+
 def fit_subspace(
     data,
     order: int | None = None,
@@ -240,47 +270,20 @@ def fit_subspace(
     """A linear state-space model identified from input-output data by a subspace
     method (PO-MOESP), from all experiments at once.
 
-    The model is $x_{t+1} = K x_t + B u_t$, $y_t = C x_t\\,(+ D u_t)$. With the
-    `horizon` $s$, every window of $2s$ consecutive steps of every experiment is one
-    column of the block Hankel matrices of past inputs and outputs ($U_p$, $Y_p$) and
-    future inputs and outputs ($U_f$, $Y_f$); windows never cross from one experiment
-    to the next, so experiments of different lengths simply give different numbers of
-    columns. One LQ factorisation of $[U_f; U_p; Y_p; Y_f]$ (a QR per experiment,
-    then one of the stacked triangular factors) and an SVD of the block that maps the
-    past to the future outputs give the extended observability matrix
-    $\\Gamma_s = [C; CK; \\dots; CK^{s-1}]$ (its first `order` left singular vectors,
-    scaled by the square roots of the singular values). $C$ is its first block row
-    and $K$ solves the shift equation
-    $\\Gamma_s^{\\uparrow} K = \\Gamma_s^{\\downarrow}$ by least squares. Then $B$
-    (and $D$) solve the linear least-squares problem
-    $y_t = C K^t x_0^{(i)} + \\sum_{j<t} C K^{t-1-j} B u_j (+ D u_t)$ over all steps
-    of all experiments, each experiment's initial state $x_0^{(i)}$ estimated jointly.
-    Everything is `jax.numpy` QR, SVD and least squares. On noise-free data of a
-    system of order `order`, with inputs rich enough, the result equals the true
-    system up to a change of state basis (eigenvalues and Markov parameters
-    $C K^k B$ exact to round-off); with white output noise it is consistent as the
-    data grow.
-
-    **Order selection** (`order=None`): with the singular values
-    $\\sigma_1 \\ge \\dots \\ge \\sigma_k$ (`subspace_singular_values`, $k$ =
-    `horizon * p`) in decades, $\\ell_i = \\log_{10} \\max(\\sigma_i,
-    10^{-10}\\sigma_1)$, the noise floor $f$ is the median of the lower half
-    $\\ell_{\\lfloor k/2 \\rfloor + 1} \\dots \\ell_k$ and its spread
-    $d = f - \\ell_k$; the order is the number of values with
-    $\\ell_i > f + \\max(0.5,\\, 2d)$, between 1 and $(s-1)p$. Noise-free data
-    put every value past the order at the numerical floor, so the count is exact;
-    with noise the values past the order form a roughly flat floor and the order's
-    values stand above it. It assumes the order is below $k/2$ (pass a longer
-    `horizon`, or `order`, for higher orders), and a mode that the inputs hardly
-    excite or a low signal-to-noise ratio can hide in the floor: look at the values
-    (`plot.singular_values`) when in doubt.
+    The model is $x_{t+1} = K x_t + B u_t$, $y_t = C x_t\\,(+ D u_t)$: $C$ and $K$
+    from the observability matrix that an LQ factorisation and an SVD of the past
+    and future block Hankel matrices give (windows never cross experiments), then
+    $B$ (and $D$) by least squares over every step, each experiment's initial state
+    estimated jointly. On noise-free data of an order-`order` system it is exact up
+    to a change of state basis. How it works, and how the order is chosen:
+    docs/system-identification.md.
 
     **Arguments:**
 
     - `data`: a `Dataset` with outputs `ys (N, T, p)` (or states when it has none)
         and inputs `us (N, T, m)` or none; experiments may have different lengths.
-    - `order`: the state dimension `n`; `None` chooses it (see above). At most
-        `(horizon - 1) * p`.
+    - `order`: the state dimension `n`; `None` chooses it from the singular values
+        (`subspace_singular_values`). At most `(horizon - 1) * p`.
     - `horizon`: the number of past and future steps `s` in each window; default
         `max(10, ceil(order / p) + 1)`, shortened (not below `ceil(order / p) + 1`)
         until the data give at least 8 windows per row of the data matrix
@@ -310,27 +313,9 @@ def fit_subspace(
     """
     call = "fit_subspace"
     s = signals(data, call)
-    p = s.ys.shape[-1]
-    if order is not None and (
-        isinstance(order, bool) or not isinstance(order, int) or order < 1
-    ):
-        raise ValueError(
-            f"{call}(order=...): order must be a positive integer or None, got "
-            f"{order!r}."
-        )
-    if feedthrough and s.us is None:
-        raise ValueError(
-            f"{call}(feedthrough=True): the data has no inputs, so there is no D to "
-            "estimate."
-        )
+    _check_options(call, s, order, feedthrough)
     horizon = _horizon(call, s, horizon, order)
-    max_order = (horizon - 1) * p
-    if order is not None and order > max_order:
-        raise ValueError(
-            f"{call}(order=...): with horizon {horizon} and {p} output channels the "
-            f"largest order possible is (horizon - 1) * p = {max_order}, got {order}; "
-            "pass a longer horizon (if the experiments are long enough)."
-        )
+    max_order = _max_order(call, s, horizon, order)
     U, S = _projected_singular_values(call, s, horizon)
     if order is None:
         order = max(1, select_order(S, max_order))

@@ -7,9 +7,9 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._rollout.rollout import rollout
-from .signals import check_model_matches, linear_of, Signals, signals
 from .._systems.system import AbstractSystem, LinearSystem
 from .initial_state import estimate_x0, forced_outputs, observability_rows
+from .signals import check_model_matches, linear_of, Signals, signals
 
 
 class Comparison(eqx.Module):
@@ -110,6 +110,55 @@ def _state_prediction(model, s: Signals, x0: Array, horizon: int | None) -> Arra
     return jnp.concatenate([free[:, :horizon], ahead[:, : T - horizon]], axis=1)
 
 
+def _window(call: str, model, window) -> int:
+    """The k-step prediction's window `w` (default `2 n`), checked."""
+    if window is None:
+        window = 2 * model.state_size
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(
+            f"{call}(window=...): window must be a positive int or None, got "
+            f"{window!r}."
+        )
+    return window
+
+
+def _prediction(call: str, model, s: Signals, x0: Array, horizon, window) -> Array:
+    """The predicted outputs (states, for data without outputs), `(N, T, p)`: free
+    run or `horizon`-step-ahead prediction, by the kind of data and model."""
+    linear = linear_of(model)
+    if s.from_states:
+        if linear is not None:
+            model = LinearSystem(linear.K, linear.B, offset=linear.offset)
+        return _state_prediction(model, s, x0, horizon)
+    if linear is not None:
+        return _linear_prediction(linear, s, x0, horizon, window)
+    if horizon is not None:
+        raise ValueError(
+            f"{call}(horizon=...): k-step-ahead prediction on output data needs a "
+            f"linear model (it re-estimates the state), got "
+            f"{type(model).__name__}; use horizon=None or data with states."
+        )
+    return rollout(model, x0, s.ys.shape[1], inputs=s.us).ys
+
+
+def _comparison(s: Signals, predicted: Array, x0: Array, horizon) -> Comparison:
+    """The `Comparison` of the predictions with the measurements, both zeroed past
+    each experiment's end."""
+    weight = s.mask.astype(s.ys.dtype)[..., None]
+    predicted = predicted * weight
+    measured = s.ys * weight
+    return Comparison(
+        fit_percent=_fit_percent(measured, predicted, weight, (0, 1)),
+        fit_percent_per_experiment=_fit_percent(measured, predicted, weight, 1),
+        predicted=predicted,
+        measured=measured,
+        x0=x0,
+        names=s.names,
+        horizon=horizon,
+        lengths=s.lengths,
+    )
+
+
 def compare(
     model: AbstractSystem,
     data,
@@ -178,42 +227,10 @@ def compare(
     s = signals(data, call)
     check_model_matches(call, model, s)
     _check_horizon(call, horizon)
-    if window is None:
-        window = 2 * model.state_size
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(
-            f"{call}(window=...): window must be a positive int or None, got "
-            f"{window!r}."
-        )
+    window = _window(call, model, window)
     x0 = _initial_states(call, model, data, s, x0)
-    linear = linear_of(model)
-    if s.from_states:
-        if linear is not None:
-            model = LinearSystem(linear.K, linear.B, offset=linear.offset)
-        predicted = _state_prediction(model, s, x0, horizon)
-    elif linear is not None:
-        predicted = _linear_prediction(linear, s, x0, horizon, window)
-    else:
-        if horizon is not None:
-            raise ValueError(
-                f"{call}(horizon=...): k-step-ahead prediction on output data needs a "
-                f"linear model (it re-estimates the state), got "
-                f"{type(model).__name__}; use horizon=None or data with states."
-            )
-        predicted = rollout(model, x0, s.ys.shape[1], inputs=s.us).ys
-    weight = s.mask.astype(s.ys.dtype)[..., None]
-    predicted = predicted * weight
-    measured = s.ys * weight
-    return Comparison(
-        fit_percent=_fit_percent(measured, predicted, weight, (0, 1)),
-        fit_percent_per_experiment=_fit_percent(measured, predicted, weight, 1),
-        predicted=predicted,
-        measured=measured,
-        x0=x0,
-        names=s.names,
-        horizon=horizon,
-        lengths=s.lengths,
-    )
+    predicted = _prediction(call, model, s, x0, horizon, window)
+    return _comparison(s, predicted, x0, horizon)
 
 
 class Residuals(eqx.Module):

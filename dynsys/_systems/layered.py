@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from .._custom_types import State, Time
 from .controller import (
     AbstractController,
     as_bound,
@@ -21,7 +22,6 @@ from .controller import (
     saturate,
     time_feature,
 )
-from .._custom_types import State, Time
 
 
 def _positive_int(value, name: str, where: str, low: int = 1) -> int:

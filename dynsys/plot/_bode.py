@@ -14,6 +14,65 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+def _sample_frequencies(frequencies, dt, num: int) -> np.ndarray:
+    """The frequencies in rad/sample: the given ones (times `dt` when known), else
+    `num` log-spaced over three decades up to π."""
+    if frequencies is None:
+        return np.logspace(math.log10(math.pi) - 3, math.log10(math.pi), num)
+    w_given = np.asarray(frequencies, dtype=float)
+    return w_given * dt if dt else w_given
+
+
+def _response(series, w_sample, given: bool, call: str, label: str) -> np.ndarray:
+    """The `(F, p, m)` response of one series: a precomputed array checked (it
+    needs `given` frequencies), else computed from the system."""
+    if isinstance(series, np.ndarray) or (
+        hasattr(series, "shape") and not hasattr(series, "K")
+    ):
+        if not given:
+            raise ValueError(
+                f"bode(frequencies=...): {label!r} is a precomputed response, "
+                "so its frequencies are needed."
+            )
+        return _responses.check_response(
+            series, w_sample.shape[0], call, label, "F frequencies, outputs, inputs"
+        )
+    return _responses.frequency_response(series, w_sample, call, label)
+
+
+def _frequency_axis(w_sample, dt, hz: bool):
+    """`(x, unit, nyquist)`: the frequencies drawn, their unit, and the Nyquist
+    frequency in that unit (`None` without `dt`)."""
+    if hz:
+        x, unit = w_sample / dt / (2 * math.pi), "Hz"
+    elif dt:
+        x, unit = w_sample / dt, "rad/s"
+    else:
+        x, unit = w_sample, "rad/sample"
+    nyquist = None if not dt else (0.5 / dt if hz else math.pi / dt)
+    return x, unit, nyquist
+
+
+def _pair_axes(count: int, fig):
+    """`(fig, [(magnitude, phase), ...])`: per pair, a magnitude axes above a phase
+    axes sharing its x, in a grid; the cells not needed are removed."""
+    nrows, ncols = _layout.grid_shape(count)
+    width = 7.0 if ncols == 1 else 4.0 * ncols
+    height = min(0.9 + 2.6 * nrows, 2.0 * width)
+    fig, grid = _layout.new_figure(2 * nrows, ncols, figsize=(width, height), fig=fig)
+    panels = []
+    for k in range(count):
+        r, c = divmod(k, ncols)
+        mag, phase = grid[2 * r, c], grid[2 * r + 1, c]
+        phase.sharex(mag)
+        panels.append((mag, phase))
+    used = [a for pair in panels for a in pair]
+    for cell in grid.ravel():
+        if cell not in used:
+            fig.delaxes(cell)
+    return fig, panels
+
+
 def _draw_pair(mag, phase, pair, responses, styles, x, unit, nyquist):
     """Magnitude and phase of one (output, input) pair, with the Nyquist frequency
     marked when it is known."""
@@ -100,24 +159,11 @@ def bode(
     dt = _responses.system_dt([*systems.values(), *series.values()], dt)
     if hz and dt is None:
         raise ValueError("bode(hz=True): Hz needs the sample time; pass dt=... (s).")
-    if frequencies is None:
-        w_sample = np.logspace(math.log10(math.pi) - 3, math.log10(math.pi), num)
-    else:
-        w_given = np.asarray(frequencies, dtype=float)
-        w_sample = w_given * dt if dt else w_given
-    responses = {}
-    for label, s in series.items():
-        if isinstance(s, np.ndarray) or (hasattr(s, "shape") and not hasattr(s, "K")):
-            if frequencies is None:
-                raise ValueError(
-                    f"bode(frequencies=...): {label!r} is a precomputed response, "
-                    "so its frequencies are needed."
-                )
-            responses[label] = _responses.check_response(
-                s, w_sample.shape[0], call, label, "F frequencies, outputs, inputs"
-            )
-        else:
-            responses[label] = _responses.frequency_response(s, w_sample, call, label)
+    w_sample = _sample_frequencies(frequencies, dt, num)
+    given = frequencies is not None
+    responses = {
+        label: _response(s, w_sample, given, call, label) for label, s in series.items()
+    }
     out_names, in_names, pairs, styles = _responses.io_panels(
         responses,
         systems,
@@ -129,28 +175,11 @@ def bode(
         inputs,
         call,
     )
-    if hz:
-        x, unit = w_sample / dt / (2 * math.pi), "Hz"
-    elif dt:
-        x, unit = w_sample / dt, "rad/s"
-    else:
-        x, unit = w_sample, "rad/sample"
-    nrows, ncols = _layout.grid_shape(len(pairs))
-    width = 7.0 if ncols == 1 else 4.0 * ncols
-    height = min(0.9 + 2.6 * nrows, 2.0 * width)
-    fig, grid = _layout.new_figure(2 * nrows, ncols, figsize=(width, height), fig=fig)
-    nyquist = None if not dt else (0.5 / dt if hz else math.pi / dt)
-    used = []
-    for k, pair in enumerate(pairs):
-        r, c = divmod(k, ncols)
-        mag, phase = grid[2 * r, c], grid[2 * r + 1, c]
-        phase.sharex(mag)
-        used += [mag, phase]
+    x, unit, nyquist = _frequency_axis(w_sample, dt, hz)
+    fig, panels = _pair_axes(len(pairs), fig)
+    for (mag, phase), pair in zip(panels, pairs):
         _draw_pair(mag, phase, pair, responses, styles, x, unit, nyquist)
         mag.set_title(_layout.pair_title(pair, out_names, in_names), fontsize="small")
-    for cell in grid.ravel():
-        if cell not in used:
-            fig.delaxes(cell)
-    _layout.figure_legend(fig, used, created=True)
+    _layout.figure_legend(fig, [a for pair in panels for a in pair], created=True)
     _layout.suptitle(fig, title)
     return fig

@@ -42,6 +42,27 @@ def _from_comparisons(comparisons: Mapping, experiment: int, call: str):
     return measured, predictions, fit_percent, names
 
 
+def _unpacked(ts, measured, predictions, fit_percent, names, experiment, call):
+    """`(ts, measured, predictions, fit_percent, names)` as given, or taken from the
+    `Comparison` (or label → `Comparison`) in `ts`, with `ts` then `None`."""
+    if not _is_comparison(ts) and not (
+        isinstance(ts, Mapping) and ts and all(_is_comparison(v) for v in ts.values())
+    ):
+        return ts, measured, predictions, fit_percent, names
+    if measured is not None or predictions is not None:
+        raise ValueError(
+            "comparison(measured=..., predictions=...): give either a Comparison "
+            "or arrays, not both."
+        )
+    comparisons = ts if isinstance(ts, Mapping) else {"model": ts}
+    measured, predictions, found_fit, found_names = _from_comparisons(
+        comparisons, experiment, call
+    )
+    fit_percent = fit_percent if fit_percent is not None else found_fit
+    names = names if names is not None else found_names
+    return None, measured, predictions, fit_percent, names
+
+
 def _fit_text(value: float) -> str:
     return f"{value:.1f} %" if np.isfinite(value) else "n/a"
 
@@ -49,6 +70,8 @@ def _fit_text(value: float) -> str:
 def _checked_measured(measured, ts, predictions: dict, truth) -> np.ndarray:
     """`measured` as `(T, p)` floats, checked against `ts` `(T,)`, and every
     prediction and `truth` checked to have its shape (or `(T,)` for one channel)."""
+    if measured is None:
+        raise ValueError("comparison(measured=...): the measured channels are needed.")
     measured = np.asarray(measured, dtype=float)
     if measured.ndim == 1:
         measured = measured[:, None]
@@ -118,6 +141,14 @@ def _draw_channel(a, i, times, measured, truth, predictions, styles, fits, chose
         a.set_title("fit: " + ", ".join(parts), fontsize="small", loc="left")
 
 
+def _channel_axes(ax, count: int, call: str):
+    """`(fig, axes)`: a new grid of `count` panels, or the given axes (checked)."""
+    if ax is None:
+        return _layout.panel_grid(count)
+    axes = _layout.given_axes(ax, count, call, "one per channel drawn")
+    return axes[0].figure, axes
+
+
 def comparison(
     ts,
     measured=None,
@@ -137,19 +168,16 @@ def comparison(
 ) -> "Figure":
     """Measured against predicted channels, one panel per channel, with fit %.
 
-    Styles mean one thing (see `dynsys.plot.STYLES`): measurements are grey dots;
-    `truth` (only a known true model, i.e. simulated data) a black line; the
-    predictions `fit` (blue dashed), `estimate` (orange dash-dot) or the next
-    model style, by `roles` or in order. With `fit_percent`, each panel's title
-    gives every model's fit % on that channel and the legend the value (one
-    channel) or mean over the channels shown. One legend for the figure, below it.
+    Measurements are grey dots, `truth` a black line, and each prediction has the
+    style of its role in `roles`, else the next model style (see `plot.STYLES`).
+    With `fit_percent`, each panel's title gives every model's fit % on that
+    channel, and the legend its value (one channel) or mean over those shown.
 
     **Arguments:**
 
     - `ts`: times `(T,)`; or a `Comparison` from `dynsys.compare`, or a mapping
         label → `Comparison` (then `measured`, `predictions`, `names` and the fit %
-        of experiment `experiment` (its `fit_percent_per_experiment` row) come from
-        it, and the times from `dt`).
+        of experiment `experiment` come from it, and the times from `dt`).
     - `measured`: the measured channels of one experiment, shape `(T, p)`.
     - `predictions`: label → predicted channels `(T, p)`, e.g.
         `{"least squares": ..., "fitted": ...}`.
@@ -186,23 +214,9 @@ def comparison(
     ```
     """
     call = "comparison"
-    if _is_comparison(ts) or (
-        isinstance(ts, Mapping) and ts and all(_is_comparison(v) for v in ts.values())
-    ):
-        if measured is not None or predictions is not None:
-            raise ValueError(
-                "comparison(measured=..., predictions=...): give either a Comparison "
-                "or arrays, not both."
-            )
-        comparisons = ts if isinstance(ts, Mapping) else {"model": ts}
-        measured, predictions, found_fit, found_names = _from_comparisons(
-            comparisons, experiment, call
-        )
-        fit_percent = fit_percent if fit_percent is not None else found_fit
-        names = names if names is not None else found_names
-        ts = None
-    if measured is None:
-        raise ValueError("comparison(measured=...): the measured channels are needed.")
+    ts, measured, predictions, fit_percent, names = _unpacked(
+        ts, measured, predictions, fit_percent, names, experiment, call
+    )
     predictions = dict(predictions or {})
     measured = _checked_measured(measured, ts, predictions, truth)
     T, p = measured.shape
@@ -213,11 +227,7 @@ def comparison(
     styles = model_styles(list(predictions), roles, call)
     fits = _checked_fits(fit_percent, p)
     created = ax is None
-    if created:
-        fig, axes = _layout.panel_grid(len(chosen))
-    else:
-        axes = _layout.given_axes(ax, len(chosen), call, "one per channel drawn")
-        fig = axes[0].figure
+    fig, axes = _channel_axes(ax, len(chosen), call)
     for a, i in zip(axes, chosen):
         _draw_channel(a, i, times, measured, truth, predictions, styles, fits, chosen)
         a.set_ylabel(channel_names[i])

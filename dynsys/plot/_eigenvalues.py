@@ -49,6 +49,72 @@ def _marker(kw: dict, big: bool = False) -> dict:
     }
 
 
+def _markers(labels, truth, roles, call: str) -> dict:
+    """label → marker style: the model styles (by `roles`), and the big hollow
+    circle for `"true system"` when `truth` is given."""
+    models = [k for k in labels if k != "true system" or truth is None]
+    markers = {
+        label: _marker(kw) for label, kw in model_styles(models, roles, call).items()
+    }
+    if truth is not None:
+        markers["true system"] = _marker(style("truth"), big=True)
+    return markers
+
+
+def _panels(ax, dt):
+    """`(fig, panels)`: the unit disc, the close-up and (with `dt`) the modes on a
+    new figure; or only the given `ax`."""
+    if ax is None:
+        count = 3 if dt else 2
+        fig, grid = _layout.new_figure(1, count, figsize=(4.6 * count, 4.9))
+        return fig, list(grid[0])
+    return ax.figure, [ax]
+
+
+def _draw_z_plane(a, values: dict, markers: dict, bound: float, close_up: bool):
+    """The eigenvalues against the circle of radius `bound`: the whole disc, or a
+    close-up around the eigenvalues."""
+    theta = np.linspace(0.0, 2.0 * np.pi, 721)
+    a.plot(bound * np.cos(theta), bound * np.sin(theta), color="0.5", lw=1.0,
+           label=f"|z| = {bound:g} (stability boundary)")  # fmt: skip
+    for label, eig in values.items():
+        a.plot(eig.real, eig.imag, label=label, **markers[label])
+    a.axhline(0.0, color="0.85", lw=0.8, zorder=0)
+    a.axvline(0.0, color="0.85", lw=0.8, zorder=0)
+    a.set_xlabel("Re z")
+    a.set_ylabel("Im z")
+    a.grid(True, alpha=0.3)
+    if not close_up:
+        a.set_aspect("equal", adjustable="datalim")
+        a.set_title("unit disc", fontsize="medium")
+        return
+    both = np.concatenate(list(values.values()))
+    re, im = both.real, both.imag
+    # A square window around every eigenvalue, so the circle stays round.
+    half = 0.6 * max(np.ptp(re), np.ptp(im), 0.02)
+    centre = (0.5 * (re.min() + re.max()), 0.5 * (im.min() + im.max()))
+    a.set_xlim(centre[0] - half, centre[0] + half)
+    a.set_ylim(centre[1] - half, centre[1] + half)
+    a.set_aspect("equal", adjustable="box")
+    a.set_title("close-up", fontsize="medium")
+
+
+def _draw_modes(a, found: dict, markers: dict, dt: float, hz: bool):
+    """Each mode's damping ratio against its natural frequency."""
+    scale, unit = (1 / (2 * np.pi), "Hz") if hz else (1.0, "rad/s")
+    for label, m in found.items():
+        # One of each conjugate pair; no pole for an eigenvalue at 0.
+        eig = np.asarray(m.eigenvalues)
+        wn, zeta = np.asarray(m.natural_frequency), np.asarray(m.damping_ratio)
+        keep = (eig.imag >= 0) & np.isfinite(wn)
+        a.plot(scale * wn[keep], zeta[keep], label=label, **markers[label])
+    a.axhline(0.0, color="0.5", lw=1.0)
+    a.set_xlabel(f"natural frequency ({unit})")
+    a.set_ylabel("damping ratio ζ")
+    a.set_title(f"modes (dt = {dt:g} s; ζ < 0: unstable)", fontsize="medium")
+    a.grid(True, alpha=0.3)
+
+
 def eigenvalues(
     systems: Mapping[str, object] | None = None,
     *,
@@ -108,59 +174,13 @@ def eigenvalues(
         systems = {"true system": truth} | systems
     found = {label: _modes(s, dt, call, label) for label, s in systems.items()}
     values = {label: np.asarray(m.eigenvalues) for label, m in found.items()}
-    markers = {
-        label: _marker(kw)
-        for label, kw in model_styles(
-            [k for k in systems if k != "true system" or truth is None], roles, call
-        ).items()
-    }
-    if truth is not None:
-        markers["true system"] = _marker(style("truth"), big=True)
+    markers = _markers(systems, truth, roles, call)
     created = ax is None
-    if created:
-        count = 3 if dt else 2
-        fig, grid = _layout.new_figure(1, count, figsize=(4.6 * count, 4.9))
-        panels = list(grid[0])
-    else:
-        fig, panels = ax.figure, [ax]
-    theta = np.linspace(0.0, 2.0 * np.pi, 721)
+    fig, panels = _panels(ax, dt)
     for index, a in enumerate(panels[:2]):
-        a.plot(bound * np.cos(theta), bound * np.sin(theta), color="0.5", lw=1.0,
-               label=f"|z| = {bound:g} (stability boundary)")  # fmt: skip
-        for label, eig in values.items():
-            a.plot(eig.real, eig.imag, label=label, **markers[label])
-        a.axhline(0.0, color="0.85", lw=0.8, zorder=0)
-        a.axvline(0.0, color="0.85", lw=0.8, zorder=0)
-        a.set_xlabel("Re z")
-        a.set_ylabel("Im z")
-        a.grid(True, alpha=0.3)
-        if index == 0:
-            a.set_aspect("equal", adjustable="datalim")
-            a.set_title("unit disc", fontsize="medium")
-        else:
-            both = np.concatenate(list(values.values()))
-            re, im = both.real, both.imag
-            # A square window around every eigenvalue, so the circle stays round.
-            half = 0.6 * max(np.ptp(re), np.ptp(im), 0.02)
-            centre = (0.5 * (re.min() + re.max()), 0.5 * (im.min() + im.max()))
-            a.set_xlim(centre[0] - half, centre[0] + half)
-            a.set_ylim(centre[1] - half, centre[1] + half)
-            a.set_aspect("equal", adjustable="box")
-            a.set_title("close-up", fontsize="medium")
+        _draw_z_plane(a, values, markers, bound, close_up=index == 1)
     if created and dt:
-        a = panels[2]
-        scale, unit = (1 / (2 * np.pi), "Hz") if hz else (1.0, "rad/s")
-        for label, m in found.items():
-            # One of each conjugate pair; no pole for an eigenvalue at 0.
-            eig = np.asarray(m.eigenvalues)
-            wn, zeta = np.asarray(m.natural_frequency), np.asarray(m.damping_ratio)
-            keep = (eig.imag >= 0) & np.isfinite(wn)
-            a.plot(scale * wn[keep], zeta[keep], label=label, **markers[label])
-        a.axhline(0.0, color="0.5", lw=1.0)
-        a.set_xlabel(f"natural frequency ({unit})")
-        a.set_ylabel("damping ratio ζ")
-        a.set_title(f"modes (dt = {dt:g} s; ζ < 0: unstable)", fontsize="medium")
-        a.grid(True, alpha=0.3)
+        _draw_modes(panels[2], found, markers, dt, hz)
     _layout.figure_legend(fig, panels, created=created)
     _layout.suptitle(fig, title)
     return fig

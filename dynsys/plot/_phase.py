@@ -66,11 +66,36 @@ def phase_portrait(
     fig = dynsys.plot.phase_portrait(traj, system=system)
     ```
     """
-    import jax
-    import jax.numpy as jnp
-
     xs = np.asarray(traj.xs).reshape((-1,) + traj.xs.shape[-2:])
     n = xs.shape[-1]
+    i, j = dims
+    _check_arguments(n, dims, u, controller)
+    names = _layout.names(state_names, "x", n, "phase_portrait", "state_names")
+    created = ax is None
+    if created:
+        fig, axes = _layout.new_figure(1, 1, figsize=(6.4, 5.6))
+        ax = axes[0, 0]
+    else:
+        fig = ax.figure
+    lim_i, lim_j = _limits(xs[..., i]), _limits(xs[..., j])
+    if system is not None:
+        mesh = _field_on_grid(system, controller, u, t, dims, lim_i, lim_j, grid)
+        _draw_arrows(fig, ax, mesh, grid, *_field_label(system, controller, u))
+    _draw_trajectories(ax, xs, i, j)
+    _layout.figure_legend(fig, [ax], created=created, ncol=1)
+    ax.set_xlim(*lim_i)
+    ax.set_ylim(*lim_j)
+    ax.set_xlabel(names[i])
+    ax.set_ylabel(names[j])
+    ax.grid(True, alpha=0.3)
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def _check_arguments(n: int, dims, u, controller) -> None:
+    """Raise for `dims` not two different indices into `n` states, or for both `u`
+    and `controller`."""
     i, j = dims
     if n < 2 or not (0 <= i < n and 0 <= j < n and i != j):
         raise ValueError(
@@ -82,80 +107,91 @@ def phase_portrait(
             "phase_portrait(u=..., controller=...): give a constant input or a "
             "controller, not both."
         )
-    names = _layout.names(state_names, "x", n, "phase_portrait", "state_names")
-    created = ax is None
-    if created:
-        fig, axes = _layout.new_figure(1, 1, figsize=(6.4, 5.6))
-        ax = axes[0, 0]
+
+
+def _limits(values: np.ndarray) -> tuple:
+    """The axis limits for `values`: their range, padded by 8 % on each side."""
+    pad = 0.08 * max(np.ptp(values), 1e-3)
+    return (values.min() - pad, values.max() + pad)
+
+
+def _field_on_grid(system, controller, u, t, dims, lim_i, lim_j, grid: int) -> tuple:
+    """The field on a `grid` x `grid` mesh over the limits: the mesh `a, b` and the
+    field's components `du, dv` along `dims`, each `(grid, grid)`."""
+    import jax
+    import jax.numpy as jnp
+
+    if system.state_size != 2:
+        raise ValueError(
+            "phase_portrait(system=...): the vector field needs a system with "
+            f"two states, got state_size = {system.state_size}."
+        )
+    i, j = dims
+    a, b = np.meshgrid(np.linspace(*lim_i, grid), np.linspace(*lim_j, grid))
+    points = np.zeros((grid * grid, 2))
+    points[:, i], points[:, j] = a.ravel(), b.ravel()
+    field = _field(system, controller, u, t)
+    velocity = np.asarray(jax.vmap(field)(jnp.asarray(points)))
+    du, dv = velocity[:, i].reshape(a.shape), velocity[:, j].reshape(a.shape)
+    return a, b, du, dv
+
+
+def _field_label(system, controller, u) -> tuple[str, str]:
+    """What the arrows show (`ẋ` or the step), and under which input."""
+    label = "$\\dot x$" if hasattr(system, "vector_field") else "$x_{t+1} - x_t$"
+    if controller is not None:
+        where = ", closed loop"
+    elif system.input_size:
+        where = ", u = 0" if u is None else ", constant u"
     else:
-        fig = ax.figure
-    pad_i = 0.08 * max(np.ptp(xs[..., i]), 1e-3)
-    pad_j = 0.08 * max(np.ptp(xs[..., j]), 1e-3)
-    lim_i = (xs[..., i].min() - pad_i, xs[..., i].max() + pad_i)
-    lim_j = (xs[..., j].min() - pad_j, xs[..., j].max() + pad_j)
-    if system is not None:
-        if system.state_size != 2:
-            raise ValueError(
-                "phase_portrait(system=...): the vector field needs a system with "
-                f"two states, got state_size = {system.state_size}."
-            )
-        a, b = np.meshgrid(np.linspace(*lim_i, grid), np.linspace(*lim_j, grid))
-        points = np.zeros((grid * grid, 2))
-        points[:, i], points[:, j] = a.ravel(), b.ravel()
-        field = _field(system, controller, u, t)
-        velocity = np.asarray(jax.vmap(field)(jnp.asarray(points)))
-        du, dv = velocity[:, i].reshape(a.shape), velocity[:, j].reshape(a.shape)
-        # Arrows of one length show the direction; their shade shows the speed.
-        speed = np.hypot(du, dv)
-        unit = np.where(speed > 0, speed, 1.0)
-        arrows = ax.quiver(
-            a,
-            b,
-            du / unit,
-            dv / unit,
-            np.log10(speed + 1e-300),
-            cmap="Greys",
-            clim=(np.log10(speed.max() + 1e-300) - 2.5, np.log10(speed.max() + 1e-300)),
-            angles="xy",
-            pivot="mid",
-            scale=1.6 * grid,
-            width=0.004,
-            alpha=0.7,
-            zorder=0,
-        )
-        label = "$\\dot x$" if hasattr(system, "vector_field") else "$x_{t+1} - x_t$"
-        if controller is not None:
-            where = ", closed loop"
-        elif system.input_size:
-            where = ", u = 0" if u is None else ", constant u"
-        else:
-            where = ""
-        ax.plot(
-            [],
-            [],
-            marker="$\\rightarrow$",
-            ms=12,
-            ls="none",
-            color="0.4",
-            label=f"direction of {label}{where} (arrows of one length)",
-        )
-        bar = fig.colorbar(arrows, ax=ax, shrink=0.8, pad=0.02)
-        bar.set_label(f"log10 speed |{label}| (arrow shade)")
+        where = ""
+    return label, where
+
+
+def _draw_arrows(fig, ax, mesh: tuple, grid: int, label: str, where: str) -> None:
+    """The field's arrows on `mesh = (a, b, du, dv)`, with a legend entry and a
+    colorbar for their shade."""
+    a, b, du, dv = mesh
+    # Arrows of one length show the direction; their shade shows the speed.
+    speed = np.hypot(du, dv)
+    unit = np.where(speed > 0, speed, 1.0)
+    arrows = ax.quiver(
+        a,
+        b,
+        du / unit,
+        dv / unit,
+        np.log10(speed + 1e-300),
+        cmap="Greys",
+        clim=(np.log10(speed.max() + 1e-300) - 2.5, np.log10(speed.max() + 1e-300)),
+        angles="xy",
+        pivot="mid",
+        scale=1.6 * grid,
+        width=0.004,
+        alpha=0.7,
+        zorder=0,
+    )
+    ax.plot(
+        [],
+        [],
+        marker="$\\rightarrow$",
+        ms=12,
+        ls="none",
+        color="0.4",
+        label=f"direction of {label}{where} (arrows of one length)",
+    )
+    bar = fig.colorbar(arrows, ax=ax, shrink=0.8, pad=0.02)
+    bar.set_label(f"log10 speed |{label}| (arrow shade)")
+
+
+def _draw_trajectories(ax, xs: np.ndarray, i: int, j: int) -> None:
+    """Each trajectory of `xs (B, T+1, n)` as a line in the plane of states `i, j`,
+    with a dot at its start."""
     colors = [f"C{k % 10}" for k in range(xs.shape[0])]
     for k in range(xs.shape[0]):
         ax.plot(xs[k, :, i], xs[k, :, j], color=colors[k], lw=1.3)
         ax.plot(xs[k, 0, i], xs[k, 0, j], "o", color=colors[k], ms=4)
     ax.plot([], [], "o-", color="0.3", ms=4, lw=1.3,
             label=f"trajectory, dot at its start ({xs.shape[0]})")  # fmt: skip
-    _layout.figure_legend(fig, [ax], created=created, ncol=1)
-    ax.set_xlim(*lim_i)
-    ax.set_ylim(*lim_j)
-    ax.set_xlabel(names[i])
-    ax.set_ylabel(names[j])
-    ax.grid(True, alpha=0.3)
-    if title:
-        ax.set_title(title)
-    return fig
 
 
 def _field(system, controller, u, t) -> Callable:

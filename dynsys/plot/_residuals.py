@@ -73,15 +73,46 @@ def residuals(
     fig = dynsys.plot.residuals(autocorrelation=auto, bound=2.58 / np.sqrt(400))
     ```
     """
-    call = "residuals"
     names_found = None
     if result is not None:
-        autocorrelation = result.autocorrelation
-        cross_correlation = getattr(result, "cross_correlation", None)
-        bound = result.bound if bound is None else bound
-        names_found = getattr(result, "names", None)
-        if input_names is None:
-            input_names = getattr(result, "input_names", None)
+        autocorrelation, cross_correlation, bound, names_found, input_names = (
+            _from_result(result, bound, input_names)
+        )
+    auto, cross = _checked_arrays(autocorrelation, cross_correlation, bound)
+    bound = float(np.max(np.asarray(bound, dtype=float)))
+    out_names, in_names = _channel_names(
+        output_names, input_names, names_found, auto, cross
+    )
+    chosen = _layout.select(channels, auto.shape[1], "residuals")
+    fig, grid, blocks = _blocks(len(chosen), cross is not None, fig)
+    for i, block in zip(chosen, blocks):
+        _draw_auto(block[0], auto[:, i], bound, out_names[i])
+        if cross is not None:
+            _draw_cross(block[1], cross[:, i], bound, out_names[i], in_names)
+    used = [a for block in blocks for a in block]
+    for cell in grid.ravel():
+        if cell not in used:
+            fig.delaxes(cell)
+    _layout.figure_legend(fig, used, created=True)
+    _layout.suptitle(fig, title)
+    return fig
+
+
+def _from_result(result, bound, input_names) -> tuple:
+    """The auto- and cross-correlations, bound, output and input names of a
+    `Residuals`; a given `bound` or `input_names` takes precedence."""
+    autocorrelation = result.autocorrelation
+    cross_correlation = getattr(result, "cross_correlation", None)
+    bound = result.bound if bound is None else bound
+    names_found = getattr(result, "names", None)
+    if input_names is None:
+        input_names = getattr(result, "input_names", None)
+    return autocorrelation, cross_correlation, bound, names_found, input_names
+
+
+def _checked_arrays(autocorrelation, cross_correlation, bound) -> tuple:
+    """The auto-correlation as floats `(L+1, p)` and the cross-correlation
+    `(2L+1, p, m)` (or `None`), checked."""
     if autocorrelation is None or bound is None:
         raise ValueError(
             "residuals(result=...): give a Residuals, or autocorrelation=... and "
@@ -104,55 +135,73 @@ def residuals(
                 f"residuals(cross_correlation=...): expected shape (2L+1, p, m) = "
                 f"({2 * L + 1}, {p}, m), got {cross.shape}."
             )
-    bound = float(np.max(np.asarray(bound, dtype=float)))
+    return auto, cross
+
+
+def _channel_names(output_names, input_names, names_found, auto, cross) -> tuple:
+    """The output names (given, else those of the result if there are `p`, else
+    `y0, ...`) and the input names (given, else `u0, ...`)."""
+    p = auto.shape[1]
     if output_names is None and names_found is not None and len(names_found) == p:
         output_names = names_found
-    out_names = _layout.names(output_names, "y", p, call, "output_names")
+    out_names = _layout.names(output_names, "y", p, "residuals", "output_names")
     m = 0 if cross is None else cross.shape[2]
-    in_names = _layout.names(input_names, "u", m, call, "input_names")
-    chosen = _layout.select(channels, p, call)
-    per_block = 1 if cross is None else 2
-    blocks_per_row = 1 if len(chosen) <= 6 else 2
-    nrows = math.ceil(len(chosen) / blocks_per_row)
+    in_names = _layout.names(input_names, "u", m, "residuals", "input_names")
+    return out_names, in_names
+
+
+def _blocks(count: int, with_cross: bool, fig) -> tuple:
+    """A figure with a block of panels per output drawn, one or two blocks a row.
+
+    **Returns:** `(fig, grid, blocks)`: `grid` all the axes, `blocks` one list per
+    output of its auto-correlation panel (and its cross-correlation panel).
+    """
+    per_block = 2 if with_cross else 1
+    blocks_per_row = 1 if count <= 6 else 2
+    nrows = math.ceil(count / blocks_per_row)
     ncols = per_block * blocks_per_row
     width = 4.2 * ncols if ncols > 1 else 7.0
     height = min(0.9 + (1.7 if nrows <= 6 else 1.45) * nrows, 2.0 * width)
     fig, grid = _layout.new_figure(nrows, ncols, figsize=(width, height), fig=fig)
-    used = []
-    bound_style = style("bound")
-    for k, i in enumerate(chosen):
+    blocks = []
+    for k in range(count):
         r, c = divmod(k, blocks_per_row)
-        panels = [grid[r, c * per_block + q] for q in range(per_block)]
-        used += panels
-        lags = np.arange(L + 1)
-        _stems(panels[0], lags, auto[:, i], bound, color="tab:blue", ls="-",
-               label="correlation", skip_zero=True)  # fmt: skip
-        panels[0].set_title(f"{out_names[i]}: residual auto-correlation",
-                            fontsize="small")  # fmt: skip
-        if cross is not None:
-            lags2 = np.arange(-L, L + 1)
-            for j in range(m):
-                label = f"with {in_names[j]}" if m > 1 else "correlation"
-                _stems(panels[1], lags2, cross[:, i, j], bound, color=f"C{j % 10}",
-                       ls=CHANNEL_LINESTYLES[j % len(CHANNEL_LINESTYLES)],
-                       label=label)  # fmt: skip
-            panels[1].set_title(f"{out_names[i]}: cross-correlation with the input"
-                                + ("s" if m > 1 else f" {in_names[0]}"),
-                                fontsize="small")  # fmt: skip
-        for a in panels:
-            a.axhspan(-bound, bound, color=bound_style["color"], alpha=0.08, lw=0)
-            for level in (-bound, bound):
-                a.axhline(level, color=bound_style["color"],
-                          ls=bound_style["linestyle"], lw=1.0,
-                          label=f"confidence bound ±{bound:.3g}")  # fmt: skip
-            a.set_ylabel("correlation")
-            a.grid(True, alpha=0.3)
-        panels[0].set_xlabel("lag (steps)")
-        if cross is not None:
-            panels[1].set_xlabel("lag τ (steps): residual at t + τ, input at t")
-    for cell in grid.ravel():
-        if cell not in used:
-            fig.delaxes(cell)
-    _layout.figure_legend(fig, used, created=True)
-    _layout.suptitle(fig, title)
-    return fig
+        blocks.append([grid[r, c * per_block + q] for q in range(per_block)])
+    return fig, grid, blocks
+
+
+def _draw_auto(a, values: np.ndarray, bound: float, name: str) -> None:
+    """One output's residual auto-correlation `values (L+1,)` at lags `0 ... L`."""
+    lags = np.arange(values.shape[0])
+    _stems(a, lags, values, bound, color="tab:blue", ls="-", label="correlation",
+           skip_zero=True)  # fmt: skip
+    a.set_title(f"{name}: residual auto-correlation", fontsize="small")
+    _draw_bound(a, bound)
+    a.set_xlabel("lag (steps)")
+
+
+def _draw_cross(a, values: np.ndarray, bound: float, name: str, in_names) -> None:
+    """One output's residual cross-correlation with each input, `values (2L+1, m)`
+    at lags `-L ... L`."""
+    L, m = values.shape[0] // 2, values.shape[1]
+    lags = np.arange(-L, L + 1)
+    for j in range(m):
+        label = f"with {in_names[j]}" if m > 1 else "correlation"
+        _stems(a, lags, values[:, j], bound, color=f"C{j % 10}",
+               ls=CHANNEL_LINESTYLES[j % len(CHANNEL_LINESTYLES)],
+               label=label)  # fmt: skip
+    a.set_title(f"{name}: cross-correlation with the input"
+                + ("s" if m > 1 else f" {in_names[0]}"), fontsize="small")  # fmt: skip
+    _draw_bound(a, bound)
+    a.set_xlabel("lag τ (steps): residual at t + τ, input at t")
+
+
+def _draw_bound(a, bound: float) -> None:
+    """The confidence band `±bound`, its two lines, the y label and the grid."""
+    bound_style = style("bound")
+    a.axhspan(-bound, bound, color=bound_style["color"], alpha=0.08, lw=0)
+    for level in (-bound, bound):
+        a.axhline(level, color=bound_style["color"], ls=bound_style["linestyle"],
+                  lw=1.0, label=f"confidence bound ±{bound:.3g}")  # fmt: skip
+    a.set_ylabel("correlation")
+    a.grid(True, alpha=0.3)

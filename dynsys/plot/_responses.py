@@ -71,8 +71,8 @@ def step_response(system, num_steps: int, call: str, label: str) -> np.ndarray:
     `dynsys.rollout` per input (any system with inputs)."""
     import jax.numpy as jnp
 
-    from .._sysid.response import step_response as linear_step
     from .._rollout.rollout import rollout
+    from .._sysid.response import step_response as linear_step
 
     linear = _linear(system)
     if linear is not None and linear.B is not None:

@@ -13,6 +13,46 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+def _default_num_steps(series) -> int:
+    """The length of the first precomputed response, else 50."""
+    arrays = [v for v in series.values() if hasattr(v, "shape")]
+    return np.shape(arrays[0])[0] if arrays else 50
+
+
+def _response(series, num_steps: int, call: str, label: str) -> np.ndarray:
+    """The `(num_steps, p, m)` response of one series: a precomputed array checked,
+    else simulated from the system."""
+    if hasattr(series, "shape") and not hasattr(series, "state_size"):
+        return _responses.check_response(
+            series, num_steps, call, label, "steps, outputs, inputs"
+        )
+    return _responses.step_response(series, num_steps, call, label)
+
+
+def _pair_axes(count: int, fig) -> tuple:
+    """`(fig, axes)`: one axes per pair, in a grid on a new figure (sharing x) or on
+    the given `fig`; the cells not needed are removed."""
+    if fig is None:
+        return _layout.panel_grid(count)
+    nrows, ncols = _layout.grid_shape(count)
+    fig, grid = _layout.new_figure(nrows, ncols, figsize=None, fig=fig)
+    axes = list(grid.ravel())[:count]
+    for cell in list(grid.ravel())[count:]:
+        fig.delaxes(cell)
+    return fig, axes
+
+
+def _draw_pair(a, pair, responses, styles, times, out_names, in_names):
+    """One (output, input) pair on `a`: each response as held values."""
+    i, j = pair
+    for label, h in responses.items():
+        kw = line_style(styles[label])
+        a.plot(times, h[:, i, j], drawstyle="steps-post", label=label, **kw)
+    a.set_title(_layout.pair_title(pair, out_names, in_names), fontsize="small")
+    a.set_ylabel(out_names[i])
+    a.grid(True, alpha=0.3)
+
+
 def step_response(
     systems,
     num_steps: int | None = None,
@@ -69,17 +109,11 @@ def step_response(
     call = "step_response"
     systems, series = _responses.labelled(systems, truth)
     dt = _responses.system_dt(series.values(), dt)
-    arrays = [v for v in series.values() if hasattr(v, "shape")]
     if num_steps is None:
-        num_steps = np.shape(arrays[0])[0] if arrays else 50
-    responses = {}
-    for label, s in series.items():
-        if hasattr(s, "shape") and not hasattr(s, "state_size"):
-            responses[label] = _responses.check_response(
-                s, num_steps, call, label, "steps, outputs, inputs"
-            )
-        else:
-            responses[label] = _responses.step_response(s, num_steps, call, label)
+        num_steps = _default_num_steps(series)
+    responses = {
+        label: _response(s, num_steps, call, label) for label, s in series.items()
+    }
     out_names, in_names, pairs, styles = _responses.io_panels(
         responses,
         systems,
@@ -92,22 +126,9 @@ def step_response(
         call,
     )
     times, time_label = _layout.time_axis(num_steps, dt=dt, call=call)
-    if fig is None:
-        fig, axes = _layout.panel_grid(len(pairs))
-    else:
-        nrows, ncols = _layout.grid_shape(len(pairs))
-        fig, grid = _layout.new_figure(nrows, ncols, figsize=None, fig=fig)
-        axes = list(grid.ravel())[: len(pairs)]
-        for cell in list(grid.ravel())[len(pairs) :]:
-            fig.delaxes(cell)
+    fig, axes = _pair_axes(len(pairs), fig)
     for a, pair in zip(axes, pairs):
-        i, j = pair
-        for label, h in responses.items():
-            kw = line_style(styles[label])
-            a.plot(times, h[:, i, j], drawstyle="steps-post", label=label, **kw)
-        a.set_title(_layout.pair_title(pair, out_names, in_names), fontsize="small")
-        a.set_ylabel(out_names[i])
-        a.grid(True, alpha=0.3)
+        _draw_pair(a, pair, responses, styles, times, out_names, in_names)
     for a in _layout.bottom_row(axes, len(axes)):
         a.set_xlabel(time_label)
     _layout.figure_legend(fig, axes, created=True)

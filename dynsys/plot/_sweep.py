@@ -24,6 +24,53 @@ def _common_head(labels: Sequence[str]) -> tuple[str | None, list[str]]:
     return None, list(labels)
 
 
+def _checked_metrics(metrics: Mapping, values: list) -> dict:
+    """label → metric as floats, `(V,)` or `(seeds, V)` for the `V` swept values."""
+    arrays = {}
+    for label, ys in metrics.items():
+        ys = np.asarray(ys, dtype=float)
+        if ys.ndim not in (1, 2) or ys.shape[-1] != len(values):
+            raise ValueError(
+                f"sweep(metrics=...): {label!r} has shape {ys.shape}, expected "
+                f"({len(values)},) or (seeds, {len(values)}) (one per swept value)."
+            )
+        arrays[label] = ys
+    return arrays
+
+
+def _positions(values: list) -> tuple[np.ndarray, bool]:
+    """`(xs, numeric)`: the values themselves when all are numbers, else evenly
+    spaced positions."""
+    numeric = all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in values
+    )
+    xs = np.asarray(values, dtype=float) if numeric else np.arange(len(values))
+    return xs, numeric
+
+
+def _axes(ax):
+    """`(fig, ax)`: a new figure with one axes, or the given `ax` and its figure."""
+    if ax is None:
+        fig, grid = _layout.new_figure(1, 1, figsize=(6.5, 4.6))
+        return fig, grid[0, 0]
+    return ax.figure, ax
+
+
+def _draw_metric(ax, xs, ys, label: str, style: dict):
+    """One metric: a line, or with a row per seed the mean with ±1 std error bars
+    and each seed as a dot."""
+    kw = {"color": style["color"], "ls": style["linestyle"], "marker": style["marker"],
+          "mfc": "none", "ms": 6}  # fmt: skip
+    if ys.ndim == 1:
+        ax.plot(xs, ys, label=label, **kw)
+        return
+    seeds = ys.shape[0]
+    ax.errorbar(xs, ys.mean(0), yerr=ys.std(0), capsize=3,
+                label=f"{label} (mean ± 1 std, {seeds} seeds)", **kw)  # fmt: skip
+    for row in ys:
+        ax.plot(xs, row, ls="none", marker=".", ms=3, color=style["color"], alpha=0.6)
+
+
 def sweep(
     key: str,
     values: Sequence,
@@ -79,42 +126,16 @@ def sweep(
     ```
     """
     values = list(values)
-    arrays = {}
-    for label, ys in metrics.items():
-        ys = np.asarray(ys, dtype=float)
-        if ys.ndim not in (1, 2) or ys.shape[-1] != len(values):
-            raise ValueError(
-                f"sweep(metrics=...): {label!r} has shape {ys.shape}, expected "
-                f"({len(values)},) or (seeds, {len(values)}) (one per swept value)."
-            )
-        arrays[label] = ys
-    numeric = all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in values
-    )
-    xs = np.asarray(values, dtype=float) if numeric else np.arange(len(values))
+    arrays = _checked_metrics(metrics, values)
+    xs, numeric = _positions(values)
     if log_x is None:
         log_x = bool(numeric and np.all(xs > 0) and xs.max() > 20 * xs.min())
     created = ax is None
-    if created:
-        fig, grid = _layout.new_figure(1, 1, figsize=(6.5, 4.6))
-        ax = grid[0, 0]
-    else:
-        fig = ax.figure
+    fig, ax = _axes(ax)
     head, shown = _common_head(list(arrays))
     styles = model_styles(shown, roles, "sweep")
-    for k, ys in enumerate(arrays.values()):
-        s = styles[shown[k]]
-        kw = {"color": s["color"], "ls": s["linestyle"], "marker": s["marker"],
-              "mfc": "none", "ms": 6}  # fmt: skip
-        if ys.ndim == 1:
-            ax.plot(xs, ys, label=shown[k], **kw)
-            continue
-        seeds = ys.shape[0]
-        ax.errorbar(xs, ys.mean(0), yerr=ys.std(0), capsize=3,
-                    label=f"{shown[k]} (mean ± 1 std, {seeds} seeds)",
-                    **kw)  # fmt: skip
-        for row in ys:
-            ax.plot(xs, row, ls="none", marker=".", ms=3, color=s["color"], alpha=0.6)
+    for label, ys in zip(shown, arrays.values()):
+        _draw_metric(ax, xs, ys, label, styles[label])
     if not numeric:
         ax.set_xticks(xs, [str(v) for v in values])
     if log_x:

@@ -117,11 +117,45 @@ def trajectory(
     fig.savefig("trajectory.png")
     ```
     """
-    call = "trajectory"
+    state_names, input_names, output_names = _fill_names(
+        names, state_names, input_names, output_names
+    )
+    _check_summary(summary, quantiles)
+    ts = np.asarray(traj.ts, dtype=float)
+    xs = _batch(traj.xs)
+    panels, chosen = _state_panels(xs, ts, state_names, channels)
+    reference = _checked_reference(reference, xs.shape[-1])
+    bounds = None
+    if traj.us is not None:
+        input_panels, bounds = _input_panels(traj.us, ts, input_names, input_bound)
+        panels += input_panels
+    if outputs:
+        panels += _output_panels(traj.ys, ts, output_names)
+    created = ax is None
+    fig, axes = _figure(ax, len(panels))
+    batch = xs.shape[0]
+    band = summary == "band" or (summary == "auto" and batch > max_lines)
+    band_quantiles = quantiles if band else None
+    for a, panel in zip(axes, panels):
+        _draw_panel(a, panel, chosen, batch, band_quantiles, reference, bounds)
+    _label_time(axes, ts, time_label, created)
+    extra = _summary_key(band_quantiles, batch)
+    _layout.figure_legend(fig, axes, created=created, extra=extra)
+    _layout.suptitle(fig, title)
+    return fig
+
+
+def _fill_names(names, state_names, input_names, output_names):
+    """The state, input and output names: those given, else those of `names`."""
     if names is not None:
         state_names = names.states if state_names is None else state_names
         input_names = names.inputs if input_names is None else input_names
         output_names = names.outputs if output_names is None else output_names
+    return state_names, input_names, output_names
+
+
+def _check_summary(summary: str, quantiles: tuple[float, float]) -> None:
+    """Raise for `quantiles` not `0 <= low < high <= 1` or an unknown `summary`."""
     low_q, high_q = quantiles
     if not 0.0 <= low_q < high_q <= 1.0:
         raise ValueError(
@@ -133,11 +167,23 @@ def trajectory(
             f"trajectory(summary=...): expected 'auto', 'lines' or 'band', got "
             f"{summary!r}."
         )
-    ts = np.asarray(traj.ts, dtype=float)
-    xs = _batch(traj.xs)
+
+
+def _state_panels(xs: np.ndarray, ts: np.ndarray, state_names, channels):
+    """The state panels, one per unit group of the chosen channels, and those channels.
+
+    A panel is `(kind, values (B, T', c), times (T',), names, group)`: `group` lists
+    the channels (last axis of `values`) it draws.
+    """
     n = xs.shape[-1]
-    x_names = _layout.names(state_names, "x", n, call, "state_names")
-    chosen = _layout.select(channels, n, call)
+    x_names = _layout.names(state_names, "x", n, "trajectory", "state_names")
+    chosen = _layout.select(channels, n, "trajectory")
+    groups = _layout.unit_groups(x_names, chosen)
+    return [("state", xs, ts, x_names, g) for g in groups], chosen
+
+
+def _checked_reference(reference, n: int) -> np.ndarray | None:
+    """The target state as floats `(n,)`, or `None`."""
     if reference is not None:
         reference = np.asarray(reference, dtype=float)
         if reference.shape != (n,):
@@ -145,72 +191,93 @@ def trajectory(
                 f"trajectory(reference=...): expected shape (n,) = ({n},), got "
                 f"{reference.shape}."
             )
-    # A panel: (kind, values, times, names, channel group).
-    panels = [
-        ("state", xs, ts, x_names, g) for g in _layout.unit_groups(x_names, chosen)
-    ]
-    bounds = None
-    if traj.us is not None:
-        us = _batch(traj.us)
-        m = us.shape[-1]
-        u_names = _layout.names(input_names, "u", m, call, "input_names")
-        bounds = _bound_pairs(input_bound, m)
-        for g in _layout.unit_groups(u_names, range(m)):
-            panels.append(("input", us, ts[:-1], u_names, g))
-    if outputs:
-        ys = _batch(traj.ys)
-        p = ys.shape[-1]
-        y_names = _layout.names(output_names, "y", p, call, "output_names")
-        for g in _layout.unit_groups(y_names, range(p)):
-            panels.append(("output", ys, ts[:-1], y_names, g))
-    created = ax is None
-    if created:
-        fig, axes = _layout.panel_grid(len(panels))
+    return reference
+
+
+def _input_panels(us, ts: np.ndarray, input_names, input_bound):
+    """The input panels (one per unit group) and each input's `(low, high)` bound."""
+    us = _batch(us)
+    m = us.shape[-1]
+    u_names = _layout.names(input_names, "u", m, "trajectory", "input_names")
+    bounds = _bound_pairs(input_bound, m)
+    groups = _layout.unit_groups(u_names, range(m))
+    return [("input", us, ts[:-1], u_names, g) for g in groups], bounds
+
+
+def _output_panels(ys, ts: np.ndarray, output_names) -> list:
+    """The output panels, one per unit group."""
+    ys = _batch(ys)
+    p = ys.shape[-1]
+    y_names = _layout.names(output_names, "y", p, "trajectory", "output_names")
+    groups = _layout.unit_groups(y_names, range(p))
+    return [("output", ys, ts[:-1], y_names, g) for g in groups]
+
+
+def _figure(ax, count: int):
+    """The figure and its `count` panels: a new grid, or the given `ax` checked."""
+    if ax is None:
+        return _layout.panel_grid(count)
+    axes = _layout.given_axes(
+        ax,
+        count,
+        "trajectory",
+        "one per panel: a unit group of states, inputs, outputs",
+    )
+    return axes[0].figure, axes
+
+
+def _draw_panel(a, panel, chosen, batch: int, band, reference, bounds) -> None:
+    """One panel: each channel of its group (see `_draw_series`), with the target
+    for states and the input bounds for inputs."""
+    kind, values, times, names, group = panel
+    for i in group:
+        # Each channel of a kind has its own colour and line style.
+        j = chosen.index(i) if kind == "state" else i
+        color, ls = f"C{j % 10}", CHANNEL_LINESTYLES[j % len(CHANNEL_LINESTYLES)]
+        label = names[i] if len(group) > 1 else "_"
+        _draw_series(a, times, values[..., i], color, ls, label, batch, band)
+        if kind == "state" and reference is not None:
+            a.axhline(reference[i], label="target", **_hline("target"))
+        if kind == "input" and bounds is not None:
+            low_b, high_b = bounds[i]
+            for level in (low_b, high_b):
+                if np.isfinite(level):
+                    a.axhline(level, label="input bound", **_hline("bound"))
+    a.set_ylabel(group_label(names, group))
+    a.grid(True, alpha=0.3)
+
+
+def _draw_series(a, times, series, color, ls, label, batch: int, band) -> None:
+    """One channel `series (B, T')` against `times (T',)`: with `band = (low, high)`
+    quantiles, its median and quantile band; else one line per trajectory."""
+    if band is not None:
+        low, high = np.quantile(series, list(band), axis=0)
+        a.fill_between(times, low, high, color=color, alpha=BAND_ALPHA, lw=0)
+        a.plot(times, np.median(series, axis=0), color=color, ls=ls, lw=1.5,
+               label=label)  # fmt: skip
+    elif batch == 1:
+        a.plot(times, series[0], color=color, ls=ls, lw=1.5, label=label)
     else:
-        axes = _layout.given_axes(
-            ax,
-            len(panels),
-            call,
-            "one per panel: a unit group of states, inputs, outputs",
-        )
-        fig = axes[0].figure
-    batch = xs.shape[0]
-    band = summary == "band" or (summary == "auto" and batch > max_lines)
-    for a, (kind, values, times, names, group) in zip(axes, panels):
-        for i in group:
-            # Each channel of a kind has its own colour and line style.
-            j = chosen.index(i) if kind == "state" else i
-            color, ls = f"C{j % 10}", CHANNEL_LINESTYLES[j % len(CHANNEL_LINESTYLES)]
-            label = names[i] if len(group) > 1 else "_"
-            series = values[..., i]
-            if band:
-                low, high = np.quantile(series, [low_q, high_q], axis=0)
-                a.fill_between(times, low, high, color=color, alpha=BAND_ALPHA, lw=0)
-                a.plot(times, np.median(series, axis=0), color=color, ls=ls, lw=1.5,
-                       label=label)  # fmt: skip
-            elif batch == 1:
-                a.plot(times, series[0], color=color, ls=ls, lw=1.5, label=label)
-            else:
-                for k in range(batch):
-                    a.plot(times, series[k], color=color, ls=ls, lw=THIN, alpha=0.75,
-                           label=label if k == 0 else "_")  # fmt: skip
-            if kind == "state" and reference is not None:
-                a.axhline(reference[i], label="target", **_hline("target"))
-            if kind == "input" and bounds is not None:
-                low_b, high_b = bounds[i]
-                for level in (low_b, high_b):
-                    if np.isfinite(level):
-                        a.axhline(level, label="input bound", **_hline("bound"))
-        a.set_ylabel(group_label(names, group))
-        a.grid(True, alpha=0.3)
-    default_label = _layout.time_axis(ts.shape[0], ts=ts, call=call)[1]
+        for k in range(batch):
+            a.plot(times, series[k], color=color, ls=ls, lw=THIN, alpha=0.75,
+                   label=label if k == 0 else "_")  # fmt: skip
+
+
+def _label_time(axes: list, ts: np.ndarray, time_label, created: bool) -> None:
+    """The x label, under the bottom panel of each column (given axes: the last)."""
+    default_label = _layout.time_axis(ts.shape[0], ts=ts, call="trajectory")[1]
     for a in _layout.bottom_row(axes, len(axes)) if created else axes[-1:]:
         a.set_xlabel(time_label or default_label)
+
+
+def _summary_key(band, batch: int) -> list:
+    """The legend entry saying how a batch is drawn: `(handle, text)` pairs."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     extra = []
-    if band:
+    if band is not None:
+        low_q, high_q = band
         extra.append((
             Patch(color="0.5", alpha=BAND_ALPHA * 2),
             f"median (line) and {low_q:.0%}–{high_q:.0%} range (band) of {batch} "
@@ -221,9 +288,7 @@ def trajectory(
             Line2D([], [], color="0.3", lw=THIN),
             f"one thin line per trajectory ({batch})",
         ))  # fmt: skip
-    _layout.figure_legend(fig, axes, created=created, extra=extra)
-    _layout.suptitle(fig, title)
-    return fig
+    return extra
 
 
 def _hline(role: str) -> dict:

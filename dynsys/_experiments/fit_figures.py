@@ -1,0 +1,142 @@
+"""The figures of a `fit` experiment: comparison, residuals, Bode, step and
+singular values for input-output data; trajectories, eigenvalues, loss and phase
+portraits for measured states."""
+
+import numpy as np
+
+
+def _time_label(data) -> str:
+    return "time (s)" if data.dt not in (None, 1.0) else "time (steps)"
+
+
+def _times(data) -> np.ndarray:
+    if data.ts is not None:
+        return np.asarray(data.ts)
+    return np.arange(data.num_steps + 1)
+
+
+# ---------------------------------------------------------------------------------
+# The path for input-output data.
+
+
+# Figure roles of the models a fit run draws (see `dynsys.plot.STYLES`).
+ROLES = {"least squares": "estimate", "subspace": "estimate", "fitted": "fit"}
+
+
+def _output_figures(
+    report, comparisons, models, truth, singular_values, order, residuals, result, which
+):
+    from .. import plot
+
+    estimated = {k: v for k, v in models.items() if k != "true"}
+    true_system = models.get("true")
+    T0 = report.lengths[0]
+    dt = report.dt if report.dt not in (None, 1.0) else None
+    p = report.output_size
+    responses = dict(  # the Bode and step-response figures' common settings
+        truth=true_system,
+        roles=ROLES,
+        dt=dt,
+        output_names=list(report.output_names),
+        input_names=list(report.input_names) or None,
+        outputs=None if p <= 4 else range(4),
+    )
+    figures = {}
+    pages = plot.pages(p)  # several pages for many outputs
+    for k, page in enumerate(pages):
+        of = f", page {k + 1} of {len(pages)}" if len(pages) > 1 else ""
+        figures[_page_file("comparison", k)] = plot.comparison(
+            {k: v for k, v in comparisons.items() if k != "true"},
+            experiment=0,
+            truth=None if truth is None else truth[:T0],
+            roles=ROLES,
+            channels=page,
+            dt=dt,
+            title=f"{which} experiment 0: free run from the estimated initial state "
+            f"(fit % over all {which} experiments){of}",
+        )
+    return figures | {
+        "singular_values.png": plot.singular_values(singular_values, order=order),
+        "bode.png": plot.bode(estimated, **responses),
+        "step_response.png": plot.step_response(estimated, **responses),
+        "residuals.png": plot.residuals(
+            residuals, channels=None if p <= 8 else range(8)
+        ),
+        "eigenvalues.png": plot.eigenvalues(
+            estimated, truth=true_system, roles=ROLES, dt=dt, title="eigenvalues of K"
+        ),
+        "loss.png": _loss_figure(
+            result,
+            "output-error loss",
+            "output error (each channel's squared error / its variance)",
+        ),
+    }
+
+
+def _loss_figure(result, title, ylabel):
+    from .. import plot
+
+    return plot.loss_history(
+        result.losses,
+        result.val_losses,
+        best_step=result.best_step,
+        stop_reason=result.stop_reason,
+        ylabel=ylabel,
+        title=title,
+    )
+
+
+def _page_file(stem: str, k: int) -> str:
+    """`stem.png` for the first page of a figure, `stem_<k+1>.png` after it."""
+    return f"{stem}.png" if k == 0 else f"{stem}_{k + 1}.png"
+
+
+# ---------------------------------------------------------------------------------
+# The path for measured states.
+
+
+def _state_figures(report, runs, models, clean_val, result, fit_cfg, which):
+    """The figures of a fit to measured states: trajectory 0 against each model's
+    free run (in pages for many states), the eigenvalues, the loss."""
+    from .. import plot
+    from .._fitting.metrics import fit_percent
+
+    predictions = {label: xs[0] for label, xs in runs.items()}
+    per_channel = {
+        label: np.asarray(fit_percent(report.xs[0, 1:], xs[0, 1:], per_channel=True))
+        for label, xs in runs.items()
+    }
+    estimated = {k: v for k, v in models.items() if k != "true"}
+    dt = report.dt if report.dt not in (None, 1.0) else None
+    figures = {}
+    pages = plot.pages(report.state_size)  # several pages for many states
+    for k, page in enumerate(pages):
+        of = f", page {k + 1} of {len(pages)}" if len(pages) > 1 else ""
+        figures[_page_file("trajectories", k)] = plot.comparison(
+            _times(report),
+            np.asarray(report.xs[0]),
+            predictions,
+            truth=None if clean_val is None else np.asarray(clean_val.xs[0]),
+            roles=ROLES,
+            fit_percent=per_channel,
+            names=list(report.state_names),
+            channels=page,
+            time_label=_time_label(report),
+            title=f"{which} trajectory 0: free run from its first state "
+            f"(fit % vs measurements){of}",
+        )
+    figures |= {
+        "eigenvalues.png": plot.eigenvalues(
+            estimated,
+            truth=models.get("true"),
+            roles=ROLES,
+            dt=dt,
+            title="eigenvalues of K",
+        ),
+        "loss.png": _loss_figure(
+            result,
+            f"{fit_cfg['loss']} loss ({fit_cfg['model']} model)",
+            "mean squared state error (units² of the states)",
+        ),
+    }
+    return figures

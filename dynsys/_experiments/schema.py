@@ -1,0 +1,252 @@
+"""The config schema of each kind of experiment, and `resolve_config`, which
+validates a config against it and fills in every default."""
+
+import copy
+import inspect
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .config import (
+    apply_overrides,
+    ConfigError,
+    Option,
+    read_toml,
+    resolve,
+    Schema,
+)
+
+
+KINDS = ("fit", "train_controller")
+
+
+def zoo():
+    """The model zoo, `dynsys.models` (imported lazily: the zoo imports dynsys)."""
+    import dynsys.models as zoo
+
+    return zoo
+
+
+def zoo_names(config: dict):
+    """The zoo model's channel names with units (`dynsys.models.names`)."""
+    section = config["system"]
+    return zoo().names(section["model"], **section["params"])
+
+
+def _schema(kind: str) -> Schema:
+    """The config schema of an experiment kind (section -> key -> Option)."""
+    models = tuple(sorted(zoo().ZOO))
+    default_model = "mass_spring_damper" if kind == "fit" else "pendulum"
+    schema: Schema = {
+        "": {
+            "kind": Option((str,), kind, KINDS, "the kind of experiment"),
+            "name": Option((str,), None, help="run folder prefix (default: kind)"),
+            "seed": Option(
+                (int,), 0, low=0, high=2**63 - 1, help="the one seed of the run"
+            ),
+            "precision": Option(
+                (str,),
+                "float64",
+                ("float64", "float32"),
+                "the floating-point precision of the whole run",
+            ),
+            "description": Option((str,), "", help="one line for summary.md"),
+        },
+        "system": {
+            "model": Option((str,), default_model, models, "a zoo model"),
+            "params": Option((dict,), {}, help="the zoo model's parameters"),
+            "state_names": Option((list,), None, items=str),
+            "input_names": Option((list,), None, items=str),
+        },
+    }
+    if kind == "fit":
+        schema["data"] = {
+            "file": Option((str,), None, help=".npz/.csv dataset; else simulated"),
+            "trajectories": Option((int,), 16, low=1),
+            "length": Option((int,), 100, low=1, help="steps per trajectory"),
+            "measurement_noise": Option((float,), 0.1, low=0),
+            "process_noise": Option((float,), 0.0, low=0),
+            "x0_mean": Option((float, list), 0.0, items=float),
+            "x0_scale": Option((float,), 1.0, low=0),
+            "input_scale": Option((float,), 1.0, low=0),
+            "validation": Option((float,), 0.25, low=0, high=0.9),
+            "states": Option((list,), None, items=str, help="state columns"),
+            "inputs": Option((list,), None, items=str, help="input columns"),
+            "outputs": Option((list,), None, items=str, help="output columns"),
+            "trajectory_column": Option((str,), "trajectory", help="CSV column"),
+            "time_column": Option((str,), "time", help="CSV column"),
+            "measured_states": Option(
+                (list,), None, items=int, help="simulated outputs: these states"
+            ),
+        }
+        schema["fit"] = {
+            "model": Option((str,), "linear", ("linear", "stable")),
+            "loss": Option(
+                (str,), "simulation", ("simulation", "one_step", "shooting")
+            ),
+            "horizon": Option((int,), 20, low=1, help="shooting window"),
+            "optimizer": Option(
+                (str,), "default", ("default", "adam", "lbfgs"), "see fit()"
+            ),
+            "steps": Option(
+                (int,), None, low=1, high=10**8, help="default: the optimiser's"
+            ),
+            "lr": Option((float,), 3e-3, low=0, help="Adam's learning rate"),
+            "batch_size": Option((int,), None, low=1),
+            "ridge": Option((float,), 0.0, low=0),
+            "order": Option((int,), None, low=1, help="default: from the data"),
+            "subspace_horizon": Option((int,), None, low=1),
+            "feedthrough": Option((bool,), False, help="fit D (y = C x + D u)"),
+        }
+    else:
+        schema["controller"] = {
+            "type": Option((str,), "stacked", ("linear", "mlp", "stacked")),
+            "width": Option((int,), 16, low=1),
+            "depth": Option((int,), 4, low=0),
+            "bound": Option((float,), None, low=0, help="actuator limit"),
+            "use_time": Option((bool,), False),
+        }
+        schema["cost"] = {
+            "target": Option((list,), None, items=float, help="default: zeros"),
+            "Q": Option((float, list), 1.0, items=float, low=0),
+            "R": Option((float, list), 0.01, items=float, low=0),
+            "Q_final": Option((float, list), None, items=float, low=0),
+        }
+        schema["train"] = {
+            "horizon": Option((int,), 60, low=1),
+            "initial_states": Option((int,), 64, low=1),
+            "test_states": Option((int,), 8, low=1),
+            "spread": Option((float, list), 1.0, items=float, low=0),
+            "batch_size": Option((int,), None, low=1),
+            "steps": Option((int,), 400, low=1, high=10**8),
+            "lr": Option((float,), 1e-2, low=0),
+            "schedule": Option((str,), "cosine", ("constant", "cosine")),
+            "clip": Option((float,), None, low=0, help="global gradient-norm clip"),
+        }
+    return schema
+
+
+def resolve_config(
+    config: "str | os.PathLike | Mapping[str, Any]",
+    overrides: "Mapping[str, Any] | Sequence[str] | None" = None,
+) -> dict:
+    """Validate an experiment config and fill in every default.
+
+    **Arguments:**
+
+    - `config`: a TOML file's path, or the parsed TOML as a dict.
+    - `overrides`: keys to set before validation: `{"fit.steps": 10}` or
+        `["fit.steps=10"]` (values read as TOML).
+
+    **Returns:**
+
+    The resolved config: a dict of the top-level keys and one dict per section,
+    every key present (`None` where unset and optional).
+
+    **Raises:**
+
+    `ConfigError` (a `ValueError`) naming the key and what is allowed: a missing or
+    unknown `kind`, an unknown section or key, a value of the wrong type or out of
+    range, an unknown zoo model or model parameter.
+
+    **Example:**
+
+    ```python
+    config = dynsys.resolve_config({"kind": "fit", "fit": {"steps": 50}})
+    config["fit"]["loss"], config["data"]["measurement_noise"]  # 'simulation', 0.1
+    ```
+    """
+    if isinstance(config, str | os.PathLike):
+        raw = read_toml(config)
+    elif isinstance(config, Mapping):
+        raw = copy.deepcopy(dict(config))
+    else:
+        raise TypeError(
+            "resolve_config(config=...): expected a path or a dict, got "
+            f"{type(config)}."
+        )
+    if overrides:
+        raw = apply_overrides(raw, overrides)
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        allowed = ", ".join(repr(k) for k in KINDS)
+        got = "nothing" if kind is None else repr(kind)
+        raise ConfigError(f"config key 'kind': expected one of {allowed}, got {got}.")
+    resolved = resolve(raw, _schema(kind))
+    if resolved["name"] is None:
+        resolved["name"] = kind
+    name = resolved["name"]
+    if not name or not all(c.isalnum() or c in "_.-" for c in name) or name[0] == ".":
+        raise ConfigError(
+            f"config key 'name': expected letters, digits, '_', '-' and '.' (a folder "
+            f"name), got {name!r}."
+        )
+    if len(name) > 150:
+        raise ConfigError(
+            f"config key 'name': expected at most 150 characters (it names a folder), "
+            f"got {len(name)}."
+        )
+    _check_params(resolved["system"]["model"], resolved["system"]["params"])
+    return resolved
+
+
+def _check_params(model: str, params: dict) -> None:
+    builder = zoo().ZOO[model]
+    allowed = sorted(
+        name
+        for name, p in inspect.signature(builder).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
+    for name, value in params.items():
+        if name not in allowed:
+            raise ConfigError(
+                f"config key 'system.params': unknown parameter {name!r} of model "
+                f"{model!r}; allowed: {', '.join(allowed)}."
+            )
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(
+                f"config key 'system.params.{name}': expected a number, got "
+                f"{type(value).__name__} {value!r}."
+            )
+        if not math.isfinite(value):
+            raise ConfigError(
+                f"config key 'system.params.{name}': expected a finite number, got "
+                f"{value!r}."
+            )
+    _check_model_builds(model, params)
+
+
+# The largest zoo model a config may build (elements over all its arrays).
+_MAX_MODEL_SIZE = 10**8
+
+
+def _check_model_builds(model: str, params: dict) -> None:
+    """Build the zoo model abstractly (no memory for its arrays): a parameter it
+    refuses, or arrays too large to allocate, are a ConfigError before anything runs.
+    """
+    import equinox as eqx
+    import jax
+
+    builder = zoo().ZOO[model]
+    call = f"{model}({', '.join(f'{k}={v!r}' for k, v in params.items())})"
+    try:
+        shapes = eqx.filter_eval_shape(lambda: builder(**params))
+    except Exception as error:  # the builder's own check, or arithmetic on a bad value
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        reason = reason or type(error).__name__
+        if not isinstance(error, ValueError):
+            reason = f"{type(error).__name__}: {reason}"
+        raise ConfigError(
+            f"config key 'system.params': {call} cannot be built: {reason}"
+        ) from None
+    size = sum(
+        math.prod(leaf.shape)
+        for leaf in jax.tree.leaves(shapes)
+        if isinstance(leaf, jax.ShapeDtypeStruct)
+    )
+    if size > _MAX_MODEL_SIZE:
+        raise ConfigError(
+            f"config key 'system.params': {call} would hold {size:,} numbers (at "
+            f"most {_MAX_MODEL_SIZE:,}); choose smaller sizes."
+        )

@@ -1,0 +1,111 @@
+"""One run of one kind of experiment, written into its (staging) folder:
+`config.toml`, `metrics.json`, `history.csv`, the model, figures, `summary.md`."""
+
+import pathlib
+import time
+
+from .config import (
+    dump_toml,
+)
+from .interrupt import Interrupts
+from .kinds import RUNNERS
+from .outcome import Outcome
+from .results import (
+    _file_digest,
+    _markdown_number,
+    _recorded,
+    ExperimentResult,
+    strict_json,
+)
+
+
+def _status_line(config: dict, metrics: dict) -> str:
+    if metrics["status"] == "complete":
+        return (
+            f"A `{config['kind']}` experiment, seed {config['seed']}, precision "
+            f"{config['precision']}. Rerun it with `dynsys run config.toml` (same "
+            "config and seed, same metrics)."
+        )
+    reason = metrics.get("stop_reason") or "stopped early"
+    return (
+        f"**Interrupted** ({metrics['signal']}): {reason}. This `{config['kind']}` "
+        f"experiment (seed {config['seed']}, precision {config['precision']}) is "
+        "incomplete: its metrics are those of the model kept when it stopped; "
+        "`dynsys run config.toml` runs it in full."
+    )
+
+
+def _write_single(
+    config: dict,
+    folder: pathlib.Path,
+    outcome: Outcome,
+    seconds: float,
+    interrupts: Interrupts,
+) -> ExperimentResult:
+    from .._io import save
+
+    recorded = _recorded(config)
+    metrics = dict(outcome.metrics)
+    metrics["status"] = "interrupted" if interrupts.interrupted else "complete"
+    metrics["signal"] = interrupts.name
+    metrics["precision"] = config["precision"]
+    if config["kind"] == "fit" and config["data"]["file"] is not None:
+        path = pathlib.Path(config["data"]["file"])
+        metrics["data_file"] = {"path": str(path), "sha256": _file_digest(path)}
+    metrics["summary"] = outcome.summary
+    metrics["timing"] = {**metrics.get("timing", {}), "total_seconds": seconds}
+    (folder / "config.toml").write_text(dump_toml(recorded), encoding="utf-8")
+    (folder / "metrics.json").write_text(strict_json(metrics))
+    (folder / "history.csv").write_text("\n".join(outcome.history) + "\n")
+    save(folder / "model.dynsys", outcome.model)
+    for name, writer in outcome.files.items():
+        writer(folder / name)
+    figures = []
+    for name, figure in outcome.figures.items():
+        figure.savefig(folder / name, dpi=100)
+        figures.append(folder / name)
+    lines = [f"# {config['name']}", ""]
+    if config["description"]:
+        lines += [config["description"], ""]
+    lines += [_status_line(config, metrics), "", *outcome.notes]
+    if "data_file" in metrics:
+        lines += [
+            "",
+            f"Data file: `{metrics['data_file']['path']}` (SHA-256 "
+            f"`{metrics['data_file']['sha256']}`).",
+        ]
+    lines += [
+        "",
+        f"Headline ({outcome.summary_label}):",
+        "",
+        "| metric | value |",
+        "| --- | --- |",
+        *(f"| {k} | {_markdown_number(v)} |" for k, v in outcome.summary.items()),
+        "",
+        "Files: `config.toml` (the resolved config), `metrics.json`, `history.csv` "
+        "(loss per step), `model.dynsys` (`dynsys.load`), and the figures:",
+        "",
+        *(f"![{p.stem}]({p.name})" for p in figures),
+        "",
+    ]
+    text = "\n".join(lines)
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    (folder / "summary.md").write_text(text, encoding="utf-8")
+    return ExperimentResult(folder, recorded, metrics, tuple(figures))
+
+
+def _run_single(
+    config: dict,
+    folder: pathlib.Path,
+    progress: bool,
+    echo,
+    interrupts: Interrupts | None = None,
+) -> ExperimentResult:
+
+    interrupts = Interrupts() if interrupts is None else interrupts
+    start = time.perf_counter()
+    outcome = RUNNERS[config["kind"]](config, progress=progress, echo=echo)
+    return _write_single(
+        config, folder, outcome, time.perf_counter() - start, interrupts
+    )

@@ -1,0 +1,270 @@
+"""The `train_controller` kind of experiment: a controller trained to drive a zoo
+system to a target through batched closed-loop rollouts."""
+
+import time
+
+from .config import ConfigError
+from .outcome import config_vector as _vector, loss_history_lines, Outcome
+from .schema import zoo, zoo_names
+
+
+SUMMARY_LABEL = "closed-loop cost on held-out initial states"
+
+
+def _system(config: dict):
+    section = config["system"]
+    system = zoo().get(section["model"], **section["params"])
+    return system
+
+
+def _names(config: dict, which: str, count: int, default=None):
+    names = config["system"][which]
+    if names is None:
+        return default
+    if len(names) != count:
+        raise ConfigError(
+            f"config key 'system.{which}': expected {count} names, got {len(names)}."
+        )
+    return names
+
+
+def _controller(config: dict, n: int, m: int, key):
+    from .._systems.controller import MLPController
+    from .._systems.layered import StackedController
+
+    c = config["controller"]
+    kind, width, depth = c["type"], c["width"], c["depth"]
+    if kind == "linear":
+        # An affine state feedback u = W x + b (+ w t), saturated if bounded.
+        return MLPController(
+            n, m, width, 0, use_time=c["use_time"], bound=c["bound"], key=key
+        )
+    if kind == "mlp":
+        return MLPController(
+            n, m, width, depth, use_time=c["use_time"], bound=c["bound"], key=key
+        )
+    if depth < 2:
+        raise ConfigError(
+            f"config key 'controller.depth': a stacked controller needs depth >= 2 "
+            f"(first and last layer), got {depth}."
+        )
+    return StackedController.mlp(
+        n, m, width_size=width, depth=depth, use_time=c["use_time"],
+        bound=c["bound"], key=key,
+    )  # fmt: skip
+
+
+def _train_optimizer(train_cfg: dict):
+    """Adam with the configured rate (constant or cosine decay) and optional
+    gradient clipping."""
+    import optax
+
+    lr = train_cfg["lr"]
+    schedule = lr
+    if train_cfg["schedule"] == "cosine":
+        schedule = optax.cosine_decay_schedule(lr, train_cfg["steps"])
+    optimizer = optax.adam(schedule)
+    if train_cfg["clip"] is not None:
+        optimizer = optax.chain(optax.clip_by_global_norm(train_cfg["clip"]), optimizer)
+    return optimizer
+
+
+def _controller_figures(
+    config, system, result, trajectories, target, state_names, input_names
+) -> dict:
+    """The closed loop before and after training on the held-out initial states,
+    the loss, and (two states) the phase portrait after training."""
+    from .. import plot
+
+    c = config["controller"]
+    name = config["system"]["model"]
+    figures = {}
+    for label, traj in zip(("before", "after"), trajectories):
+        count = traj.xs.shape[0]
+        figures[f"closed_loop_{label}.png"] = plot.trajectory(
+            traj,
+            state_names=state_names,
+            input_names=input_names,
+            reference=target,
+            input_bound=c["bound"],
+            title=f"{name}, {count} held-out initial states: {label} training",
+        )
+    figures["loss.png"] = plot.loss_history(
+        result,
+        ylabel="tracking cost",
+        title=f"training a {c['type']} controller",
+    )
+    if system.state_size == 2:
+        time_free = not c["use_time"]
+        figures["phase_portrait.png"] = plot.phase_portrait(
+            trajectories[1],
+            system=system if time_free else None,
+            controller=result.model if time_free else None,
+            state_names=state_names,
+            title=f"{name} in closed loop after training",
+        )
+    return figures
+
+
+def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
+    """Train a controller to drive a zoo system to a target state."""
+    import jax
+
+    system = _controlled_system(config)
+    n, m = system.state_size, system.input_size
+    target, spread, cost = _tracking_problem(config, system)
+    known = zoo_names(config)
+    state_names = _names(config, "state_names", n, list(known.states))
+    input_names = _names(config, "input_names", m, list(known.inputs))
+    k_init, k_x0, k_test, k_batch = jax.random.split(jax.random.key(config["seed"]), 4)
+    controller = _controller(config, n, m, k_init)
+    train_cfg = config["train"]
+    x0_train = _initial_states(k_x0, train_cfg["initial_states"], target, spread)
+    x0_test = _initial_states(k_test, train_cfg["test_states"], target, spread)
+    result, train_seconds = _train_timed(
+        config, cost, controller, x0_train, k_batch, progress, echo
+    )
+    costs, trajectories, distances = _held_out(
+        config, system, cost, target, (controller, result.model), x0_test
+    )
+    _echo_held_out(echo, costs, distances, result)
+    figures = _controller_figures(
+        config, system, result, trajectories, target, state_names, input_names
+    )
+    return _outcome(config, result, costs, distances, train_seconds, figures)
+
+
+def _controlled_system(config: dict):
+    """The zoo system, which must take inputs."""
+    system = _system(config)
+    if system.input_size == 0:
+        raise ConfigError(
+            f"config key 'system.model': {config['system']['model']!r} takes no "
+            "input, so there is nothing to control; choose a model with inputs."
+        )
+    return system
+
+
+def _tracking_problem(config: dict, system):
+    """`(target, spread, cost)`: the target state (default zeros), the half-width
+    of the initial-state box, and `cost(controller, x0s)`, the tracking cost of
+    the closed-loop rollouts from `x0s` over `train.horizon` steps."""
+    import jax.numpy as jnp
+
+    from .._fitting.cost import tracking_cost
+    from .._rollout.rollout import rollout
+
+    n, m = system.state_size, system.input_size
+    target = _vector(config, "cost", "target", n, "state")
+    target = jnp.zeros(n) if target is None else target
+    Q = _vector(config, "cost", "Q", n, "state")
+    R = _vector(config, "cost", "R", m, "input")
+    Q_final = _vector(config, "cost", "Q_final", n, "state")
+    spread = _vector(config, "train", "spread", n, "state")
+    horizon = config["train"]["horizon"]
+
+    def cost(controller, x0s):
+        traj = rollout(system, x0s, horizon, controller=controller)
+        return tracking_cost(traj, target, Q, R, Q_final=Q_final)
+
+    return target, spread, cost
+
+
+def _initial_states(key, count: int, target, spread):
+    """`count` initial states drawn uniformly in `target ± spread`."""
+    import jax
+
+    unit = jax.random.uniform(key, (count, target.shape[0]), minval=-1)
+    return target[None] + spread[None] * unit
+
+
+def _train_timed(config, cost, controller, x0_train, key, progress, echo):
+    """Say what is trained, then train it: `(TrainResult, seconds)`."""
+    from .._fitting.train import train
+
+    train_cfg, c = config["train"], config["controller"]
+    steps, lr = train_cfg["steps"], train_cfg["lr"]
+    optimizer = _train_optimizer(train_cfg)
+    echo(
+        f"{config['name']}: {c['type']} controller on {config['system']['model']}, "
+        f"{len(x0_train)} initial states, horizon {train_cfg['horizon']}, {steps} "
+        f"Adam steps (lr {lr:g}, {train_cfg['schedule']})"
+    )
+    start = time.perf_counter()
+    result = train(
+        cost,
+        controller,
+        data=x0_train,
+        batch_size=train_cfg["batch_size"],
+        optimizer=optimizer,
+        num_steps=steps,
+        key=key,
+        progress=progress,
+    )
+    return result, time.perf_counter() - start
+
+
+def _held_out(config, system, cost, target, controllers, x0_test):
+    """Each controller's (before and after training) held-out cost, closed-loop
+    trajectories and median final distance to the target."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from .._rollout.rollout import rollout
+
+    horizon = config["train"]["horizon"]
+    evaluate = eqx.filter_jit(cost)
+    costs = tuple(float(evaluate(c, x0_test)) for c in controllers)
+    trajectories = tuple(
+        rollout(system, x0_test, horizon, controller=c) for c in controllers
+    )
+    distances = tuple(
+        float(jnp.median(jnp.linalg.norm(traj.xs[:, -1] - target[None], axis=-1)))
+        for traj in trajectories
+    )
+    return costs, trajectories, distances
+
+
+def _echo_held_out(echo, costs, distances, result) -> None:
+    """One line: the held-out cost and final distance, before and after."""
+    (before, after), (distance_before, distance_after) = costs, distances
+    echo(
+        f"  held-out cost: before {before:.4g}, after {after:.4g}; median final "
+        f"distance to the target: before {distance_before:.3g}, after "
+        f"{distance_after:.3g} (best step {result.best_step}, stop: "
+        f"{result.stop_reason})"
+    )
+
+
+def _outcome(config, result, costs, distances, train_seconds, figures) -> Outcome:
+    """The metrics, summary, loss history, trained controller and figures."""
+    (before, after), (distance_before, distance_after) = costs, distances
+    metrics = {
+        "system": config["system"]["model"],
+        "controller": config["controller"]["type"],
+        "steps": config["train"]["steps"],
+        "steps_run": result.steps_run,
+        "best_step": result.best_step,
+        "stop_reason": result.stop_reason,
+        "cost_before": before,
+        "cost_after": after,
+        "final_distance_before": distance_before,
+        "final_distance_after": distance_after,
+        "timing": {"train_seconds": train_seconds},
+    }
+    summary = {"cost before training": before, "cost after training": after}
+    extra = result.full_losses
+    return Outcome(
+        metrics=metrics,
+        summary=summary,
+        summary_label=SUMMARY_LABEL,
+        history=loss_history_lines(result.losses, extra, "full_loss"),
+        model=result.model,
+        figures=figures,
+        notes=[
+            "`model.dynsys` holds the trained controller; load it with "
+            "`dynsys.load(path, like=...)` and a controller built with the same "
+            "`[controller]` settings.",
+            "",
+        ],
+    )
