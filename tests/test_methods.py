@@ -148,6 +148,44 @@ def test_equals_python_loop(getkey, method):
     np.testing.assert_allclose(traj.ys, ys, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("num_steps", [10, 201, 1000])
+@pytest.mark.parametrize(
+    "method",
+    [None, dynsys.Sequential(), *METHODS],
+    ids=["default", "sequential", *IDS],
+)
+@pytest.mark.parametrize("with_inputs", [False, True], ids=["offset", "offset+inputs"])
+def test_offset_at_long_horizons_equals_python_loop(
+    getkey, method, num_steps, with_inputs
+):
+    """An offset alone (no inputs, no feedback) once crashed the chunked solver past
+    about 100 steps, the horizon from which the default picks it."""
+    n, m = 3, 2
+    K = 0.5 * jnp.eye(n) + 0.1 * jax.random.normal(getkey(), (n, n))
+    offset = jax.random.normal(getkey(), (n,))
+    B = jax.random.normal(getkey(), (n, m)) if with_inputs else None
+    inputs = jax.random.normal(getkey(), (2, num_steps, m)) if with_inputs else None
+    x0 = jax.random.normal(getkey(), (2, n))
+    system = dynsys.LinearSystem(K, B, offset=offset)
+    kwargs = {} if method is None else {"method": method}
+    traj = dynsys.rollout(system, x0, num_steps, inputs=inputs, **kwargs)
+    for i in range(2):
+        u = None if inputs is None else np.asarray(inputs[i])
+        xs, _, _ = python_loop_rollout(
+            lambda t, x, u: (
+                np.asarray(K) @ x
+                + (0 if u is None else np.asarray(B) @ u)
+                + np.asarray(offset)
+            ),
+            lambda t, x, u: x,
+            None,
+            x0[i],
+            num_steps,
+            inputs=u,
+        )
+        np.testing.assert_allclose(traj.xs[i], xs, rtol=1e-9, atol=1e-10)
+
+
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
 def test_under_jit_and_vmap(getkey, method):
     arrays = make_case(getkey, "inputs", 9)
@@ -270,7 +308,7 @@ def test_default_with_inputs_equals_sequential(getkey, case, adjoint):
 def test_factored_input_term_equals_dense(getkey):
     """The chunked solver gives the same states whether the input term B w_t comes
     as its factors (m-wide Toeplitz) or multiplied out (n-wide Toeplitz)."""
-    from dynsys._rollout.method import _chunked_solve_batch, _dense, Factored
+    from dynsys._rollout.affine import _chunked_solve_batch, _dense, Factored
 
     M = 0.4 * jax.random.normal(getkey(), (3, 3))
     x0 = jax.random.normal(getkey(), (2, 3))
