@@ -11,6 +11,7 @@ import pathlib
 import stat
 import struct
 import sys
+import warnings
 from typing import Any
 
 import equinox as eqx
@@ -408,10 +409,12 @@ def _compare_static(header: dict[str, Any], like: PyTree) -> None:
             )
 
 
-def _reader(fail):
+def _reader(fail, conversions: list[tuple[str, str]]):
     """An `eqx.tree_deserialise_leaves` filter: read each array after checking its
     own npy header against the template (shape, dtype, bytes left), so a payload
-    cannot make numpy allocate more than it holds."""
+    cannot make numpy allocate more than it holds. A floating (or complex) leaf of
+    another precision than the template's is converted to the template's, and the
+    pair of dtypes appended to `conversions`."""
 
     def read(f, like):
         if not eqx.is_array_like(like) and not isinstance(like, jax.ShapeDtypeStruct):
@@ -434,15 +437,20 @@ def _reader(fail):
             )
         want_dtype = getattr(like, "dtype", None)
         if want_dtype is not None and np.dtype(want_dtype) != dtype:
-            raise ValueError(
-                f"load(like=...): a leaf has dtype {dtype} on disk but {want_dtype} "
-                "in like."
-            )
+            want_kind = np.dtype(want_dtype).kind
+            if not (dtype.kind == want_kind and want_kind in "fc"):
+                raise ValueError(
+                    f"load(like=...): a leaf has dtype {dtype} on disk but "
+                    f"{want_dtype} in like."
+                )
+            conversions.append((str(dtype), str(np.dtype(want_dtype))))
         count = math.prod(shape)
         data = f.read(count * dtype.itemsize)
         if len(data) != count * dtype.itemsize:
             raise fail("could not read the leaves (the payload ends inside a leaf).")
         array = np.frombuffer(data, dtype).reshape(shape, order="F" if fortran else "C")
+        if want_dtype is not None and np.dtype(want_dtype) != dtype:
+            array = array.astype(want_dtype)
         if isinstance(like, np.ndarray):
             return array.copy()
         if isinstance(like, jax.Array | jax.ShapeDtypeStruct):
@@ -459,7 +467,9 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
     template. For any other class pass `like`, a model of the same class and
     structure (its values are ignored): its leaves' shapes and dtypes, and its
     static settings (e.g. a controller's `bound`, activation, `use_time`), must
-    match the file's.
+    match the file's. A file saved in another precision loads in this session's
+    (a float64 model in a session without JAX's 64-bit mode comes back float32, a
+    float32 leaf into a float64 `like` comes back float64), with a warning saying so.
 
     Untrusted files fail small: only a regular file is read (never a FIFO or a
     device, even through a link), at most the bytes its header accounts for, and
@@ -534,8 +544,11 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
                 f"the file but {tuple(have.get('shape', ()))} in like."
             )
     stream = io.BytesIO(payload)
+    conversions: list[tuple[str, str]] = []
     try:
-        model = eqx.tree_deserialise_leaves(stream, like, filter_spec=_reader(fail))
+        model = eqx.tree_deserialise_leaves(
+            stream, like, filter_spec=_reader(fail, conversions)
+        )
     except Exception as error:  # equinox wraps the reader's errors with the leaf path
         cause = error
         while cause.__cause__ is not None:
@@ -548,4 +561,23 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
             f"the leaves end at byte {stream.tell()} of {len(payload)} (the file holds "
             "more than the model)."
         )
+    if conversions:
+        _warn_converted(path, conversions, built)
     return model
+
+
+def _warn_converted(path: pathlib.Path, conversions, built: bool) -> None:
+    """Say once that leaves were read in another precision than they were saved."""
+    pairs = sorted(set(conversions))
+    what = ", ".join(f"{disk} -> {want}" for disk, want in pairs)
+    why = (
+        "JAX's 64-bit mode is off (jax.config.update('jax_enable_x64', True) before "
+        "loading keeps float64)"
+        if built
+        else "the dtypes of like"
+    )
+    warnings.warn(
+        f"load(path={str(path)!r}): {len(conversions)} array(s) converted ({what}) "
+        f"to match {why}.",
+        stacklevel=3,
+    )

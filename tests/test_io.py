@@ -170,3 +170,51 @@ def test_files_from_before_the_layer_folders_load(tmp_path, make, old_name):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="the file holds a dynsys._"):
         dynsys.load(path, like=dynsys.LinearFeedback(jnp.ones((1, 2))))
+
+
+def test_a_float64_file_loads_in_a_float32_session_with_a_warning(tmp_path):
+    """A model the CLI wrote in float64 loads in a fresh Python session (64-bit mode
+    off): converted to float32, and said once."""
+    import subprocess
+    import sys
+
+    K = np.array([[0.9, 0.1], [0.0, 0.8]])
+    with jax.enable_x64(True):
+        model = dynsys.LinearSystem(jnp.asarray(K), jnp.ones((2, 1)), dt=0.5)
+        assert model.K.dtype == jnp.float64
+        dynsys.save(tmp_path / "model.dynsys", model)
+    script = (
+        "import warnings, numpy as np, dynsys\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    m = dynsys.load({str(tmp_path / 'model.dynsys')!r})\n"
+        "print(m.K.dtype, m.dt, len(caught))\n"
+        "print(caught[0].message)\n"
+        "np.save('K.npy', np.asarray(m.K))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"},
+    )
+    assert done.returncode == 0, done.stderr
+    first, message = done.stdout.splitlines()[:2]
+    assert first == "float32 0.5 1"
+    assert "float64 -> float32" in message and "jax_enable_x64" in message
+    np.testing.assert_array_equal(np.load(tmp_path / "K.npy"), K.astype(np.float32))
+
+
+def test_like_decides_the_precision_and_integers_are_not_converted(tmp_path):
+    path = tmp_path / "model.dynsys"
+    dynsys.save(path, {"w": np.arange(3, dtype=np.float32), "n": np.arange(2)})
+    like = {"w": np.zeros(3, np.float64), "n": np.zeros(2, np.int64)}
+    with pytest.warns(UserWarning, match=r"float32 -> float64.*the dtypes of like"):
+        back = dynsys.load(path, like=like)
+    assert back["w"].dtype == np.float64
+    np.testing.assert_array_equal(back["w"], [0.0, 1.0, 2.0])
+    with pytest.raises(ValueError, match="dtype int64 on disk but int32 in like"):
+        dynsys.load(
+            path, like={"w": np.zeros(3, np.float32), "n": np.zeros(2, np.int32)}
+        )
