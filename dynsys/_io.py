@@ -525,24 +525,7 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
         )
     else:
         _compare_static(header, like)
-    expected = header["leaves"]
-    actual = [_leaf_info(leaf) for leaf in jax.tree.leaves(like)]
-    if built and [e.get("shape") if isinstance(e, dict) else e for e in expected] != [
-        a.get("shape") for a in actual
-    ]:
-        raise fail("the header's fields and leaves disagree (the file is damaged).")
-    if len(expected) != len(actual):
-        raise ValueError(
-            f"load(like=...): the file has {len(expected)} leaves, like has "
-            f"{len(actual)}."
-        )
-    for k, (want, have) in enumerate(zip(expected, actual)):
-        if not isinstance(want, dict) or want.get("shape") != have.get("shape"):
-            want_shape = want.get("shape", ()) if isinstance(want, dict) else want
-            raise ValueError(
-                f"load(like=...): leaf {k} has shape {tuple(want_shape or ())} in "
-                f"the file but {tuple(have.get('shape', ()))} in like."
-            )
+    _check_leaf_shapes(header["leaves"], like, built, fail)
     stream = io.BytesIO(payload)
     conversions: list[tuple[str, str]] = []
     try:
@@ -564,6 +547,27 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
     if conversions:
         _warn_converted(path, conversions, built)
     return model
+
+
+def _check_leaf_shapes(expected: list, like: PyTree, built: bool, fail) -> None:
+    """The header's leaves against the template's: same count, same shapes."""
+    actual = [_leaf_info(leaf) for leaf in jax.tree.leaves(like)]
+    if built and [e.get("shape") if isinstance(e, dict) else e for e in expected] != [
+        a.get("shape") for a in actual
+    ]:
+        raise fail("the header's fields and leaves disagree (the file is damaged).")
+    if len(expected) != len(actual):
+        raise ValueError(
+            f"load(like=...): the file has {len(expected)} leaves, like has "
+            f"{len(actual)}."
+        )
+    for k, (want, have) in enumerate(zip(expected, actual)):
+        if not isinstance(want, dict) or want.get("shape") != have.get("shape"):
+            want_shape = want.get("shape", ()) if isinstance(want, dict) else want
+            raise ValueError(
+                f"load(like=...): leaf {k} has shape {tuple(want_shape or ())} in "
+                f"the file but {tuple(have.get('shape', ()))} in like."
+            )
 
 
 def _warn_converted(path: pathlib.Path, conversions, built: bool) -> None:
