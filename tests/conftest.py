@@ -9,6 +9,10 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     ).strip()
 
+# Tests write no compilation cache into the user's home (dynsys's default folder);
+# the tests of the cache (test_compile_cache.py) give it a folder of their own.
+os.environ.setdefault("DYNSYS_CACHE_DIR", "off")
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 

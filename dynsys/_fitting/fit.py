@@ -14,6 +14,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
+from .._compile_cache import use_compile_cache
 from .._data.dataset import Dataset
 from .._rollout.adjoint import AbstractAdjoint, LinearAdjoint
 from .._rollout.method import AbstractMethod
@@ -537,6 +538,7 @@ def fit(
     ```
     """
     data, loss, val_data = _checked(model, data, loss, val_data, fit_x0, num_steps)
+    use_compile_cache(keep_current=True)  # docs/performance.md, "Compile once"
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
     batch = _batch(data, _model_dtype(model))
     params = (model, _initial_x0s(objective, loss, data, model))
