@@ -1,8 +1,9 @@
 """JAX's persistent compilation cache as dynsys uses it: a second identical
 `dynsys fit` compiles nothing (counted by JAX's own monitoring events and by the
-cache folder's entries) and a third one with broken entries compiles them again,
-an unusable folder runs without the cache and says so once, and `import dynsys` alone changes no JAX
-setting. Each run is a fresh interpreter, so that the cache is all it can reuse."""
+cache folder's entries) and a third one with broken entries compiles them again;
+an unusable folder runs without the cache and says so once; `import dynsys` alone
+changes no JAX setting. Each run is a fresh interpreter, so that the cache is all
+it can reuse."""
 
 import json
 import os
