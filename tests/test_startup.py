@@ -87,6 +87,8 @@ def test_refusals_import_no_jax(tmp_path):
     commands = [
         ["fit", "missing.csv"],  # a file that is not there
         ["fit", "--steps", "0"],  # an option out of its range
+        # a real record as received, with an option out of range
+        ["fit", str(ROOT / "data" / "real" / "heating.csv"), "--validation", "1.5"],
         ["fit", "--validation", "2"],
         ["fit", "--out", "foreign"],  # a folder dynsys did not write
         ["fit", "--model", "nope"],  # argparse's own refusal
