@@ -1,114 +1,191 @@
 """dynsys: declarative, differentiable simulation of dynamical systems on JAX.
 
-This file only re-exports: what it lists is the public API. The implementation lives
-in folders by layer, each importing only from the layers listed before it here
-(checked by the import contract in `pyproject.toml`); see `docs/architecture.md`.
+This file only re-exports: what the `TYPE_CHECKING` block below lists is the public
+API. The implementation lives in folders by layer, each importing only from the
+layers listed before it here (checked by the import contract in `pyproject.toml`);
+see `docs/architecture.md`.
+
+The names are loaded on first use (PEP 562), so that `import dynsys` and the
+`dynsys` command start without importing JAX: `dynsys.fit` imports
+`dynsys._fitting.fit` the first time it is read. The block below is both what type
+checkers and readers see and the table `__getattr__` loads from (it reads this
+file's own import lines once, so a name is added in one place).
 """
 
-import importlib.metadata
-
-# Data: datasets, files, simulation.
-from ._data.dataset import Dataset as Dataset
-from ._data.load import load_dataset as load_dataset
-from ._data.simulate import simulate as simulate
-from ._distributed import (
-    global_dataset as global_dataset,
-    initialize_distributed as initialize_distributed,
-    is_main_process as is_main_process,
-)
-
-# Experiments from configs.
-from ._experiments.config import ConfigError as ConfigError
-from ._experiments.results import ExperimentResult as ExperimentResult
-from ._experiments.run import run_experiment as run_experiment
-from ._experiments.schema import resolve_config as resolve_config
-
-# Fitting: fit, train, least squares, metrics, costs.
-from ._fitting.cost import (
-    quadratic_cost as quadratic_cost,
-    tracking_cost as tracking_cost,
-)
-from ._fitting.fit import fit as fit, FitResult as FitResult
-from ._fitting.least_squares import fit_least_squares as fit_least_squares
-from ._fitting.losses import MultipleShooting as MultipleShooting
-from ._fitting.metrics import (
-    fit_percent as fit_percent,
-    nrmse as nrmse,
-    spectral_radius as spectral_radius,
-)
-from ._fitting.train import train as train, TrainResult as TrainResult
-
-# Model files and many hosts.
-from ._io import load as load, save as save
-
-# Rollout: the engine that records trajectories.
-from ._rollout.adjoint import (
-    AbstractAdjoint as AbstractAdjoint,
-    Autodiff as Autodiff,
-    Checkpointed as Checkpointed,
-    LinearAdjoint as LinearAdjoint,
-)
-from ._rollout.method import (
-    AbstractMethod as AbstractMethod,
-    Chunked as Chunked,
-    Parallel as Parallel,
-    Sequential as Sequential,
-)
-from ._rollout.rollout import rollout as rollout, Trajectory as Trajectory
-from ._rollout.sharding import (
-    batch_sharding as batch_sharding,
-    shard_batch as shard_batch,
-)
-
-# System identification from input-output data.
-from ._sysid.initial_state import estimate_x0 as estimate_x0
-from ._sysid.python_control import (
-    from_control as from_control,
-    to_control as to_control,
-)
-from ._sysid.response import (
-    frequency_response as frequency_response,
-    impulse_response as impulse_response,
-    Modes as Modes,
-    modes as modes,
-    step_response as step_response,
-)
-from ._sysid.subspace import (
-    fit_subspace as fit_subspace,
-    subspace_singular_values as subspace_singular_values,
-)
-from ._sysid.validation import (
-    compare as compare,
-    Comparison as Comparison,
-    residual_analysis as residual_analysis,
-    Residuals as Residuals,
-)
-
-# Systems: what steps.
-from ._systems.controller import (
-    AbstractController as AbstractController,
-    LinearFeedback as LinearFeedback,
-    MLPController as MLPController,
-)
-from ._systems.layered import (
-    AbstractContextLayer as AbstractContextLayer,
-    AbstractLayeredController as AbstractLayeredController,
-    ContextLayer as ContextLayer,
-    LayeredController as LayeredController,
-    StackedController as StackedController,
-)
-from ._systems.ode import (
-    AbstractODE as AbstractODE,
-    discretize as discretize,
-    Discretized as Discretized,
-    LinearODE as LinearODE,
-    Sampled as Sampled,
-)
-from ._systems.stable import StableLinearSystem as StableLinearSystem
-from ._systems.system import (
-    AbstractSystem as AbstractSystem,
-    LinearSystem as LinearSystem,
-)
+from typing import TYPE_CHECKING
 
 
-__version__ = importlib.metadata.version("dynsys")
+if TYPE_CHECKING:
+    # Data: datasets, files, simulation.
+    from ._data.dataset import Dataset as Dataset
+    from ._data.load import load_dataset as load_dataset
+    from ._data.simulate import simulate as simulate
+    from ._distributed import (
+        global_dataset as global_dataset,
+        initialize_distributed as initialize_distributed,
+        is_main_process as is_main_process,
+    )
+
+    # Experiments from configs.
+    from ._experiments.config import ConfigError as ConfigError
+    from ._experiments.results import ExperimentResult as ExperimentResult
+    from ._experiments.run import run_experiment as run_experiment
+    from ._experiments.schema import resolve_config as resolve_config
+
+    # Fitting: fit, train, least squares, metrics, costs.
+    from ._fitting.cost import (
+        quadratic_cost as quadratic_cost,
+        tracking_cost as tracking_cost,
+    )
+    from ._fitting.fit import fit as fit, FitResult as FitResult
+    from ._fitting.least_squares import fit_least_squares as fit_least_squares
+    from ._fitting.losses import MultipleShooting as MultipleShooting
+    from ._fitting.metrics import (
+        fit_percent as fit_percent,
+        nrmse as nrmse,
+        spectral_radius as spectral_radius,
+    )
+    from ._fitting.train import train as train, TrainResult as TrainResult
+
+    # Model files and many hosts.
+    from ._io import load as load, save as save
+
+    # Rollout: the engine that records trajectories.
+    from ._rollout.adjoint import (
+        AbstractAdjoint as AbstractAdjoint,
+        Autodiff as Autodiff,
+        Checkpointed as Checkpointed,
+        LinearAdjoint as LinearAdjoint,
+    )
+    from ._rollout.method import (
+        AbstractMethod as AbstractMethod,
+        Chunked as Chunked,
+        Parallel as Parallel,
+        Sequential as Sequential,
+    )
+    from ._rollout.rollout import rollout as rollout, Trajectory as Trajectory
+    from ._rollout.sharding import (
+        batch_sharding as batch_sharding,
+        shard_batch as shard_batch,
+    )
+
+    # System identification from input-output data.
+    from ._sysid.initial_state import estimate_x0 as estimate_x0
+    from ._sysid.python_control import (
+        from_control as from_control,
+        to_control as to_control,
+    )
+    from ._sysid.response import (
+        frequency_response as frequency_response,
+        impulse_response as impulse_response,
+        Modes as Modes,
+        modes as modes,
+        step_response as step_response,
+    )
+    from ._sysid.subspace import (
+        fit_subspace as fit_subspace,
+        subspace_singular_values as subspace_singular_values,
+    )
+    from ._sysid.validation import (
+        compare as compare,
+        Comparison as Comparison,
+        residual_analysis as residual_analysis,
+        Residuals as Residuals,
+    )
+
+    # Systems: what steps.
+    from ._systems.controller import (
+        AbstractController as AbstractController,
+        LinearFeedback as LinearFeedback,
+        MLPController as MLPController,
+    )
+    from ._systems.layered import (
+        AbstractContextLayer as AbstractContextLayer,
+        AbstractLayeredController as AbstractLayeredController,
+        ContextLayer as ContextLayer,
+        LayeredController as LayeredController,
+        StackedController as StackedController,
+    )
+    from ._systems.ode import (
+        AbstractODE as AbstractODE,
+        discretize as discretize,
+        Discretized as Discretized,
+        LinearODE as LinearODE,
+        Sampled as Sampled,
+    )
+    from ._systems.stable import StableLinearSystem as StableLinearSystem
+    from ._systems.system import (
+        AbstractSystem as AbstractSystem,
+        LinearSystem as LinearSystem,
+    )
+
+
+def _exports() -> dict[str, str]:
+    """`{name: module}` of each name imported in the `TYPE_CHECKING` block above,
+    read from this file once (the block is the one list of the public API)."""
+    global _EXPORTS
+    if _EXPORTS is None:
+        import ast
+        import pathlib
+
+        tree = ast.parse(pathlib.Path(__file__).read_text(encoding="utf-8"))
+        (block,) = (
+            node
+            for node in tree.body
+            if isinstance(node, ast.If)
+            and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING"
+        )
+        _EXPORTS = {
+            alias.asname or alias.name: "." * node.level + (node.module or "")
+            for node in block.body
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+        }
+    return _EXPORTS
+
+
+_EXPORTS: dict[str, str] | None = None
+# Submodules reachable as attributes without an import statement, as they were when
+# this file imported everything (`dynsys.plot`, `dynsys.models`, `dynsys._fitting`).
+_SUBMODULES = frozenset(
+    {
+        "models",
+        "plot",
+        "cli",
+        "_custom_types",
+        "_data",
+        "_distributed",
+        "_experiments",
+        "_fitting",
+        "_io",
+        "_rollout",
+        "_sysid",
+        "_systems",
+    }
+)
+
+
+def __getattr__(name: str):
+    import importlib
+
+    module = _exports().get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = value  # later reads skip this function
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name == "__all__":  # `from dynsys import *`: every public name
+        return sorted(_exports())
+    if name == "__version__":
+        import importlib.metadata
+
+        version = importlib.metadata.version("dynsys")
+        globals()[name] = version
+        return version
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_exports()) | {"__version__"})

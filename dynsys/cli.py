@@ -1,11 +1,16 @@
-"""The `dynsys` command."""
+"""The `dynsys` command.
+
+It parses its arguments and makes the cheap checks of files and options before it
+imports JAX (or anything of dynsys that does): `dynsys --help`, `dynsys fit --help`
+and a refused argument or file answer in the time Python takes to start. Only
+standard-library modules are imported at the top of this file; each command imports
+what it needs when it runs.
+"""
 
 import argparse
 import pathlib
 import sys
 import time
-
-from . import __version__
 
 
 def _check_simulate_options(args: argparse.Namespace) -> None:
@@ -32,13 +37,17 @@ def _simulate(args: argparse.Namespace) -> int:
     """`dynsys simulate MODEL`: roll a zoo model out and write its run folder."""
     import os
 
-    import dynsys.models as zoo
-    from dynsys._experiments.results import strict_json
-    from dynsys._experiments.run_folder import check_out
+    from ._experiments.run_folder import check_out
 
     _check_simulate_options(args)
+    out = check_out(args.out, "--out")  # before the zoo imports JAX
+
+    import dynsys.models as zoo
+    from dynsys._compile_cache import use_compile_cache
+    from dynsys._experiments.results import strict_json
+
+    use_compile_cache()
     system = zoo.get(args.model)
-    out = check_out(args.out, "--out")
     x0, inputs = _simulate_start(args, system)
     traj = _simulate_rollout(args, system, x0, inputs)
     summary = _write_simulation(args, system, traj, out)
@@ -157,8 +166,6 @@ def _write_simulation(args: argparse.Namespace, system, traj, out) -> dict:
 
 def _fit(args: argparse.Namespace) -> int:
     """`dynsys fit`: a fit experiment from the options (`_experiments/schema.py`)."""
-    import dynsys
-
     data = {
         "trajectories": args.trajectories,
         "length": args.length,
@@ -195,12 +202,31 @@ def _fit(args: argparse.Namespace) -> int:
         config["fit"]["steps"] = args.steps
     if args.order is not None:
         config["fit"]["order"] = args.order
+    _check_fit_config(config, args.out)
+
+    import dynsys
+
     start = time.perf_counter()
     result = dynsys.run_experiment(config, out=args.out, progress=not args.no_progress)
     written = sorted(p.name for p in result.path.iterdir() if p.name != ".dynsys-run")
     print(f"  wrote {result.path}/: {', '.join(written)}")
     print(f"  total time {time.perf_counter() - start:.1f} s")
     return _exit_status(result)
+
+
+def _check_fit_config(config: dict, out: str) -> None:
+    """The checks of `run_experiment` that need no JAX, made before it is imported:
+    each option's type and range, DATA a regular file, `--out` a folder dynsys may
+    write. `run_experiment` makes them again (and those that need the zoo)."""
+    import copy
+
+    from ._experiments.config import resolve, resolve_data_file
+    from ._experiments.run_folder import check_out
+    from ._experiments.schema import _schema
+
+    models = (config["system"]["model"],)  # the zoo's own check imports JAX
+    resolve_data_file(resolve(copy.deepcopy(config), _schema("fit", models)))
+    check_out(out, "run_experiment(out=...)")
 
 
 def _exit_status(result) -> int:
@@ -290,6 +316,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_experiment(args: argparse.Namespace):
     """Run `args.config` with the run options; copy figures to `args.figures`."""
+    from ._experiments.config import apply_overrides, read_toml
+
+    # A missing or invalid TOML file, or a bad --set, is refused before JAX loads.
+    apply_overrides(read_toml(args.config), args.set)
+
     import dynsys
 
     if getattr(args, "distributed", False):  # before any computation
@@ -343,13 +374,30 @@ def run_script(default_config: pathlib.Path, argv: list[str] | None, description
     return _run_experiment(parser.parse_args(argv))
 
 
+class _VersionAction(argparse.Action):
+    """`--version`: reads the installed version only when asked (reading package
+    metadata costs a noticeable part of the start-up)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        kwargs.setdefault("help", "show the version and exit")
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs
+        )
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import importlib.metadata
+
+        print(f"dynsys {importlib.metadata.version('dynsys')}")  # as argparse's
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `dynsys` command's parser: `simulate`, `fit` and `run`."""
     parser = argparse.ArgumentParser(
         prog="dynsys",
         description="Declarative, differentiable simulation of dynamical systems.",
     )
-    parser.add_argument("--version", action="version", version=f"dynsys {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_simulate_parser(commands)
     _add_fit_parser(commands)

@@ -13,12 +13,15 @@ multiple of the trajectory's bytes. It prints a table and writes the section of
     python scripts/benchmark.py --quick --output /tmp/bench.md   # smoke test
     python scripts/benchmark.py --no-fit       # rollout workloads only
     python scripts/benchmark.py --fit-only --no-write   # the fitting section only
+    python scripts/benchmark.py --no-startup   # without start-up and cold/warm fits
 
 With inputs (U1, U2 and W1u, W3u: `m` open-loop inputs, the gradient also with
 respect to `B`) the default method is compared with `Sequential()` too. The fitting
 section (`scripts/benchmark_fit.py`) measures one `dynsys.fit` iteration against a
 bare jitted step, and the time the default optimiser and tuned Adam take to reach
-1.1x the true model's loss.
+1.1x the true model's loss. The start-up section (`scripts/benchmark_startup.py`)
+times `dynsys --help` against `python -c "import argparse"` and `dynsys fit` with a
+cold and a warm compilation cache.
 
 The same command runs unchanged on a GPU machine (it then fills the GPU section and
 adds W2 with T = 10^6 for Sequential, Parallel and Chunked).
@@ -45,6 +48,7 @@ import dynsys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchmark_fit  # noqa: E402
+import benchmark_startup  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -636,6 +640,11 @@ def main(argv=None):
     parser.add_argument(
         "--fit-only", action="store_true", help="only the fitting section"
     )
+    parser.add_argument(
+        "--no-startup",
+        action="store_true",
+        help="skip the start-up and compilation-cache section",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.budget = 2, 0.05
@@ -681,6 +690,10 @@ def main(argv=None):
     if not args.no_fit:
         fit_lines, fit_targets = benchmark_fit.run(args.quick)
         target_rows += fit_targets
+    if not args.no_startup:
+        startup_lines, startup_targets = benchmark_startup.run(args.quick)
+        fit_lines += startup_lines
+        target_rows += startup_targets
 
     text = section(
         backend, workloads, results, compile_times, target_rows, extra, args, fit_lines

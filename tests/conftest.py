@@ -1,4 +1,6 @@
+import gc
 import os
+import resource
 
 
 # The tests are dominated by XLA compilation of small programs, not by running them:
@@ -9,6 +11,11 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     ).strip()
 
+# Tests write no compilation cache into the user's home (dynsys's default folder);
+# the tests of the cache (test_compile_cache.py) give it a folder of their own.
+os.environ.setdefault("DYNSYS_CACHE_DIR", "off")
+
+import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
@@ -29,3 +36,54 @@ def getkey():
         return subkey
 
     return _getkey
+
+
+# Memory. Each pytest-xdist worker is one process holding a JAX runtime, and every
+# program it compiles stays in JAX's (and equinox's) caches for the rest of the
+# session: thousands of small programs. They are dropped after each test module
+# (a later module rarely runs the same shapes again). DYNSYS_TEST_KEEP_CACHES=1 keeps
+# them, to measure the difference. Each worker's peak resident memory is reported
+# at the end of the run ("peak memory per process").
+_KEEP_CACHES = os.environ.get("DYNSYS_TEST_KEEP_CACHES") == "1"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _drop_compiled_programs_after_each_module():
+    yield
+    if not _KEEP_CACHES:
+        eqx.clear_caches()
+        jax.clear_caches()
+        gc.collect()
+
+
+def _peak_megabytes() -> float:
+    """This process's peak resident memory (Linux reports kilobytes, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if os.uname().sysname == "Darwin" else peak / 2**10
+
+
+_peaks: dict[str, float] = {}
+
+
+def pytest_sessionfinish(session):
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:  # an xdist worker: tell the controller
+        output["peak_megabytes"] = _peak_megabytes()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """An xdist worker finished: keep its peak memory for the summary."""
+    peak = getattr(node, "workeroutput", {}).get("peak_megabytes")
+    if peak is not None:
+        _peaks[node.gateway.id] = peak
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _peaks:  # no workers: this process ran the tests
+        _peaks["main"] = _peak_megabytes()
+    report = ", ".join(f"{name} {mb:,.0f} MB" for name, mb in sorted(_peaks.items()))
+    caches = "kept" if _KEEP_CACHES else "dropped after each module"
+    terminalreporter.write_line(
+        f"peak memory per process (ru_maxrss; compiled programs {caches}): {report}"
+    )

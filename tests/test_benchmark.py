@@ -2,6 +2,7 @@
 
 import importlib.util
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -34,6 +35,13 @@ def test_quick_run_writes_the_table(tmp_path):
     assert "Time to reach 1.1× the true model's loss" in text
     assert "| P6: 6 states, 2 inputs" in text
     assert "### Targets" in text and "compile time" in text
+    # Start-up and the compilation cache: whole commands, side by side.
+    assert "### Start-up and compilation cache" in text
+    assert "| `dynsys --help` |" in text and '| `python -c "import argparse"` |' in text
+    assert "`dynsys --help` within 1.5×" in text
+    assert re.search(
+        r"\| demo \(`dynsys fit --measure 0,1`\) \| [\d.]+ s \| [\d.]+ s \|", text
+    )
     assert "<!-- cpu begin -->" in text and "<!-- gpu begin -->" in text
     assert "| W0 | dynsys |" in result.stdout
 

@@ -8,7 +8,7 @@ import optax
 import pytest
 
 import dynsys
-from dynsys._fitting.train import _batch_indices
+from dynsys._fitting.batches import _batch_indices
 
 
 def test_converges_to_closed_form_minimum():
@@ -314,3 +314,106 @@ def test_keyboard_interrupt_keeps_the_best_model():
     np.testing.assert_allclose(result.losses, [1.0, 0.25, 0.0625, 0.015625])
     assert result.best_step == 3
     np.testing.assert_allclose(result.model, 1.0 - 0.5**3)
+
+
+def _plateau_loss(m):
+    """Decreasing until every entry of `m` is at most 1, then exactly 1."""
+    return 1.0 + jnp.sum(jnp.maximum(m - 1.0, 0.0) ** 2)
+
+
+def _adam_losses_by_hand(m, num_steps, learning_rate):
+    """The losses of a plain optax loop (no dynsys): the reference."""
+    optimizer = optax.adam(learning_rate)
+    state = optimizer.init(m)
+    losses = []
+    for _ in range(num_steps):
+        loss, grad = jax.value_and_grad(_plateau_loss)(m)
+        losses.append(float(loss))
+        updates, state = optimizer.update(grad, state, m)
+        m = optax.apply_updates(m, updates)
+    return np.asarray(losses)
+
+
+def test_a_flat_loss_stops_the_loop_and_says_so():
+    from dynsys._fitting.flat_loss import flat_resolution
+
+    start, flat_steps, chunk = jnp.array([3.0, 2.0]), 10, 32
+    reference = _adam_losses_by_hand(start, 200, 0.1)
+    first_flat = int(np.argmax(reference == 1.0))
+    assert first_flat > 0 and np.all(reference[first_flat:] == 1.0)
+    result = dynsys.train(
+        _plateau_loss,
+        start,
+        optimizer=optax.adam(0.1),
+        num_steps=500,
+        progress=False,
+        flat_steps=flat_steps,
+    )
+    # Checked after each dispatch (32 steps for a loss without data): it stops in
+    # the first dispatch that ends `flat_steps` steps after the plateau began.
+    assert first_flat + flat_steps + 1 <= result.steps_run
+    assert result.steps_run <= first_flat + flat_steps + chunk
+    resolution = flat_resolution(jnp.float64)
+    assert result.stop_reason == (
+        f"loss flat for {flat_steps} steps (relative change at most "
+        f"{resolution:.1g} per step); kept the best model"
+    )
+    np.testing.assert_allclose(result.losses, reference[: result.steps_run], rtol=1e-12)
+    assert result.best_loss == 1.0 and result.best_step == first_flat
+
+
+def test_a_loss_still_falling_is_not_flat():
+    result = dynsys.train(
+        lambda m: jnp.sum(m**2),
+        jnp.ones(2),
+        optimizer=optax.sgd(1e-3),
+        num_steps=100,
+        progress=False,
+        flat_steps=5,
+    )
+    assert result.steps_run == 100 and result.stop_reason is None
+
+
+def test_flat_steps_at_end_against_a_plain_count():
+    from dynsys._fitting.flat_loss import flat_steps_at_end
+
+    losses = [5.0, 4.0, 3.0, 3.0, 3.0 * (1 + 1e-13), 3.0, 3.0 * (1 - 1e-16)]
+    resolution = 1e-12
+    plain = 0
+    for k in range(len(losses) - 1, 0, -1):
+        if abs(losses[k] - losses[k - 1]) > resolution * abs(losses[k - 1]):
+            break
+        plain += 1
+    assert plain == 4
+    assert flat_steps_at_end(losses, resolution, most=10) == plain
+    assert flat_steps_at_end(losses, resolution, most=2) == 2
+    assert flat_steps_at_end([1.0, float("nan")], resolution, most=5) == 0
+
+
+@pytest.mark.parametrize("flat_steps", [0, -3, 2.5, True])
+def test_flat_steps_errors(flat_steps):
+    with pytest.raises(ValueError, match=r"train\(flat_steps=...\): flat_steps must"):
+        dynsys.train(
+            lambda m: jnp.sum(m**2), jnp.ones(2), num_steps=5, flat_steps=flat_steps
+        )
+
+
+def test_the_bar_says_compiling_before_it_counts_steps(capfd):
+    dynsys.train(lambda m: jnp.sum(m**2), jnp.ones(2), num_steps=40, progress=True)
+    _, err = capfd.readouterr()
+    assert "train: compiling…" in err
+    counted = err.index("40/40")
+    assert err.index("train: compiling…") < counted
+    # Steps are counted (with a rate) only once the first chunk has come back.
+    assert "/40" not in err[: err.index("train: compiling…")]
+
+
+def test_a_fit_bar_labels_its_cap(capfd):
+    true = dynsys.LinearSystem(K=jnp.array([[0.9, 0.2], [-0.2, 0.9]]))
+    data = dynsys.simulate(true, jnp.ones((3, 2)), 15)
+    result = dynsys.fit(dynsys.LinearSystem(K=0.5 * jnp.eye(2)), data, progress=True)
+    _, err = capfd.readouterr()
+    assert result.converged and result.steps_run < 200
+    assert "fit: compiling…" in err
+    assert f"fit: {result.steps_run} steps (cap 200)" in err
+    assert "/200" not in err

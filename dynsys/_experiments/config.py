@@ -350,3 +350,28 @@ def dump_toml(config: dict) -> str:
                 if v is not None
             ]
     return "\n".join(lines) + "\n"
+
+
+def resolve_data_file(config: dict) -> dict:
+    """Make `data.file` absolute (a run folder reruns from anywhere) and check that
+    it is a readable regular file, before anything runs."""
+    if config["kind"] != "fit" or config["data"]["file"] is None:
+        return config
+    given = config["data"]["file"]
+    path = pathlib.Path(given).expanduser()
+    try:
+        path = path.resolve()
+    except (OSError, RuntimeError) as error:
+        raise ConfigError(
+            f"config key 'data.file': cannot resolve {given!r} ({error})."
+        ) from None
+    if not path.exists():
+        raise ConfigError(f"config key 'data.file': no such file {given!r}.")
+    if not path.is_file():
+        raise ConfigError(
+            f"config key 'data.file': {given!r} is not a regular file (a folder or a "
+            "device); give a .npz or .csv dataset."
+        )
+    config = copy.deepcopy(config)
+    config["data"]["file"] = str(path)
+    return config

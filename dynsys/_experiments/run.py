@@ -8,7 +8,6 @@ The kinds of experiment live in `kinds.py`, the schema in `schema.py`.
 """
 
 import contextvars
-import copy
 import dataclasses
 import os
 import pathlib
@@ -16,9 +15,8 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .config import (
-    ConfigError,
-)
+from .._compile_cache import use_compile_cache
+from .config import resolve_data_file
 from .interrupt import catch_interrupts
 from .results import ExperimentResult
 from .run_folder import (
@@ -31,31 +29,6 @@ from .run_folder import (
 from .schema import resolve_config
 from .single import _run_single
 from .sweep import _run_sweep
-
-
-def _resolve_data_file(config: dict) -> dict:
-    """Make `data.file` absolute (a run folder reruns from anywhere) and check that
-    it is a readable regular file, before anything runs."""
-    if config["kind"] != "fit" or config["data"]["file"] is None:
-        return config
-    given = config["data"]["file"]
-    path = pathlib.Path(given).expanduser()
-    try:
-        path = path.resolve()
-    except (OSError, RuntimeError) as error:
-        raise ConfigError(
-            f"config key 'data.file': cannot resolve {given!r} ({error})."
-        ) from None
-    if not path.exists():
-        raise ConfigError(f"config key 'data.file': no such file {given!r}.")
-    if not path.is_file():
-        raise ConfigError(
-            f"config key 'data.file': {given!r} is not a regular file (a folder or a "
-            "device); give a .npz or .csv dataset."
-        )
-    config = copy.deepcopy(config)
-    config["data"]["file"] = str(path)
-    return config
 
 
 def _rebase(result: ExperimentResult, old: pathlib.Path, new: pathlib.Path):
@@ -145,7 +118,8 @@ def run_experiment(
     """
     if _elsewhere():  # several processes: only process 0 writes
         return _run_without_writing(config, overrides)
-    resolved = _resolve_data_file(resolve_config(config, overrides))
+    resolved = resolve_data_file(resolve_config(config, overrides))
+    use_compile_cache(resolved["compile_cache"])
     echo = echo if echo is not None else (lambda line: None)
     out, root = _destination(out, out_root)
     clean_stale(root)

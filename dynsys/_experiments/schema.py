@@ -34,9 +34,10 @@ def zoo_names(config: dict):
     return zoo().names(section["model"], **section["params"])
 
 
-def _schema(kind: str) -> Schema:
-    """The config schema of an experiment kind (section -> key -> Option)."""
-    models = tuple(sorted(zoo().ZOO))
+def _schema(kind: str, models: tuple[str, ...] | None = None) -> Schema:
+    """The config schema of an experiment kind (section -> key -> Option); `models`
+    (default: the zoo's, which imports JAX) are the allowed `system.model`s."""
+    models = tuple(sorted(zoo().ZOO)) if models is None else models
     default_model = "mass_spring_damper" if kind == "fit" else "pendulum"
     schema: Schema = {
         "": {
@@ -52,6 +53,12 @@ def _schema(kind: str) -> Schema:
                 "the floating-point precision of the whole run",
             ),
             "description": Option((str,), "", help="one line for summary.md"),
+            "compile_cache": Option(
+                (str,),
+                None,
+                help="JAX's compilation cache folder, or 'off' (default: "
+                "DYNSYS_CACHE_DIR, else ~/.cache/dynsys/jax)",
+            ),
         },
         "system": {
             "model": Option((str,), default_model, models, "a zoo model"),

@@ -4,6 +4,7 @@
 import pathlib
 import time
 
+from .._compile_cache import CacheStatus, current_status
 from .config import (
     dump_toml,
 )
@@ -35,6 +36,13 @@ def _status_line(config: dict, metrics: dict) -> str:
     )
 
 
+def _compile_cache_record() -> dict | None:
+    """`metrics.json["compile_cache"]`: the folder, or why there is none (`None`
+    when `use_compile_cache` was not called, as in a runner called directly)."""
+    status = current_status()
+    return None if status is None else status.as_dict()
+
+
 def _write_single(
     config: dict,
     folder: pathlib.Path,
@@ -52,6 +60,7 @@ def _write_single(
     if config["kind"] == "fit" and config["data"]["file"] is not None:
         path = pathlib.Path(config["data"]["file"])
         metrics["data_file"] = {"path": str(path), "sha256": _file_digest(path)}
+    metrics["compile_cache"] = _compile_cache_record()
     metrics["summary"] = outcome.summary
     metrics["timing"] = {**metrics.get("timing", {}), "total_seconds": seconds}
     (folder / "config.toml").write_text(dump_toml(recorded), encoding="utf-8")
@@ -74,6 +83,9 @@ def _write_single(
             f"Data file: `{metrics['data_file']['path']}` (SHA-256 "
             f"`{metrics['data_file']['sha256']}`).",
         ]
+    if metrics["compile_cache"] is not None:
+        cache = CacheStatus(**metrics["compile_cache"])
+        lines += ["", f"JAX's compilation cache: {cache.describe()}."]
     lines += [
         "",
         f"Headline ({outcome.summary_label}):",

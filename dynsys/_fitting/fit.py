@@ -14,12 +14,14 @@ import numpy as np
 import optax
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
+from .._compile_cache import use_compile_cache
 from .._data.dataset import Dataset
 from .._rollout.adjoint import AbstractAdjoint, LinearAdjoint
 from .._rollout.method import AbstractMethod
 from .._rollout.rollout import rollout
 from .._rollout.sharding import to_host
 from .._systems.system import AbstractSystem
+from .flat_loss import FLAT_STEPS
 from .least_squares import _check_data, step_mask
 from .losses import (
     channel_weights,
@@ -59,7 +61,8 @@ class FitResult:
     - `stop_reason`: `None` when the fit ran normally (converged, or every step
         ran); else what went wrong, with a suggestion: a non-finite loss (naming the
         step), a fit no better than its start, a loss that grew by orders of
-        magnitude, an interrupt or the callback.
+        magnitude, an interrupt or the callback; or, with the default optimiser,
+        `"loss flat for 20 steps ..."` (stopped early, nothing wrong).
     - `converged`: whether the optimiser's tolerances ended the fit.
     - `optimizer`: the optimiser used, in words (e.g. `"Levenberg–Marquardt
         (optimistix)"`).
@@ -433,8 +436,11 @@ def _validation_loss(loss, val_data, model, method, adjoint):
 
 
 def _warn_untrusted(stop_reason: str | None):
-    """Warn once when the fit is not to be trusted (not when the user stopped it)."""
-    if stop_reason is not None and not stop_reason.startswith("stopped by"):
+    """Warn once when the fit is not to be trusted (not when the user stopped it or
+    its loss stopped changing)."""
+    if stop_reason is not None and not stop_reason.startswith(
+        ("stopped by", "loss flat")
+    ):
         # stacklevel 3: the caller of `fit` (this, `fit`).
         warnings.warn(f"fit: {stop_reason}.", stacklevel=3)
 
@@ -537,6 +543,7 @@ def fit(
     ```
     """
     data, loss, val_data = _checked(model, data, loss, val_data, fit_x0, num_steps)
+    use_compile_cache(keep_current=True)  # docs/performance.md, "Compile once"
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
     batch = _batch(data, _model_dtype(model))
     params = (model, _initial_x0s(objective, loss, data, model))
@@ -559,6 +566,7 @@ def fit(
         warn=False,
         chunk=_chunk(strategy, params, batch),
         caller="fit",
+        flat_steps=FLAT_STEPS if optimizer is None else None,
     )
     stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
     _warn_untrusted(stop_reason)

@@ -13,7 +13,11 @@ import numpy as np
 import optax
 from jaxtyping import PRNGKeyArray, PyTree, Scalar
 
-from .._rollout.sharding import constrain_batch, leading_axis_shardings
+from .._rollout.sharding import leading_axis_shardings
+from .batches import chunk_indices, on_device
+from .chunk import evaluate, init_carry, run_chunk
+from .flat_loss import flat_resolution, flat_steps_at_end, flat_stop_reason
+from .progress import Progress
 from .solvers import describe, LossFunction, OptaxStrategy
 
 
@@ -35,7 +39,8 @@ class TrainResult:
     - `best_step`: the step whose model is `model`; `best_loss` its loss.
     - `steps_run`: the number of steps run.
     - `stop_reason`: `None` if all `num_steps` ran, else why training stopped early
-        (a non-finite loss or gradient, naming the step; the callback; an interrupt).
+        (a non-finite loss or gradient, naming the step; the callback; an interrupt;
+        a loss flat for `flat_steps` steps).
     - `converged`: whether the optimiser's tolerances stopped it (only optimisers
         with a convergence test, such as `fit`'s defaults).
     - `optimizer`: the optimiser's name.
@@ -54,157 +59,12 @@ class TrainResult:
     optimizer: str = ""
 
 
-def _leading_size(data: PyTree) -> int:
-    leaves = [leaf for leaf in jax.tree.leaves(data) if eqx.is_array(leaf)]
-    if not leaves:
-        raise ValueError("train(data=...): data has no arrays.")
-    sizes = {leaf.shape[0] if getattr(leaf, "ndim", 0) else None for leaf in leaves}
-    if len(sizes) != 1 or None in sizes:
-        shapes = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]
-        raise ValueError(
-            "train(data=...): every array in data must share its leading (batch) "
-            f"axis, got shapes {shapes}."
-        )
-    (size,) = sizes
-    if size == 0:
-        raise ValueError("train(data=...): data is empty (leading axis of size 0).")
-    return size
-
-
-def _iter_batches(
-    key: PRNGKeyArray, size: int, batch_size: int, num_steps: int
-) -> Iterator[np.ndarray]:
-    """Yield `num_steps` index arrays of shape `(batch_size,)`: shuffled epochs.
-
-    Epoch `e` is the permutation drawn with `jax.random.fold_in(key, e)`, cut into
-    `size // batch_size` batches; its last incomplete batch is dropped so that every
-    batch has the same shape (one compilation). Epochs are drawn lazily, so memory does
-    not grow with `num_steps`.
-    """
-    per_epoch = size // batch_size
-    step, epoch = 0, 0
-    while step < num_steps:
-        order = np.asarray(jax.random.permutation(jax.random.fold_in(key, epoch), size))
-        for b in range(min(per_epoch, num_steps - step)):
-            yield order[b * batch_size : (b + 1) * batch_size]
-        step += per_epoch
-        epoch += 1
-
-
-def _batch_indices(
-    key: PRNGKeyArray, size: int, batch_size: int, num_steps: int
-) -> np.ndarray:
-    """All of `_iter_batches` at once, shape `(num_steps, batch_size)`."""
-    return np.stack(list(_iter_batches(key, size, batch_size, num_steps)))
-
-
 def _strong(leaf):
     """Drop JAX's weak type, so that the updated parameters keep the input's types
     (a weakly typed leaf would otherwise cause one retrace)."""
     if eqx.is_array(leaf):
         return jnp.asarray(leaf, dtype=leaf.dtype)
     return leaf
-
-
-def _tree_where(pred, new, old):
-    return jax.tree.map(
-        lambda a, b: jnp.where(pred, a, b) if eqx.is_array(a) else a, new, old
-    )
-
-
-def _gather(data, indices, shardings):
-    if indices is None:
-        return data
-    batch = jax.tree.map(
-        lambda leaf: leaf[indices] if eqx.is_array(leaf) else leaf, data
-    )
-    return constrain_batch(batch, shardings)
-
-
-@eqx.filter_jit
-def _init_carry(strategy, params):
-    return strategy.init(params)
-
-
-@eqx.filter_jit
-def _evaluate(evaluator, params, static):
-    return evaluator(eqx.combine(params, static))
-
-
-@eqx.filter_jit
-def _run_chunk(
-    strategy,
-    objective,
-    static,
-    params,
-    carry,
-    best,
-    data,
-    indices,
-    ks,
-    end,
-    shardings,
-    track_best,
-):
-    """Run the steps `ks` (those below `end`) in one dispatch: a `lax.scan` over
-    steps, each skipped once a step was non-finite or converged. Compiled once per
-    strategy, objective structure, model structure and shapes (a module-level cache,
-    shared across calls)."""
-    first = _gather(data, None if indices is None else indices[0], shardings)
-    state = strategy.begin(objective, params, static, carry, first)
-    dynamic, state_static = eqx.partition(state, eqx.is_array)
-
-    def body(loop, x):
-        params, dynamic, best, stopped = loop
-        k, index, warm = x
-
-        def run(_):
-            state = eqx.combine(dynamic, state_static)
-            batch = _gather(data, index, shardings)
-            loss, finite, new_params, new_state, converged = strategy.step(
-                objective, params, static, state, batch
-            )
-            finite = finite | warm
-            converged = converged & jnp.logical_not(warm)
-            apply = finite & jnp.logical_not(converged)
-            new_params = _tree_where(apply, new_params, params)
-            new_dynamic = _tree_where(
-                apply, eqx.partition(new_state, eqx.is_array)[0], dynamic
-            )
-            best_loss, best_step, best_params = best
-            new_best = best
-            if track_best:
-                better = jnp.isfinite(loss) & (loss < best_loss) & jnp.logical_not(warm)
-                new_best = (
-                    jnp.where(better, loss, best_loss).astype(best_loss.dtype),
-                    jnp.where(better, k, best_step),
-                    _tree_where(better, params, best_params),
-                )
-            stop = jnp.logical_not(finite) | converged
-            return (new_params, new_dynamic, new_best, stop), (
-                loss.astype(best_loss.dtype),
-                finite,
-                converged,
-            )
-
-        def skip(_):
-            nan = jnp.array(jnp.nan, best[0].dtype)
-            return (params, dynamic, best, stopped), (nan, jnp.array(True), stopped)
-
-        return jax.lax.cond((k < end) & jnp.logical_not(stopped), run, skip, None)
-
-    warm = jnp.zeros(ks.shape, bool)
-    if strategy.warmup:
-        ks = jnp.concatenate([ks[:1], ks])
-        warm = jnp.concatenate([jnp.ones(1, bool), warm])
-        if indices is not None:
-            indices = jnp.concatenate([indices[:1], indices])
-    loop = (params, dynamic, best, jnp.array(False))
-    (params, dynamic, best, _), outputs = jax.lax.scan(body, loop, (ks, indices, warm))
-    if strategy.warmup:
-        outputs = jax.tree.map(lambda v: v[1:], outputs)
-    carry = strategy.end(eqx.combine(dynamic, state_static))
-    return params, carry, best, outputs
 
 
 class _UserFunction(eqx.Module):
@@ -248,28 +108,6 @@ def _trainable(model, filter_spec, caller: str):
     return jax.tree.map(_strong, params), static
 
 
-def _on_device(data, batch_size, key, num_steps: int, caller: str):
-    """`(data, batches)`: the data's arrays on the device (once, not at every
-    step), and the minibatch index iterator (`None` without `batch_size`).
-    Minibatches of data sharded over devices stay sharded (see `shard_batch`)."""
-    if data is None:
-        return None, None
-    size = _leading_size(data)
-    data = jax.tree.map(lambda x: jnp.asarray(x) if eqx.is_array(x) else x, data)
-    if batch_size is None:
-        return data, None
-    if (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, int)
-        or not 1 <= batch_size <= size
-    ):
-        raise ValueError(
-            f"{caller}(batch_size=...): batch_size must be an integer in "
-            f"[1, {size}] (the size of data), got {batch_size!r}."
-        )
-    return data, _iter_batches(key, size, batch_size, num_steps)
-
-
 def _steps_per_dispatch(chunk, data, callback, evaluator, eval_every: int) -> int:
     """The chunk length: `chunk` (default by the data's size), one step with a
     callback, at most `eval_every` with an evaluation. Not shortened to
@@ -282,16 +120,6 @@ def _steps_per_dispatch(chunk, data, callback, evaluator, eval_every: int) -> in
     if evaluator is not None:
         chunk = min(chunk, eval_every)
     return chunk
-
-
-def _chunk_indices(batches, count: int, chunk: int):
-    """The minibatch rows of a chunk's `count` steps, padded to `chunk` (`None`
-    without minibatches)."""
-    if batches is None:
-        return None
-    rows = [next(batches) for _ in range(count)]
-    rows += [rows[-1]] * (chunk - count)
-    return jnp.asarray(np.stack(rows))
 
 
 def _record(outputs, count: int, first_step: int, losses: list[float]):
@@ -320,12 +148,6 @@ def _best(best, params):
     return loss, step, best_params
 
 
-def _progress_bar(num_steps: int, caller: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=num_steps, desc=caller, mininterval=0.5, leave=True)
-
-
 @dataclasses.dataclass
 class _Loop:
     """What `optimise`'s loop reads (the first fields, fixed) and updates between
@@ -342,11 +164,13 @@ class _Loop:
     chunk: int
     eval_every: int
     callback: Callable | None
-    bar: Any
+    bar: Progress | None
     params: Any
     carry: Any
     best_device: tuple  # (loss, step, params) as arrays, tracked by `_run_chunk`
     best_host: tuple  # (loss, step, params), chosen by evaluations
+    flat_steps: int | None = None  # stop after this many steps of a flat loss
+    resolution: float = 0.0  # the relative change per step that counts as flat
     losses: list[float] = dataclasses.field(default_factory=list)
     val_losses: list[tuple[int, float]] = dataclasses.field(default_factory=list)
     full_losses: list[tuple[int, float]] = dataclasses.field(default_factory=list)
@@ -369,9 +193,19 @@ def _best_model_evaluator(objective, data, batches, evaluator):
     return evaluator, False
 
 
+def _params_dtype(params):
+    return jnp.result_type(*[leaf.dtype for leaf in jax.tree.leaves(params)])
+
+
+def _has_tolerance(strategy) -> bool:
+    """Whether `strategy` stops at its own tolerance, so that `num_steps` is a cap
+    rather than the number of steps it will run."""
+    return getattr(strategy, "rtol", None) is not None
+
+
 def _initial_best(params) -> tuple[tuple, tuple]:
     """The running best before any step: on the device and on the host."""
-    dtype = jnp.result_type(*[leaf.dtype for leaf in jax.tree.leaves(params)])
+    dtype = _params_dtype(params)
     best_device = (jnp.array(jnp.inf, dtype), jnp.array(-1), params)
     best_host = (math.inf, -1, params)  # chosen by evaluations
     return best_device, best_host
@@ -380,7 +214,7 @@ def _initial_best(params) -> tuple[tuple, tuple]:
 def _evaluate_at(loop: _Loop, step: int):
     """Evaluate the current model, record the value, and keep it if it is the
     best so far."""
-    value = float(_evaluate(loop.evaluator, loop.params, loop.static))
+    value = float(evaluate(loop.evaluator, loop.params, loop.static))
     (loop.full_losses if loop.full_data else loop.val_losses).append((step, value))
     loop.evaluated_last = step
     if math.isfinite(value) and value < loop.best_host[0]:
@@ -395,9 +229,9 @@ def _dispatch(loop: _Loop, k: int, num_steps: int) -> int:
     count = min(loop.chunk, num_steps - k)
     if loop.evaluator is not None:
         count = min(count, loop.eval_every - k % loop.eval_every)
-    indices = _chunk_indices(loop.batches, count, loop.chunk)
+    indices = chunk_indices(loop.batches, count, loop.chunk)
     ks = jnp.arange(k, k + loop.chunk)
-    new_params, new_carry, loop.best_device, outputs = _run_chunk(
+    new_params, new_carry, loop.best_device, outputs = run_chunk(
         loop.strategy,
         loop.objective,
         loop.static,
@@ -420,9 +254,14 @@ def _after_chunk(loop: _Loop, k: int, ran: int) -> bool:
     """Advance the progress bar and call the callback after a chunk that ran `ran`
     steps up to step `k`; whether to stop."""
     if loop.bar is not None:
-        loop.bar.update(ran)
-        loop.bar.set_postfix(loss=f"{loop.losses[-1]:.4g}", refresh=False)
+        loop.bar.update(ran, loop.losses[-1])
     if loop.stop_reason is not None or loop.converged:
+        return True
+    if loop.flat_steps is not None and (
+        flat_steps_at_end(loop.losses, loop.resolution, loop.flat_steps)
+        >= loop.flat_steps
+    ):
+        loop.stop_reason = flat_stop_reason(loop.flat_steps, loop.resolution)
         return True
     if loop.callback is not None and loop.callback(
         k - 1, eqx.combine(loop.params, loop.static), loop.losses[-1]
@@ -503,18 +342,20 @@ def optimise(
     warn: bool = True,
     chunk: int | None = None,
     caller: str = "train",
+    flat_steps: int | None = None,
 ) -> "TrainResult":
     """The loop shared by `train` and `fit`: `strategy` minimises `objective` over
-    the trainable arrays of `model`, a chunk of steps per dispatch."""
+    the trainable arrays of `model`, a chunk of steps per dispatch; with
+    `flat_steps`, it stops once the loss has been flat that many steps."""
     if key is None:
         key = jax.random.key(0)
     params, static = _trainable(model, filter_spec, caller)
-    carry = jax.tree.map(_strong, _init_carry(strategy, params))
-    data, batches = _on_device(data, batch_size, key, num_steps, caller)
+    carry = jax.tree.map(_strong, init_carry(strategy, params))
+    data, batches = on_device(data, batch_size, key, num_steps, caller)
     shardings = None if data is None else leading_axis_shardings(data)
     evaluator, full_data = _best_model_evaluator(objective, data, batches, evaluator)
     chunk = _steps_per_dispatch(chunk, data, callback, evaluator, eval_every)
-    bar = _progress_bar(num_steps, caller) if progress else None
+    bar = Progress(caller, num_steps, _has_tolerance(strategy)) if progress else None
     loop = _Loop(
         strategy,
         objective,
@@ -531,6 +372,8 @@ def optimise(
         params,
         carry,
         *_initial_best(params),
+        flat_steps,
+        flat_resolution(_params_dtype(params)),
     )
     _run_steps(loop, num_steps, warn, caller)
     return _train_result(loop, warn, caller)
@@ -545,8 +388,17 @@ def optax_strategy(optimizer) -> OptaxStrategy:
     return OptaxStrategy(optimizer, describe(optimizer))
 
 
-def _check_train_arguments(num_steps, eval_every, batch_size, data):
+def _check_train_arguments(num_steps, eval_every, batch_size, data, flat_steps):
     """`train`'s checks of its arguments (one-line errors naming each)."""
+    if flat_steps is not None and (
+        isinstance(flat_steps, bool)
+        or not isinstance(flat_steps, int)
+        or flat_steps < 1
+    ):
+        raise ValueError(
+            f"train(flat_steps=...): flat_steps must be a positive integer or None, "
+            f"got {flat_steps!r}."
+        )
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
         raise ValueError(
             f"train(num_steps=...): num_steps must be a positive integer, got "
@@ -582,6 +434,7 @@ def train(
     filter_spec: PyTree = eqx.is_inexact_array,
     val_fn: Callable[[PyTree], Scalar] | None = None,
     eval_every: int = 10,
+    flat_steps: int | None = None,
 ) -> TrainResult:
     """Minimise `loss_fn` over the inexact arrays of `model` with an optax optimiser.
 
@@ -616,11 +469,16 @@ def train(
         validation loss. (Without `val_fn` but with `batch_size`, the loss on all of
         `data` is evaluated the same way and chooses the best model.)
     - `eval_every`: how often (in steps) `val_fn` or the full-data loss is evaluated.
+    - `flat_steps`: stop once the loss has been flat this many steps in a row (each
+        step changing it by at most `eps ** 0.75` of its value, `eps` that of the
+        parameters' dtype), with `stop_reason` `"loss flat for N steps ..."`;
+        checked after each dispatch, so a few more steps may have run. `None`
+        (default): run all `num_steps`.
 
     **Raises:**
 
     `ValueError` naming the argument for a bad `num_steps`, `batch_size`,
-    `eval_every`, `data`, or a model with nothing to train.
+    `eval_every`, `flat_steps`, `data`, or a model with nothing to train.
 
     **Returns:**
 
@@ -634,7 +492,7 @@ def train(
     result.model  # close to [3., 3.]
     ```
     """
-    _check_train_arguments(num_steps, eval_every, batch_size, data)
+    _check_train_arguments(num_steps, eval_every, batch_size, data, flat_steps)
     strategy = _DEFAULT_OPTIMIZER if optimizer is None else optax_strategy(optimizer)
     return optimise(
         LossFunction(loss_fn, data is not None),
@@ -649,4 +507,5 @@ def train(
         filter_spec=filter_spec,
         evaluator=None if val_fn is None else _UserFunction(val_fn),
         eval_every=eval_every,
+        flat_steps=flat_steps,
     )

@@ -1,0 +1,177 @@
+"""JAX's persistent compilation cache for dynsys: compile a program once, across runs.
+
+`fit`, `run_experiment` and the `dynsys` command switch it on (`import dynsys` alone
+changes no JAX setting). Where it lives, first match wins:
+
+1. the `compile_cache` config key of an experiment (a folder, or `"off"`);
+2. the `DYNSYS_CACHE_DIR` environment variable (a folder; empty or `off`: no cache);
+3. a cache folder the user gave JAX themselves (`jax_compilation_cache_dir`), used
+    as it is, with JAX's own thresholds;
+4. `$XDG_CACHE_HOME/dynsys/jax` (default `~/.cache/dynsys/jax`).
+
+A folder dynsys chooses gets every compiled program (no minimum compile time or
+size), so that a second run of the same shapes compiles nothing. The cache never
+makes a run fail: a folder that cannot be written, or a disk with almost no space
+left, turns it off with one warning; JAX itself ignores (with a warning) an entry it
+cannot read, and entries of another JAX version never match (the version is part of
+the key).
+"""
+
+import dataclasses
+import os
+import pathlib
+import shutil
+import tempfile
+import warnings
+
+
+ENVIRONMENT_VARIABLE = "DYNSYS_CACHE_DIR"
+# Below this much free space the cache is not used: its entries would fail to write.
+_MIN_FREE_BYTES = 64 * 2**20
+# The most a folder dynsys chose may hold; JAX evicts the least recently used beyond.
+_MAX_BYTES = 2 * 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheStatus:
+    """Where compiled programs are kept, or why they are not.
+
+    **Fields:**
+
+    - `folder`: the cache folder, `None` when there is no cache.
+    - `source`: what chose it: `"config"`, `"DYNSYS_CACHE_DIR"`, `"jax"` (the
+        user's own `jax_compilation_cache_dir`) or `"default"`.
+    - `reason`: why there is no cache (`None` when there is one).
+    """
+
+    folder: str | None
+    source: str
+    reason: str | None = None
+
+    def as_dict(self) -> dict:
+        """For `metrics.json["compile_cache"]`."""
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        """One line for a summary: the folder, or why there is none."""
+        if self.folder is not None:
+            return f"compiled programs are kept in {self.folder} ({self.source})"
+        return f"compiled programs are not kept: {self.reason}"
+
+
+# What dynsys set in this process (`None`: nothing yet), and the warnings given.
+_current: CacheStatus | None = None
+_said: set[str] = set()
+
+
+def default_folder() -> pathlib.Path:
+    """`$XDG_CACHE_HOME/dynsys/jax`, or `~/.cache/dynsys/jax`."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return pathlib.Path(base).expanduser() / "dynsys" / "jax"
+
+
+def current_status() -> CacheStatus | None:
+    """What the last `use_compile_cache` set (`None` if it was never called)."""
+    return _current
+
+
+def use_compile_cache(
+    setting: "str | os.PathLike | None" = None, *, keep_current: bool = False
+) -> CacheStatus:
+    """Point JAX's persistent compilation cache at the folder dynsys uses.
+
+    **Arguments:**
+
+    - `setting`: a folder, `"off"` (or `""`) for no cache, or `None` to choose as
+        the module docstring says (environment variable, the user's JAX setting,
+        the default folder).
+    - `keep_current`: with `setting=None`, keep what an earlier call in this
+        process set (as `fit` does inside `run_experiment`).
+
+    **Returns:**
+
+    The `CacheStatus`. A folder that cannot be used gives a status without a folder
+    and one warning (once per reason and process); nothing is raised.
+    """
+    global _current
+    if keep_current and setting is None and _current is not None:
+        return _current
+    status = _choose(setting)
+    if status.folder is not None and status.source != "jax":
+        reason = _unusable(pathlib.Path(status.folder))
+        if reason is not None:
+            status = CacheStatus(None, status.source, reason)
+            _say_once(f"dynsys: no compilation cache: {reason}; compiling as usual.")
+    _apply(status)
+    _current = status
+    return status
+
+
+def _choose(setting) -> CacheStatus:
+    """The folder (or none) and what chose it, before checking it."""
+    if setting is not None:
+        return _from_text(os.fspath(setting), "config")
+    if ENVIRONMENT_VARIABLE in os.environ:
+        return _from_text(os.environ[ENVIRONMENT_VARIABLE], ENVIRONMENT_VARIABLE)
+    import jax
+
+    theirs = jax.config.jax_compilation_cache_dir
+    if theirs and (_current is None or theirs != _current.folder):
+        return CacheStatus(str(theirs), "jax")
+    return CacheStatus(str(default_folder()), "default")
+
+
+def _from_text(text: str, source: str) -> CacheStatus:
+    if text.strip().lower() in ("", "off"):
+        what = "config key 'compile_cache'" if source == "config" else source
+        return CacheStatus(None, source, f"turned off ({what} = {text!r})")
+    return CacheStatus(str(pathlib.Path(text).expanduser().absolute()), source)
+
+
+def _unusable(folder: pathlib.Path) -> str | None:
+    """Why `folder` cannot hold the cache (`None` if it can): it cannot be created
+    or written, or its disk is (nearly) full."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".dynsys-probe-")
+        os.close(handle)
+        os.unlink(probe)
+        free = shutil.disk_usage(folder).free
+    except OSError as error:
+        why = error.strerror or type(error).__name__
+        return f"cannot write to {folder} ({why})"
+    if free < _MIN_FREE_BYTES:
+        return f"{folder} has {free / 2**20:.0f} MiB free (at least 64 MiB needed)"
+    return None
+
+
+def _apply(status: CacheStatus) -> None:
+    """Set JAX's cache options for `status` (nothing for the user's own folder)."""
+    if status.source == "jax":
+        return
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    if jax.config.jax_compilation_cache_dir != status.folder:
+        jax.config.update("jax_compilation_cache_dir", status.folder)
+        compilation_cache.reset_cache()  # the next compilation opens the new folder
+    if status.folder is not None:
+        # Every program, however quick to compile or small: dynsys's chunks are
+        # what a second run should not compile again.
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+        if _has_filelock():  # JAX needs it to bound the folder's size
+            jax.config.update("jax_compilation_cache_max_size", _MAX_BYTES)
+
+
+def _has_filelock() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("filelock") is not None
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        # stacklevel 4: the caller of `fit`/`run_experiment` (this, use_..., them).
+        warnings.warn(message, RuntimeWarning, stacklevel=4)

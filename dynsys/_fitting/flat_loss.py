@@ -1,0 +1,34 @@
+"""Stopping a loop whose loss no longer changes: the loss "flat for N steps" rule."""
+
+import numpy as np
+
+
+# `fit`'s default: its default optimiser stops after this many steps of a flat loss.
+FLAT_STEPS = 20
+
+
+def flat_resolution(dtype) -> float:
+    """The relative change per step below which a loss of `dtype` counts as flat:
+    `eps ** 0.75` (float64: 1.8e-12, float32: 6.4e-6), above the round-off of a sum
+    of many squares and far below any change that improves a fit."""
+    return float(np.finfo(dtype).eps) ** 0.75
+
+
+def flat_steps_at_end(losses: list[float], resolution: float, most: int) -> int:
+    """How many of the last steps (at most `most`) each changed the loss by at most
+    `resolution` times its previous value: `|l[k] - l[k-1]| <= resolution |l[k-1]|`.
+    """
+    count = 0
+    for k in range(len(losses) - 1, max(0, len(losses) - 1 - most), -1):
+        previous, loss = losses[k - 1], losses[k]
+        if not abs(loss - previous) <= resolution * abs(previous):
+            break
+        count += 1
+    return count
+
+
+def flat_stop_reason(steps: int, resolution: float) -> str:
+    return (
+        f"loss flat for {steps} steps (relative change at most {resolution:.1g} per "
+        "step); kept the best model"
+    )

@@ -1,0 +1,202 @@
+"""JAX's persistent compilation cache as dynsys uses it: a second identical
+`dynsys fit` compiles nothing (counted by JAX's own monitoring events and by the
+cache folder's entries) and a third one with broken entries compiles them again;
+an unusable folder runs without the cache and says so once; `import dynsys` alone
+changes no JAX setting. Each run is a fresh interpreter, so that the cache is all
+it can reuse."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from dynsys import _compile_cache
+
+
+# `dynsys fit` through `dynsys.cli.main`, counting JAX's compilation events: each
+# compilation request that may use the cache, each hit, each entry written (JAX
+# records a write as a "cache miss").
+_COUNTED_FIT = """
+import collections, json, sys
+import jax.monitoring
+
+counts = collections.Counter()
+jax.monitoring.register_event_listener(lambda event, **kwargs: counts.update([event]))
+from dynsys import cli
+
+code = cli.main(json.loads(sys.argv[1]))
+prefix = "/jax/compilation_cache/"
+print(json.dumps({k[len(prefix):]: v for k, v in counts.items() if k.startswith(prefix)}))
+sys.exit(code)
+"""
+
+# Tiny simulated data: the same shapes each run.
+_FIT = ["fit", "--trajectories", "4", "--length", "20", "--steps", "3", "--no-progress"]
+
+
+def _fit(tmp_path: pathlib.Path, cache: str, out: str, **env) -> tuple[dict, str]:
+    environment = {**os.environ, "DYNSYS_CACHE_DIR": cache, **env}
+    result = subprocess.run(
+        [sys.executable, "-c", _COUNTED_FIT, json.dumps([*_FIT, "--out", out])],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    counts = json.loads(result.stdout.strip().splitlines()[-1])
+    return counts, result.stderr
+
+
+def _entries(cache: pathlib.Path) -> set[str]:
+    return {p.name for p in cache.iterdir() if not p.name.startswith(".")}
+
+
+def _metrics(tmp_path: pathlib.Path, out: str) -> dict:
+    return json.loads((tmp_path / out / "metrics.json").read_text())
+
+
+@pytest.mark.slow
+def test_a_second_identical_fit_compiles_nothing(tmp_path):
+    cache = tmp_path / "cache"
+    first, _ = _fit(tmp_path, str(cache), "first")
+    written = _entries(cache)
+    assert first.get("cache_misses", 0) == len(written) > 0
+    second, _ = _fit(tmp_path, str(cache), "second")
+    # Every compilation request of the second run was answered from the cache.
+    assert second["compile_requests_use_cache"] > 0
+    assert second.get("cache_hits", 0) == second["compile_requests_use_cache"]
+    assert second.get("cache_misses", 0) == 0
+    assert _entries(cache) == written
+    metrics = _metrics(tmp_path, "second")
+    assert metrics["compile_cache"] == {
+        "folder": str(cache),
+        "source": "DYNSYS_CACHE_DIR",
+        "reason": None,
+    }
+    assert metrics["summary"] == _metrics(tmp_path, "first")["summary"]
+    summary = (tmp_path / "second" / "summary.md").read_text()
+    assert f"compiled programs are kept in {cache}" in summary
+
+    # An entry JAX cannot read (as one written by another version would be, were
+    # its key the same) is compiled again, with JAX's warning; the run succeeds.
+    for name in written:
+        (cache / name).write_bytes(b"not a compiled program")
+    third, stderr = _fit(tmp_path, str(cache), "third")
+    assert third.get("cache_hits", 0) == 0
+    assert "Error reading persistent compilation cache entry" in stderr
+    assert _metrics(tmp_path, "third")["summary"] == metrics["summary"]
+
+
+@pytest.mark.slow
+def test_an_unusable_folder_runs_without_the_cache_and_says_so_once(tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    cache = tmp_path / "a-file" / "cache"  # cannot be created, even by root
+    counts, stderr = _fit(tmp_path, str(cache), "run")
+    assert stderr.count("no compilation cache") == 1, stderr
+    assert f"cannot write to {cache}" in stderr
+    assert counts.get("cache_hits", 0) == counts.get("cache_misses", 0) == 0
+    record = _metrics(tmp_path, "run")["compile_cache"]
+    assert record["folder"] is None and f"cannot write to {cache}" in record["reason"]
+
+
+def test_import_leaves_jax_alone_and_fit_uses_the_default_folder(tmp_path):
+    """`import dynsys` and a rollout change no JAX setting; `fit` points the cache
+    at `$XDG_CACHE_HOME/dynsys/jax` and writes its programs there."""
+    code = (
+        "import jax, jax.numpy as jnp, dynsys\n"
+        "system = dynsys.LinearSystem(K=0.5 * jnp.eye(2))\n"
+        "data = dynsys.simulate(system, jnp.ones((2, 2)), 5)\n"
+        "print(jax.config.jax_compilation_cache_dir)\n"
+        "dynsys.fit(system, data, num_steps=2, progress=False)\n"
+        "print(jax.config.jax_compilation_cache_dir)\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if k != "DYNSYS_CACHE_DIR"}
+    environment["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    folder = tmp_path / "xdg" / "dynsys" / "jax"
+    assert result.stdout.split() == ["None", str(folder)]
+    assert _entries(folder)
+
+
+@pytest.fixture
+def pristine_cache(monkeypatch):
+    """Restore JAX's cache options and dynsys's record of them after a test."""
+    names = (
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+        "jax_compilation_cache_max_size",
+    )
+    saved = {name: getattr(jax.config, name) for name in names}
+    monkeypatch.setattr(_compile_cache, "_current", None)
+    monkeypatch.setattr(_compile_cache, "_said", set())
+    yield
+    from jax.experimental.compilation_cache import compilation_cache
+
+    for name, value in saved.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()
+
+
+def test_which_setting_wins(tmp_path, monkeypatch, pristine_cache):
+    monkeypatch.setenv("DYNSYS_CACHE_DIR", str(tmp_path / "from-env"))
+    status = _compile_cache.use_compile_cache(str(tmp_path / "from-config"))
+    assert (status.folder, status.source) == (str(tmp_path / "from-config"), "config")
+    assert jax.config.jax_compilation_cache_dir == status.folder
+    # Inside a run, `fit` keeps what the run chose.
+    assert _compile_cache.use_compile_cache(keep_current=True) == status
+    status = _compile_cache.use_compile_cache()
+    assert (status.folder, status.source) == (
+        str(tmp_path / "from-env"),
+        "DYNSYS_CACHE_DIR",
+    )
+    for off in ("off", "", "OFF"):
+        monkeypatch.setenv("DYNSYS_CACHE_DIR", off)
+        status = _compile_cache.use_compile_cache()
+        assert status.folder is None and "turned off" in status.reason
+        assert jax.config.jax_compilation_cache_dir is None
+    status = _compile_cache.use_compile_cache("off")
+    assert status.reason == "turned off (config key 'compile_cache' = 'off')"
+
+
+def test_the_users_own_jax_folder_is_kept(tmp_path, monkeypatch, pristine_cache):
+    monkeypatch.delenv("DYNSYS_CACHE_DIR", raising=False)
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path / "theirs"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.5)
+    status = _compile_cache.use_compile_cache()
+    assert (status.folder, status.source) == (str(tmp_path / "theirs"), "jax")
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 2.5
+
+
+def test_the_default_folder_honours_xdg_cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert _compile_cache.default_folder() == tmp_path / "dynsys" / "jax"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    expected = tmp_path / "home" / ".cache" / "dynsys" / "jax"
+    assert _compile_cache.default_folder() == expected
+
+
+def test_a_full_disk_turns_the_cache_off(tmp_path, monkeypatch, pristine_cache):
+    class Usage:
+        free = 10 * 2**20
+
+    monkeypatch.setattr(_compile_cache.shutil, "disk_usage", lambda path: Usage)
+    with pytest.warns(RuntimeWarning, match="10 MiB free") as caught:
+        status = _compile_cache.use_compile_cache(str(tmp_path / "cache"))
+        _compile_cache.use_compile_cache(str(tmp_path / "cache"))  # said once
+    assert len(caught) == 1
+    assert status.folder is None and jax.config.jax_compilation_cache_dir is None

@@ -1,0 +1,168 @@
+"""Start-up without JAX: `import dynsys` and the `dynsys` command's help and refusals
+import no `jax` module (checked in `sys.modules` of a fresh interpreter), while every
+public name stays reachable from the lazy `dynsys/__init__.py`."""
+
+import ast
+import importlib
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# The public API as `dynsys/__init__.py` listed it when it imported everything
+# (before it became lazy): each must still be reachable as `dynsys.<name>`.
+FORMER_PUBLIC_NAMES = frozenset(
+    """
+    Dataset load_dataset simulate global_dataset initialize_distributed
+    is_main_process ConfigError ExperimentResult run_experiment resolve_config
+    quadratic_cost tracking_cost fit FitResult fit_least_squares MultipleShooting
+    fit_percent nrmse spectral_radius train TrainResult load save AbstractAdjoint
+    Autodiff Checkpointed LinearAdjoint AbstractMethod Chunked Parallel Sequential
+    rollout Trajectory batch_sharding shard_batch estimate_x0 from_control
+    to_control frequency_response impulse_response Modes modes step_response
+    fit_subspace subspace_singular_values compare Comparison residual_analysis
+    Residuals AbstractController LinearFeedback MLPController AbstractContextLayer
+    AbstractLayeredController ContextLayer LayeredController StackedController
+    AbstractODE discretize Discretized LinearODE Sampled StableLinearSystem
+    AbstractSystem LinearSystem
+    """.split()
+)
+
+# Run in a fresh interpreter: each command line through `dynsys.cli.main`, then
+# whether any `jax` module was imported, as one JSON line per command.
+_PROBE = """
+import json, sys
+from dynsys import cli
+
+def jax_loaded():
+    return sorted(m for m in sys.modules if m == "jax" or m.startswith("jax."))
+
+for argv in json.loads(sys.argv[1]):
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit:
+        code = exit.code
+    print(json.dumps({"argv": argv, "code": code, "jax": jax_loaded()[:3]}))
+"""
+
+
+def _probe(commands: list[list[str]], cwd: pathlib.Path) -> list[dict]:
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(commands)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines() if "argv" in line]
+    return lines
+
+
+def test_help_and_version_import_no_jax(tmp_path):
+    commands = [
+        ["--help"],
+        ["--version"],
+        ["fit", "--help"],
+        ["run", "--help"],
+        ["simulate", "--help"],
+        [],
+    ]
+    reports = _probe(commands, tmp_path)
+    assert [report["argv"] for report in reports] == commands
+    for report in reports:
+        assert report["code"] == 0, report
+        assert report["jax"] == [], f"{report['argv']} imported {report['jax']}"
+
+
+def test_refusals_import_no_jax(tmp_path):
+    (tmp_path / "bad.toml").write_text("kind = \n")
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("not dynsys's")
+    commands = [
+        ["fit", "missing.csv"],  # a file that is not there
+        ["fit", "--steps", "0"],  # an option out of its range
+        # a real record as received, with an option out of range
+        ["fit", str(ROOT / "data" / "real" / "heating.csv"), "--validation", "1.5"],
+        ["fit", "--validation", "2"],
+        ["fit", "--out", "foreign"],  # a folder dynsys did not write
+        ["fit", "--model", "nope"],  # argparse's own refusal
+        ["run", "missing.toml"],
+        ["run", "bad.toml"],
+        ["simulate", "pendulum", "--steps", "0"],
+        ["simulate", "pendulum", "--out", "foreign"],
+    ]
+    reports = _probe(commands, tmp_path)
+    assert [report["argv"] for report in reports] == commands
+    for report in reports:
+        assert report["code"] == 2, report
+        assert report["jax"] == [], f"{report['argv']} imported {report['jax']}"
+    assert (tmp_path / "foreign" / "notes.txt").read_text() == "not dynsys's"
+
+
+def test_import_dynsys_imports_no_jax_until_a_name_is_used():
+    code = (
+        "import sys, dynsys\n"
+        "before = any(m.split('.')[0] == 'jax' for m in sys.modules)\n"
+        "fit = dynsys.fit\n"
+        "after = any(m.split('.')[0] == 'jax' for m in sys.modules)\n"
+        "print(before, after, fit.__module__)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True", "dynsys._fitting.fit"]
+
+
+def _type_checking_imports() -> dict[str, str]:
+    """`{name: module}` of the imports in `dynsys/__init__.py`'s `TYPE_CHECKING`
+    block, read with `ast` here (independently of the module's own reading)."""
+    tree = ast.parse((ROOT / "dynsys" / "__init__.py").read_text())
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            for statement in node.body:
+                assert isinstance(statement, ast.ImportFrom), ast.dump(statement)
+                for alias in statement.names:
+                    assert alias.asname == alias.name, "re-export as `X as X`"
+                    names[alias.name] = "dynsys." + statement.module
+    return names
+
+
+def test_every_public_name_is_reachable_and_listed():
+    import dynsys
+
+    listed = _type_checking_imports()
+    assert FORMER_PUBLIC_NAMES <= set(listed), FORMER_PUBLIC_NAMES - set(listed)
+    assert set(listed) <= set(dir(dynsys))
+    for name, module in listed.items():
+        value = getattr(dynsys, name)
+        assert value is getattr(importlib.import_module(module), name), name
+    namespace: dict = {}
+    exec("from dynsys import *", namespace)
+    assert set(listed) <= set(namespace)
+
+
+def test_submodules_and_version_are_attributes():
+    import importlib.metadata
+
+    import dynsys
+
+    assert dynsys.__version__ == importlib.metadata.version("dynsys")
+    assert dynsys.plot.trajectory.__module__ == "dynsys.plot._trajectory"
+    assert "mass_spring_damper" in dynsys.models.ZOO
+    assert dynsys._fitting.solvers.PARAMETER_LIMIT > 0
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    import dynsys
+
+    with pytest.raises(AttributeError, match="module 'dynsys' has no attribute 'fitt'"):
+        dynsys.fitt  # noqa: B018
+    assert not hasattr(dynsys, "jax")
