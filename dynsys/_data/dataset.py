@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray, Real
 
-from .files import write_csv, write_npz
+from .files import write_npz
+from .text_files import write_csv
 
 
 # Each role: (argument name, word for its columns, extra time points beyond T_i).
