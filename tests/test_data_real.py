@@ -196,3 +196,32 @@ def test_long_format_keeps_working(tmp_path, reader):
     data = dynsys.load_dataset(path)
     assert data.lengths == (3, 2) and data.dt == 1.0
     np.testing.assert_array_equal(data.ys[1, :2, 0], [8, 10])
+
+
+def test_fast_reader_is_used_when_pandas_is_installed(tmp_path, monkeypatch):
+    pytest.importorskip("pandas")
+    from dynsys._data import reader
+
+    def refuse(*args):
+        raise AssertionError("the built-in reader ran on a clean file")
+
+    monkeypatch.setattr(reader, "read_text", refuse)
+    data = dynsys.load_dataset(
+        REAL / "heating.csv", inputs=["drive_V"], outputs=["temp_C"]
+    )
+    assert data.lengths == (801,) and data.dt == 2.0
+    path = _write(tmp_path, "trajectory,time,x0,u0\na,0,1,2\na,1,3,\nb,0,5,6\nb,1,7,\n")
+    assert dynsys.load_dataset(path).lengths == (1, 1)  # a state file's blank cells
+
+
+def test_both_readers_agree_on_a_state_file_and_its_errors(tmp_path, monkeypatch):
+    text = "trajectory,time,x0,u0,y0\na,0,1,2,3\nb,0,4,5,6\na,1,7,,\nb,1,8,,\n"
+    path = _write(tmp_path, text)
+    fast = dynsys.load_dataset(path)
+    from dynsys._data import fast_csv
+
+    monkeypatch.setattr(fast_csv, "read_fast", lambda *args: None)
+    slow = dynsys.load_dataset(path)
+    for name in ("xs", "us", "ys", "ts"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name))
+    np.testing.assert_array_equal(fast.xs[:, :, 0], [[1, 7], [4, 8]])  # interleaved

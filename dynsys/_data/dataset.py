@@ -132,13 +132,16 @@ class Dataset(eqx.Module):
         for name in ("xs", "us", "ys"):
             if name in roles:
                 cast = _cast_finite(name, roles[name], names[name])
-                stored[name] = jnp.asarray(_pad(cast, T + _ROLES[name][1]))
+                # device_put: no per-shape compilation, unlike jnp.asarray.
+                stored[name] = jax.device_put(_pad(cast, T + _ROLES[name][1]))
             else:
                 stored[name] = None
         self.xs, self.us, self.ys = stored["xs"], stored["us"], stored["ys"]
         has_states = "xs" in roles
         self.ts = (
-            None if ts is None else jnp.asarray(_times(ts, T + has_states, has_states))
+            None
+            if ts is None
+            else jax.device_put(_times(ts, T + has_states, has_states))
         )
 
     @property

@@ -130,7 +130,7 @@ def _file_times(prefix, column, table: Table, groups, dt) -> np.ndarray:
     word = table.row_word
     longest, rows = max(groups, key=lambda group: len(group[1]))
     reference = table.times[rows]
-    for ident, others in groups:
+    for ident, others in groups if len(groups) > 1 else ():
         ts = table.times[others]
         head = reference[: len(ts)]
         close = np.isclose(ts, head, rtol=1e-9, atol=1e-12)
@@ -152,11 +152,12 @@ def _file_times(prefix, column, table: Table, groups, dt) -> np.ndarray:
             f"goes from {reference[k]:g} to {reference[k + 1]:g}; times must "
             f"increase (pass time=False if {column!r} is not a time)."
         )
-    median = float(np.median(steps))
-    off = np.abs(steps - median) > UNIFORM_TOLERANCE * median
     mean = (reference[-1] - reference[0]) / (len(reference) - 1)
-    if off.any():
-        k = int(np.argmax(off))
+    deviation = float(np.abs(steps - mean).max())
+    if deviation > UNIFORM_TOLERANCE * mean:
+        median = float(np.median(steps))
+        off = np.abs(steps - median) > UNIFORM_TOLERANCE * median
+        k = int(np.argmax(off if off.any() else np.abs(steps - mean)))
         raise ValueError(
             f"{prefix}{word} {table.lines[rows[k + 1]]}: the time column {column!r} "
             f"is not uniform: it steps by {steps[k]:g} from {reference[k]:g} to "
@@ -168,7 +169,7 @@ def _file_times(prefix, column, table: Table, groups, dt) -> np.ndarray:
             f"{prefix}dt={dt:g} disagrees with the time column {column!r}, whose step "
             f"is {mean:g}; leave out dt, or pass time=False to ignore the column."
         )
-    rounding = 4 * np.finfo(np.float64).eps * np.abs(reference).max()
-    if np.allclose(steps, mean, rtol=1e-9, atol=rounding):
+    rounding = 4 * np.finfo(np.float64).eps * max(abs(reference[0]), abs(reference[-1]))
+    if deviation <= 1e-9 * mean + rounding:
         return reference.copy()
     return reference[0] + mean * np.arange(len(reference))
