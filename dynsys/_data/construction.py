@@ -244,3 +244,31 @@ def _check_lengths(lengths) -> tuple[int, ...]:
     if values.size and values.min() < 1:
         raise _error("lengths", f"every length must be >= 1, got {values.tolist()}.")
     return tuple(int(v) for v in values)
+
+
+# Padding experiments to the longest may multiply memory at most this many times,
+# once the padded arrays are larger than this many bytes (a long record with many
+# short ones: one 100,000-step experiment and 4,000 of 2 steps would take 4 GB).
+MAX_PADDING_FACTOR = 50
+PADDING_ALLOWANCE = 256 * 2**20
+
+
+def _check_padding(roles: dict, lengths: tuple[int, ...]) -> None:
+    """Refuse, before allocating, padded arrays far larger than the data."""
+    itemsize = _float_dtype().itemsize
+    N, T = len(lengths), max(lengths)
+    real = padded = 0
+    for name, items in roles.items():
+        extra, width = _ROLES[name][1], items[0].shape[1]
+        real += (sum(lengths) + N * extra) * width * itemsize
+        padded += N * (T + extra) * width * itemsize
+    if padded > PADDING_ALLOWANCE and padded > MAX_PADDING_FACTOR * real:
+        longest = int(np.argmax(lengths))
+        raise _error(
+            "lengths",
+            f"padding {N} experiments to the longest (experiment {longest}, {T} "
+            f"steps) would take {padded / 2**20:.0f} MiB, {padded / real:.0f}x the "
+            f"data's {real / 2**20:.1f} MiB (allowed: {MAX_PADDING_FACTOR}x above "
+            f"{PADDING_ALLOWANCE // 2**20} MiB); keep the short experiments in a "
+            "separate Dataset, or cut the long one with data.window(...).",
+        )

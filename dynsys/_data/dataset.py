@@ -14,6 +14,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray, Real
 from .construction import (
     _cast_finite,
     _check_lengths,
+    _check_padding,
     _check_unique,
     _error,
     _experiments,
@@ -112,6 +113,7 @@ class Dataset(eqx.Module):
             if value is not None:
                 roles[name], whole[name] = _experiments(name, value, lengths)
         self.lengths = _lengths(roles, whole)
+        _check_padding(roles, self.lengths)
         names_given = {"xs": state_names, "us": input_names, "ys": output_names}
         names = {}
         for name, given_names in names_given.items():
