@@ -25,6 +25,7 @@ from .construction import (
     _ROLES,
     _times,
 )
+from .dataframe import dataframe_of, frame_values, parts_from_dataframe
 from .files import write_npz
 from .slicing import cut, join_parts, split_bounds, window_bounds
 from .text_files import write_csv
@@ -107,6 +108,10 @@ class Dataset(eqx.Module):
             )
         if lengths is not None:
             lengths = _check_lengths(lengths)
+        # pandas DataFrames or Series: their values, and their column names.
+        xs, state_names = frame_values(xs, state_names)
+        us, input_names = frame_values(us, input_names)
+        ys, output_names = frame_values(ys, output_names)
         given = {"xs": xs, "us": us, "ys": ys}
         roles, whole = {}, {}
         for name, value in given.items():
@@ -388,6 +393,84 @@ class Dataset(eqx.Module):
         ```
         """
         return Dataset(**join_parts(datasets))
+
+    @classmethod
+    def from_dataframe(
+        cls,
+        df,
+        *,
+        inputs: Sequence[str] | None,
+        outputs: Sequence[str] | None,
+        states: Sequence[str] | None = None,
+        time: str | bool | None = None,
+        trajectory: str | bool | None = None,
+        dt: float | None = None,
+    ) -> "Dataset":
+        """A `Dataset` from a pandas DataFrame, one row per sample, columns by name.
+
+        The columns play the roles of `load_dataset`'s (same rules, same errors): a
+        `trajectory` column, if any, groups the rows into experiments; a time column
+        (named by `time=`, or recognised by name: `t`, `time`, `t_s`, ...; datetimes
+        count in seconds) gives the sample time, else `dt=`. Column names become the
+        channel names, units included (`"temp (°C)"`).
+
+        **Arguments:**
+
+        - `df`: the DataFrame.
+        - `inputs`, `outputs`, `states`: the columns of each role (`None`: the
+            columns named like `u0`, `y0`, `x0`).
+        - `time`, `trajectory`: a column name, `None` to recognise it by name, or
+            `False` for none.
+        - `dt`: the sample time when there is no time column.
+
+        **Returns:**
+
+        A `Dataset`; `data.to_dataframe()` gives the DataFrame back.
+
+        **Raises:**
+
+        `ValueError` naming the argument, the column and the row.
+
+        **Example:**
+
+        ```python
+        import pandas as pd
+        df = pd.DataFrame({"t": [0.0, 0.5, 1.0], "drive (V)": [1.0, 2, 3],
+                           "temp (°C)": [20.0, 21, 23]})
+        data = dynsys.Dataset.from_dataframe(df, inputs=["drive (V)"],
+                                             outputs=["temp (°C)"])
+        data.dt, data.output_names   # 0.5, ('temp (°C)',)
+        ```
+        """
+        parts = parts_from_dataframe(
+            df, inputs=inputs, outputs=outputs, states=states, time=time,
+            trajectory=trajectory, dt=dt,
+        )  # fmt: skip
+        return cls(
+            parts["xs"],
+            parts["us"],
+            parts["ts"],
+            ys=parts["ys"],
+            state_names=parts["state_names"],
+            input_names=parts["input_names"],
+            output_names=parts["output_names"],
+        )
+
+    def to_dataframe(self):
+        """The dataset as a long-format pandas DataFrame.
+
+        Columns: `trajectory` (the experiment's index), `time` (when the dataset
+        has times), then the states, inputs and outputs under their names (units
+        included). One row per sample of each experiment, so lengths are kept; with
+        states, an experiment's last row has NaN inputs and outputs.
+        `Dataset.from_dataframe(df, inputs=..., outputs=..., states=...)` reads it
+        back.
+
+        **Raises:**
+
+        `ImportError` without pandas (`pip install dynsys[dataframe]`).
+        """
+        return dataframe_of(self)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the dataset to `path`, a `.npz` or `.csv` file, atomically.
