@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     # Data: datasets, files, simulation.
     from ._data.dataset import Dataset as Dataset
+    from ._data.detrend import detrend as detrend
     from ._data.load import load_dataset as load_dataset
     from ._data.simulate import simulate as simulate
     from ._distributed import (

@@ -14,6 +14,7 @@ multiple of the trajectory's bytes. It prints a table and writes the section of
     python scripts/benchmark.py --no-fit       # rollout workloads only
     python scripts/benchmark.py --fit-only --no-write   # the fitting section only
     python scripts/benchmark.py --no-startup   # without start-up and cold/warm fits
+    python scripts/benchmark.py --csv-only [--csv-rows 10000000]   # CSV reading
 
 With inputs (U1, U2 and W1u, W3u: `m` open-loop inputs, the gradient also with
 respect to `B`) the default method is compared with `Sequential()` too. The fitting
@@ -47,6 +48,7 @@ import dynsys
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchmark_csv  # noqa: E402
 import benchmark_fit  # noqa: E402
 import benchmark_startup  # noqa: E402
 
@@ -645,7 +647,15 @@ def main(argv=None):
         action="store_true",
         help="skip the start-up and compilation-cache section",
     )
+        "--csv-only",
+        action="store_true",
+        help="only CSV reading: dynsys's fast and built-in paths against pandas",
+    )
+    parser.add_argument("--csv-rows", type=int, default=1_000_000)
     args = parser.parse_args(argv)
+    if args.csv_only:
+        benchmark_csv.run(args.csv_rows)
+        return
     if args.quick:
         args.repeats, args.budget = 2, 0.05
     jax.config.update("jax_enable_x64", True)  # W0 is float64; others ask float32
