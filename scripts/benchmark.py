@@ -647,6 +647,7 @@ def main(argv=None):
         action="store_true",
         help="skip the start-up and compilation-cache section",
     )
+    parser.add_argument(
         "--csv-only",
         action="store_true",
         help="only CSV reading: dynsys's fast and built-in paths against pandas",
