@@ -128,7 +128,12 @@ def _prediction(call: str, model, s: Signals, x0: Array, horizon, window) -> Arr
     linear = linear_of(model)
     if s.from_states:
         if linear is not None:
-            model = LinearSystem(linear.K, linear.B, offset=linear.offset)
+            model = LinearSystem(
+                linear.K,
+                linear.B,
+                offset=linear.offset,
+                input_level=linear.input_level,
+            )
         return _state_prediction(model, s, x0, horizon)
     if linear is not None:
         return _linear_prediction(linear, s, x0, horizon, window)
