@@ -425,7 +425,7 @@ def _linear_rollout_batch(solve, system, controller, x0, ts, inputs, adjoint):
         us = over_batch(controller, ts[:-1], before, inputs_b)
     ys = _outputs(system.C, system.D, before, us)
     if output_constant is not None:
-        ys = ys + output_constant
+        ys = ys + output_constant[None, None]
     return xs, us, ys
 
 

@@ -152,16 +152,14 @@ class StableLinearSystem(AbstractSystem):
 
     def output(self, t: Time, x: State, u: Input) -> Output:
         del t
-        return level_output(
-            self.C, self.D, x, u, self.input_level, self.output_level
-        )
+        return level_output(self.C, self.D, x, u, self.input_level, self.output_level)
 
     @classmethod
     def from_linear(
         cls, system: LinearSystem, *, bound: float = 1.0, margin: float = 1e-3
     ) -> "StableLinearSystem":
-        """The `StableLinearSystem` with the same `K`, `B`, `C`, `D`, `offset` and levels as
-        `system`.
+        """The `StableLinearSystem` with the same `K`, `B`, `C`, `D`, `offset` and
+        levels as `system`.
 
         If $\\rho(K) \\ge (1 - \\mathrm{margin})\\,\\mathrm{bound}$, `K` is first
         scaled down to spectral radius $(1 - \\mathrm{margin})\\,\\mathrm{bound}$ (a

@@ -310,6 +310,4 @@ class LinearSystem(AbstractSystem):
 
     def output(self, t: Time, x: State, u: Input) -> Output:
         del t
-        return level_output(
-            self.C, self.D, x, u, self.input_level, self.output_level
-        )
+        return level_output(self.C, self.D, x, u, self.input_level, self.output_level)
