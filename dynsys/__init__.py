@@ -9,6 +9,7 @@ import importlib.metadata
 
 # Data: datasets, files, simulation.
 from ._data.dataset import Dataset as Dataset
+from ._data.detrend import detrend as detrend
 from ._data.load import load_dataset as load_dataset
 from ._data.simulate import simulate as simulate
 from ._distributed import (

@@ -139,11 +139,14 @@ def test_csv_non_numeric_cell_names_line_and_column(tmp_path):
 
 def test_csv_structural_errors(tmp_path):
     path = tmp_path / "d.csv"
-    path.write_text("id,time,x0\n0,0,1\n")
+    path.write_text("id,time,x0\n0,0,1\n0,1,2\n")
     with pytest.raises(
-        ValueError, match="line 1: the header must have a 'trajectory' column"
+        ValueError,
+        match=r"load_dataset\(trajectory='trajectory'\): .* has no "
+        r"'trajectory' column; columns found: \['id', 'time', 'x0'\]",
     ):
-        dynsys.load_dataset(path)
+        dynsys.load_dataset(path, trajectory="trajectory")
+    assert dynsys.load_dataset(path).lengths == (1,)  # one experiment, no 'id' role
     path.write_text("trajectory,time,x0\n0,0,1\n0,1\n")
     with pytest.raises(ValueError, match="line 3: expected 3 cells"):
         dynsys.load_dataset(path)
@@ -159,8 +162,11 @@ def test_csv_structural_errors(tmp_path):
     with pytest.raises(ValueError, match=r"xs\[0, 1, 0\] is nan"):
         dynsys.load_dataset(path)
     (tmp_path / "d.txt").write_text("")
-    with pytest.raises(ValueError, match="expected a .npz or .csv file"):
+    with pytest.raises(ValueError, match="the file is empty"):
         dynsys.load_dataset(tmp_path / "d.txt")
+    (tmp_path / "d.json").write_text("{}")
+    with pytest.raises(ValueError, match="expected a .csv, .dat, .txt, .npz or .mat"):
+        dynsys.load_dataset(tmp_path / "d.json")
     with pytest.raises(ValueError, match="no such file"):
         dynsys.load_dataset(tmp_path / "missing.csv")
 

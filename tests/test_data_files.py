@@ -118,13 +118,15 @@ def test_csv_column_role_errors(tmp_path):
     ):
         dynsys.load_dataset(path, outputs=["y9"])
     with pytest.raises(
-        ValueError, match=r"header must have a 'run' column \(trajectory"
+        ValueError, match=r"load_dataset\(trajectory='run'\): .* has no 'run' column"
     ):
         dynsys.load_dataset(path, trajectory="run")
     with pytest.raises(ValueError, match="named twice"):
         dynsys.load_dataset(path, states=["x0", "x0"])
     path.write_text("trajectory,time,a,b\n0,0,1,2\n0,1,3,4\n")
-    with pytest.raises(ValueError, match="no state or output columns"):
+    with pytest.raises(
+        ValueError, match=r"has no state or output column: pass outputs="
+    ):
         dynsys.load_dataset(path)
 
 

@@ -1,50 +1,73 @@
-"""`load_dataset`: a `Dataset` from a `.npz` or `.csv` file, column roles by name."""
+"""`load_dataset`: a `Dataset` from a file (`.csv`, `.dat`, `.txt`, `.npz`, `.mat`),
+column roles by name."""
 
+import math
 import os
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from .columns import plan_columns, with_units
 from .dataset import Dataset
-from .files import check_regular_file, file_error, read_csv, read_npz
+from .files import check_regular_file, file_error, read_npz
+from .reader import read_table
+from .table import table_parts
+from .text_files import read_header, TEXT_SUFFIXES
 
 
 def load_dataset(
     path: str | os.PathLike,
     *,
-    states: Sequence[str] | None = None,
     inputs: Sequence[str] | None = None,
     outputs: Sequence[str] | None = None,
-    trajectory: str | None = "trajectory",
-    time: str | None = "time",
+    states: Sequence[str] | None = None,
+    trajectory: str | bool | None = None,
+    time: str | bool | None = None,
+    dt: float | None = None,
+    units: Mapping[str, str] | Sequence[str | None] | None = None,
 ) -> Dataset:
-    """Read a `Dataset` from a `.npz` or `.csv` file.
+    """Read a `Dataset` from a file as it comes: `.csv`, `.dat`/`.txt`, `.npz`, `.mat`.
 
-    **The `.csv` long format.** One header line, then one row per sample:
+    **Text tables** (`.csv` comma-separated; `.dat`/`.txt` separated by commas when
+    line 1 has one, else by spaces or tabs). Line 1 names the columns (a first line
+    of numbers only means no header: the columns are then named `"1"`, `"2"`, ...);
+    then one row per sample. Unnamed empty columns at the end of the header (every
+    line ending with a comma) are ignored, and so are blank lines.
 
-    ```
-    trajectory,time,x0,x1,u0,y0
-    0,0.0,1.0,0.0,0.5,1.0
-    0,0.1,0.99,-0.1,0.2,0.99
-    0,0.2,0.97,-0.19,,
-    1,0.0,-1.0,0.3,0.1,-1.0
-    ...
-    ```
+    - One experiment per file unless there is a `trajectory` column: rows with the
+        same identifier (any text) form one experiment, in file order; experiments
+        may have different numbers of rows and share their times (a shorter one's
+        are the first of the longest one's). This is the long format `Dataset.save`
+        writes:
 
-    - `trajectory`: an identifier (any text); rows with the same identifier form one
-        trajectory (experiment), in file order. Trajectories may have different
-        numbers of rows; they share their times (a shorter one's times are the first
-        of the longest one's).
-    - `time`: the sample time.
-    - Column roles: `states`, `inputs` and `outputs` name their columns, in order.
-        A role not given takes the columns named like `x`, `x0`, `x_pos` (states),
-        `u...` (inputs) and `y...` (outputs): the letter alone or followed by a digit
-        or `_`. Other columns are ignored.
-    - With states, a trajectory of `T_i` steps has `T_i + 1` rows; the input and
-        output on a row belong to that row's time (they act between that state and
-        the next), so the last row has none (leave those cells empty). Without
-        states (outputs only), every row has its input and output: `T_i` rows.
+        ```
+        trajectory,time,x0,x1,u0,y0
+        0,0.0,1.0,0.0,0.5,1.0
+        0,0.1,0.99,-0.1,0.2,0.99
+        0,0.2,0.97,-0.19,,
+        1,0.0,-1.0,0.3,0.1,-1.0
+        ```
+
+    - The time column, when there is one, gives the sample time `dt` (its step). It
+        is the column named by `time=`, else the one column named `t`, `time`,
+        `times` or `timestamp`, alone or with a unit (`t_s`, `time_ms`, `Time (s)`,
+        `t [min]`; any case). No other name is taken for a time: `k`, `n`, `sample`
+        or `index` are sample indices. Times must increase, each step within 1 % of
+        the median step (the stored times are then the uniform grid of the mean
+        step); else the error
+        names the line. Without a time column, `dt=` gives the sample time, else
+        the times are the step indices (`ts` is `None`).
+    - Column roles: `inputs`, `outputs` and `states` name their columns, in order.
+        A role not given takes the columns named like `u`, `u0`, `u_force` (inputs),
+        `y...` (outputs), `x...` (states): the letter alone or followed by a digit or
+        `_`. Other columns are ignored.
+    - Units are part of a column's name when written in parentheses or brackets at
+        its end: `temp (°C)`, `v [m/s]` (not `temp_C`); figures show them. `units=`
+        adds them for a file whose header has none.
+    - With states, an experiment of `T_i` steps has `T_i + 1` rows; the input and
+        output on a row belong to that row's time, so the last row has none (leave
+        those cells empty). Without states, every row has its input and output.
 
     **The `.npz` format** holds the arrays `xs (N, T+1, n)`, `us (N, T, m)`,
     `ys (N, T, p)` (each optional, at least one of `xs`, `ys`), `ts`, `lengths (N,)`
@@ -54,12 +77,22 @@ def load_dataset(
     proportion to the file (a "zip bomb") is refused before it is read. With
     `states`, `inputs` or `outputs`, the named columns of `xs`, `us`, `ys` are kept.
 
+    **MATLAB `.mat` files** (needs scipy: `pip install dynsys[mat]`): `inputs`,
+    `outputs`, `states` and `time` name variables, each a vector or a matrix with
+    one row per sample (a matrix `u` of 2 columns gives the channels `u1`, `u2`);
+    one experiment.
+
     **Arguments:**
 
-    - `path`: a `.npz` or `.csv` file.
-    - `states`, `inputs`, `outputs`: the names of the columns of each role.
-    - `trajectory`, `time`: for `.csv`, the names of the trajectory and time columns;
-        `None` when the file has no such column (one trajectory; step indices).
+    - `path`: the file.
+    - `inputs`, `outputs`, `states`: the names of the columns of each role.
+    - `trajectory`, `time`: the name of the trajectory or time column; `None` (the
+        default) to recognise it by name as above, `False` for none.
+    - `dt`: the sample time when the file has no time column (with one, it must
+        agree with it).
+    - `units`: a mapping column -> unit (`{"temp": "°C"}`) or one unit (or `None`)
+        per used column in the order inputs, outputs, states; each becomes part of
+        the channel's name (`"temp (°C)"`).
 
     **Returns:**
 
@@ -67,43 +100,93 @@ def load_dataset(
 
     **Raises:**
 
-    `ValueError` (one line, naming the file or the argument) for a missing file, a
-    directory, FIFO or device, an unreadable or oversized `.npz`, a cell that is not
-    a number (with its line and column), a column named twice in the header, a role
-    naming a missing column or a column already in another role, and for every
-    `Dataset` check (non-finite values, lengths, no rows).
+    `ValueError` (one line, naming the file or the argument, and what to pass) for
+    a missing file, a directory, FIFO or device, an unreadable or oversized `.npz`,
+    a cell that is not a number (with its line and column), a column named twice
+    in the header, roles that cannot be inferred (pass `inputs=`/`outputs=`), a
+    role naming a missing column or a column already in another role, a time column
+    that does not increase uniformly, and for every `Dataset` check (non-finite
+    values, lengths, no rows).
 
     **Example:**
 
     ```python
-    data = dynsys.Dataset(jnp.ones((2, 4, 2)), jnp.zeros((2, 3, 1)))
-    data.save("data.csv")
-    dynsys.load_dataset("data.csv").xs.shape  # (2, 4, 2)
+    data = dynsys.load_dataset(
+        "data/real/heating.csv", inputs=["drive_V"], outputs=["temp_C"]
+    )
+    data.dt, data.lengths  # (2.0, (801,)): the time column t_s steps by 2 s
     ```
     """
     path = pathlib.Path(path)
     size = check_regular_file(path)
-    parts = _parts(path, size, states, inputs, outputs, trajectory, time)
+    dt = _checked_dt(dt)
+    roles = {"states": states, "inputs": inputs, "outputs": outputs}
+    suffix = path.suffix.lower()
+    if suffix in TEXT_SUFFIXES:
+        header = read_header(path)
+        plan = plan_columns(
+            "load_dataset", repr(str(path)), header.names,
+            trajectory=trajectory, time=time, units=units, **roles,
+        )  # fmt: skip
+        table = read_table(path, header, plan)
+        parts = table_parts(f"load_dataset(path={str(path)!r}): ", plan, table, dt)
+    elif suffix == ".mat":
+        from .matfile import read_mat
+
+        parts = read_mat(path, roles, time=time, dt=dt, units=units)
+    elif suffix == ".npz":
+        parts = _npz_parts(path, size, states, inputs, outputs)
+        parts = _npz_units_and_dt(path, parts, units, dt)
+    else:
+        raise ValueError(
+            "load_dataset(path=...): expected a .csv, .dat, .txt, .npz or .mat file, "
+            f"got {str(path)!r}."
+        )
     return _dataset(path, parts)
 
 
-def _parts(path, size, states, inputs, outputs, trajectory, time) -> dict:
-    """The arrays and names of the file, read by its suffix (`.csv` or `.npz`)."""
-    suffix = path.suffix.lower()
-    if suffix == ".csv":
-        return read_csv(
-            path,
-            states=states,
-            inputs=inputs,
-            outputs=outputs,
-            trajectory=trajectory,
-            time=time,
+def _checked_dt(dt) -> float | None:
+    if dt is None:
+        return None
+    if isinstance(dt, bool) or not isinstance(dt, int | float | np.number):
+        raise ValueError(f"load_dataset(dt=...): expected a number, got {dt!r}.")
+    if not (math.isfinite(dt) and dt > 0):
+        raise ValueError(
+            f"load_dataset(dt=...): the sample time must be positive and finite, "
+            f"got {dt!r}."
         )
-    if suffix == ".npz":
-        return _npz_parts(path, size, states, inputs, outputs)
-    raise ValueError(
-        f"load_dataset(path=...): expected a .npz or .csv file, got {str(path)!r}."
-    )
+    return float(dt)
+
+
+def _npz_units_and_dt(path, parts: dict, units, dt) -> dict:
+    """Add `units` to the names and make `ts` from `dt` when the file has none."""
+    keys = {"states": ("xs", "state_names"), "inputs": ("us", "input_names")}
+    keys["outputs"] = ("ys", "output_names")
+    names = {}
+    for argument, (key, names_key) in keys.items():
+        array = parts.get(key)
+        width = 0 if array is None else array.shape[-1]
+        default = [f"{'xuy'[list(keys).index(argument)]}{j}" for j in range(width)]
+        names[argument] = parts.get(names_key) or default
+    if units is not None:
+        for argument, named in with_units("load_dataset", names, units).items():
+            parts[keys[argument][1]] = named or None
+    if dt is not None:
+        has_states = parts.get("xs") is not None
+        padded = parts["xs"] if has_states else parts["ys"]
+        lengths = parts.get("lengths")
+        points = max(lengths) + has_states if lengths else padded.shape[1]
+        if parts.get("ts") is None:
+            parts["ts"] = dt * np.arange(points, dtype=np.float64)
+        else:
+            steps = np.diff(np.asarray(parts["ts"], dtype=np.float64))
+            if steps.size and not np.allclose(steps, dt, rtol=1e-6):
+                raise file_error(
+                    path,
+                    f"dt={dt:g} disagrees with the file's times 'ts' (steps "
+                    f"{steps.min():g} to {steps.max():g}); leave out dt.",
+                )
+    return parts
 
 
 def _dataset(path, parts: dict) -> Dataset:

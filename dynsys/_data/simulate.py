@@ -10,7 +10,8 @@ from .._custom_types import Input, Output, State, Time
 from .._rollout.rollout import rollout
 from .._systems.ode import _AbstractSampledODE, AbstractODE
 from .._systems.system import AbstractSystem
-from .dataset import _float_dtype, Dataset
+from .construction import _float_dtype
+from .dataset import Dataset
 
 
 class _WithProcessNoise(AbstractSystem):
