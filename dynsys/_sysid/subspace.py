@@ -49,24 +49,51 @@ def _horizon(call: str, s: Signals, horizon: int | None, order: int | None) -> i
     def windows(h: int) -> int:
         return sum(T - 2 * h + 1 for T in s.lengths)
 
-    # Each experiment gives T_i - 2s + 1 windows; the LQ step needs at least as many
-    # windows in all as rows 2s(m + p), and the noise floor of the singular values is
-    # flat enough to read the order from only with several times as many.
-    largest = shortest // 2
-    while largest >= 2 and windows(largest) < 2 * largest * (m + p):
-        largest -= 1
-    if largest < 2:
-        raise ValueError(
-            f"{call}(data=...): too little data for subspace identification: the "
-            f"shortest experiment has {shortest} steps; need experiments of at least "
-            f"4 steps and about {4 * (m + p)} steps in all."
-        )
+    largest = _largest_horizon(call, s)
     preferred = largest
     while preferred > 2 and windows(preferred) < _WINDOWS_PER_ROW * 2 * preferred * (
         m + p
     ):
         preferred -= 1
     return min(largest, max(needed, min(wanted, preferred)))
+
+
+def _largest_horizon(call: str, s: Signals) -> int:
+    """The longest horizon the data allow; `ValueError` when even 2 is too long."""
+    p = s.ys.shape[-1]
+    m = 0 if s.us is None else s.us.shape[-1]
+    shortest = min(s.lengths)
+
+    def windows(h: int) -> int:
+        return sum(T - 2 * h + 1 for T in s.lengths)
+
+    # Each experiment gives T_i - 2s + 1 windows; the LQ step needs at least as many
+    # windows in all as rows 2s(m + p) (+ 1 for a constant), and the noise floor of
+    # the singular values is flat enough to read the order from only with several
+    # times as many.
+    largest = shortest // 2
+    while largest >= 2 and windows(largest) < 2 * largest * (m + p) + 1:
+        largest -= 1
+    if largest < 2:
+        raise ValueError(
+            f"{call}(data=...): too little data for subspace identification: the "
+            f"shortest experiment has {shortest} steps; need experiments of at least "
+            f"4 steps and about {4 * (m + p) + 1} steps in all."
+        )
+    return largest
+
+
+def largest_order(data) -> int:
+    """The largest order `fit_subspace` can identify from `data`: `(s - 1) p` for the
+    longest horizon `s` the data allow (cheap: no factorisation).
+
+    **Raises:**
+
+    `ValueError` when the data are too short for subspace identification at all.
+    """
+    call = "fit_subspace"
+    s = signals(data, call)
+    return (_largest_horizon(call, s) - 1) * s.ys.shape[-1]
 
 
 def _hankel(signal: Array, start: int, s: int, count: int) -> Array:
