@@ -182,11 +182,13 @@ def _stop_notes(result, echo) -> list[str]:
     return [f"Note: {result.stop_reason}.", ""]
 
 
-def _check_order(fit_cfg: dict, train) -> None:
-    """Refuse, before any work, an order above what the estimation data allow (or
-    data too short for subspace identification at all)."""
+def _check_order(config: dict, train, val) -> None:
+    """Refuse, before any work, an order above what the estimation data allow,
+    held-out experiments too short for it, or data too short for subspace
+    identification at all."""
     from .._sysid.subspace import largest_order
 
+    fit_cfg, data_cfg = config["fit"], config["data"]
     try:
         largest = largest_order(train)
     except ValueError as error:
@@ -197,6 +199,19 @@ def _check_order(fit_cfg: dict, train) -> None:
             f"config key 'fit.order': the estimation data ({sum(train.lengths)} "
             f"samples, {train.output_size} outputs) allow at most order {largest}, "
             f"got {order}."
+        )
+    if order is not None and val is not None and min(val.lengths) <= order:
+        key = "data." + (
+            "validation_file"
+            if data_cfg["validation_file"] is not None
+            else "validation_split"
+            if data_cfg["file"] is not None
+            else "validation"
+        )
+        raise ConfigError(
+            f"config key '{key}': the held-out data keep {min(val.lengths)} samples "
+            f"of an experiment, too few to validate a model of order {order} (its "
+            "initial state alone has that many unknowns); hold out more."
         )
 
 
@@ -319,7 +334,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     validation on the held-out (or else the training) data."""
     fit_cfg = config["fit"]
     found: list[str] = []  # the run's warnings
-    _check_order(fit_cfg, train)
+    _check_order(config, train, val)
     start, singular_values, subspace_seconds, chosen = _subspace_start(
         fit_cfg, train, echo
     )

@@ -259,12 +259,9 @@ def _split(config: dict, run: _Data):
 
 def _time_split(config: dict, data, fraction: float):
     """`(estimation, validation, words)`: the last `fraction` of each experiment
-    held out; each side keeps at least what the order needs."""
-    order = config["fit"]["order"] or 1
-    try:
-        estimation, validation = data.split_time(
-            fraction, min_samples=max(4, 2 * order)
-        )
+    held out (at least 4 samples each side)."""
+    try:  # the order's needs are checked next (fit.py's _check_order)
+        estimation, validation = data.split_time(fraction, min_samples=4)
     except ValueError as error:
         raise ConfigError(f"config key 'data.validation_split': {error}") from None
     words = (
