@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import dynsys
+import dynsys.plot
 from dynsys import cli
 
 
@@ -113,7 +114,18 @@ def test_level_column_all_nan(tmp_path, capsys):
     _fails(argv, capsys, tmp_path, "dynsys fit: ")
 
 
-def test_dt_labels_the_model(tmp_path, capsys):
+def test_dt_labels_the_model_and_the_figure_shows_the_printed_fit(
+    tmp_path, capsys, monkeypatch
+):
+    drawn = []
+    original = dynsys.plot.comparison
+
+    def recording(*args, **kwargs):
+        fig = original(*args, **kwargs)
+        drawn.append((kwargs, fig.axes[0].get_xlabel()))
+        return fig
+
+    monkeypatch.setattr(dynsys.plot, "comparison", recording)
     argv = ["fit", str(REAL / "cd_player_arm.csv"), "--inputs", "u1,u2"]
     argv += ["--outputs", "y1,y2", "--dt", "0.1", "--steps", "2", "--no-progress"]
     argv += ["--out", str(tmp_path / "run")]
@@ -122,3 +134,8 @@ def test_dt_labels_the_model(tmp_path, capsys):
     assert dynsys.load(tmp_path / "run" / "model.dynsys").dt == 0.1
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["dt"] == pytest.approx(0.1, rel=1e-12)
+    printed = metrics["fit_percent"]["held-out fit % vs measurements"]["fitted"]
+    (kwargs, xlabel), *_ = drawn
+    np.testing.assert_allclose(kwargs["fit_percent"]["fitted"], printed)
+    assert kwargs["title"].startswith("held-out data:")
+    assert xlabel == "t (s)"

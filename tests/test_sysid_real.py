@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import dynsys
+import dynsys.plot
 from dynsys._sysid.stabilise import reflected, stabilised_start
 
 
@@ -202,3 +203,26 @@ def test_heating_record_as_received():
     )
     np.testing.assert_allclose(float(result.fit_percent[0]), expected, rtol=1e-8)
     assert expected > 50
+
+
+def test_comparison_of_models_with_data_and_its_time_axis():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    system = _four_state()
+    us = 5.0 + np.sin(0.3 * np.arange(3000.0))[None, :, None]
+    ys = np.asarray(dynsys.rollout(system, jnp.zeros((1, 4)), 3000, inputs=us).ys)
+    data = dynsys.Dataset(us=us, ys=ys, ts=np.arange(3000.0))  # dt = 1 s
+    result = dynsys.compare(system, data)
+    assert result.dt == 1.0
+    fig = dynsys.plot.comparison({"fitted": system}, data)
+    axes = fig.axes[0]
+    assert axes.get_xlabel() == "t (s)"
+    # A long record shows its last 2000 samples, and says so; the fit % is the
+    # whole record's, as compare gives it.
+    assert len(axes.lines[0].get_xdata()) == 2000
+    assert "last 2000 of 3000 samples shown" in fig._suptitle.get_text()
+    legend = " ".join(t.get_text() for t in fig.legends[0].get_texts())
+    assert f"fit {float(result.fit_percent[0]):.1f} %" in legend
+    with pytest.raises(ValueError, match="pass the data"):
+        dynsys.plot.comparison({"fitted": system}, ys[0])
