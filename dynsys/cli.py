@@ -179,6 +179,9 @@ def _fit(args: argparse.Namespace) -> int:
                 data[role] = getattr(args, role)
         data["trajectory_column"] = args.trajectory_column
         data["time_column"] = args.time_column
+        for key in ("validation_file", "validation_split", "dt"):
+            if getattr(args, key) is not None:
+                data[key] = getattr(args, key)
     elif args.measure is not None:
         data["measured_states"] = args.measure
     config = {
@@ -196,6 +199,9 @@ def _fit(args: argparse.Namespace) -> int:
             "optimizer": args.optimizer,
             "lr": args.lr,
             "ridge": args.ridge,
+            "feedthrough": args.feedthrough,
+            "offset": not args.no_offset,
+            "stabilise": not args.no_stabilise,
         },
     }
     if args.steps is not None:
@@ -208,6 +214,7 @@ def _fit(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     result = dynsys.run_experiment(config, out=args.out, progress=not args.no_progress)
+    _print_warnings("dynsys fit", result.metrics)
     written = sorted(p.name for p in result.path.iterdir() if p.name != ".dynsys-run")
     print(f"  wrote {result.path}/: {', '.join(written)}")
     print(f"  total time {time.perf_counter() - start:.1f} s")
@@ -227,6 +234,12 @@ def _check_fit_config(config: dict, out: str) -> None:
     models = (config["system"]["model"],)  # the zoo's own check imports JAX
     resolve_data_file(resolve(copy.deepcopy(config), _schema("fit", models)))
     check_out(out, "run_experiment(out=...)")
+
+
+def _print_warnings(prefix: str, metrics: dict) -> None:
+    """Each warning the run recorded, one line on stderr."""
+    for line in metrics.get("warnings") or []:
+        print(f"{prefix}: warning: {line}", file=sys.stderr)
 
 
 def _exit_status(result) -> int:
@@ -275,6 +288,9 @@ _OPTIONS = {
     "'data.length'": "--length",
     "'data.measurement_noise'": "--noise",
     "'data.validation'": "--validation",
+    "'data.validation_file'": "--validation-data",
+    "'data.validation_split'": "--validation-split",
+    "'data.dt'": "--dt",
     "'data.file'": "DATA",
     "'fit.horizon'": "--horizon",
     "'fit.steps'": "--steps",
@@ -303,6 +319,7 @@ def _run(args: argparse.Namespace) -> int:
     if not dynsys.is_main_process():  # process 0 reports
         return 0
     for run in result.runs:
+        _print_warnings(f"dynsys run: {run.path.name}", run.metrics)
         print(
             f"  {run.path.name}: "
             + ", ".join(
@@ -483,7 +500,7 @@ def _add_fit_parser(commands) -> None:
         help="simulated data: measure only these states, e.g. 0,1 (outputs)",
     )
     fit.add_argument("--ridge", type=float, default=0.0, help="least-squares ridge")
-    fit.add_argument("--validation", type=float, default=0.25, help="fraction held out")
+    _add_validation_options(fit)
     fit.add_argument("--trajectories", type=int, default=16, help="simulated data")
     fit.add_argument("--length", type=int, default=100, help="simulated steps")
     fit.add_argument("--noise", type=float, default=0.1, help="measurement noise")
@@ -496,6 +513,43 @@ def _add_fit_parser(commands) -> None:
         "existing path is refused)",
     )
     fit.set_defaults(handler=_fit)
+
+
+def _add_validation_options(fit: argparse.ArgumentParser) -> None:
+    """`dynsys fit`'s held-out data, sample time and identification switches."""
+    fit.add_argument(
+        "--validation",
+        type=float,
+        default=0.25,
+        help="share of the experiments held out (data of several experiments)",
+    )
+    fit.add_argument(
+        "--validation-data",
+        dest="validation_file",
+        metavar="FILE",
+        help="held-out data in their own file (the same columns as DATA)",
+    )
+    fit.add_argument(
+        "--validation-split",
+        type=float,
+        metavar="F",
+        help="hold out the last F of each record by time (default for a file of "
+        "one experiment: 1/3)",
+    )
+    fit.add_argument(
+        "--dt", type=float, help="sample time in s, for a file without a time column"
+    )
+    fit.add_argument("--feedthrough", action="store_true", help="fit D (y = C x + D u)")
+    fit.add_argument(
+        "--no-offset",
+        action="store_true",
+        help="do not remove the data's means (the model then has no levels)",
+    )
+    fit.add_argument(
+        "--no-stabilise",
+        action="store_true",
+        help="fit from the subspace start even when it is unstable",
+    )
 
 
 def _add_column_options(fit: argparse.ArgumentParser) -> None:

@@ -94,21 +94,28 @@ def test_order_selection_at_40_db(getkey):
     assert np.all(np.abs(np.linalg.eigvals(np.asarray(model.K))) < 1.0)
 
 
-def test_singular_values_against_dense_numpy_reference(getkey):
+@pytest.mark.parametrize("offset", [False, True])
+def test_singular_values_against_dense_numpy_reference(getkey, offset):
     """The per-experiment QR (ragged lengths) equals one dense LQ of the stacked
-    block Hankel matrix built by a plain loop."""
+    block Hankel matrix built by a plain loop (with `offset`: of the data less
+    their means, with a row of ones after the future inputs)."""
     true = _random_system(getkey(), n=3, m=1, p=2)
     lengths = (60, 45, 30)
     data = _data(true, lengths, getkey(), snr_db=20.0)
+    ys = [np.asarray(data.ys[i, :T]) for i, T in enumerate(lengths)]
+    us = [np.asarray(data.us[i, :T]) for i, T in enumerate(lengths)]
+    if offset:
+        y_bar, u_bar = np.concatenate(ys).mean(0), np.concatenate(us).mean(0)
+        ys, us = [y - y_bar for y in ys], [u - u_bar for u in us]
     s = 5
     columns = []
-    for i, T in enumerate(lengths):
-        y, u = np.asarray(data.ys[i, :T]), np.asarray(data.us[i, :T])
-        for j in range(T - 2 * s + 1):
+    for y, u in zip(ys, us):
+        for j in range(len(y) - 2 * s + 1):
             columns.append(
                 np.concatenate(
                     [
                         u[j + s : j + 2 * s].ravel(),
+                        [1.0] * offset,
                         u[j : j + s].ravel(),
                         y[j : j + s].ravel(),
                         y[j + s : j + 2 * s].ravel(),
@@ -117,9 +124,9 @@ def test_singular_values_against_dense_numpy_reference(getkey):
             )
     H = np.array(columns).T
     L = np.linalg.qr(H.T, mode="r").T / np.sqrt(H.shape[1])
-    a, b = s * 1, s * 3
+    a, b = s * 1 + offset, s * 3
     expected = np.linalg.svd(L[a + b :, a : a + b], compute_uv=False)
-    values = dynsys.subspace_singular_values(data, horizon=s)
+    values = dynsys.subspace_singular_values(data, horizon=s, offset=offset)
     np.testing.assert_allclose(values, expected, rtol=1e-9, atol=1e-12)
 
 

@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from .._distributed import share_between_processes
+from . import fit_checks
 from .config import ConfigError
 from .fit_data import _columns, _from_file, _simulated, _split
 from .fit_figures import _output_figures, _state_figures
@@ -181,6 +182,39 @@ def _stop_notes(result, echo) -> list[str]:
     return [f"Note: {result.stop_reason}.", ""]
 
 
+def _check_order(config: dict, train, val) -> None:
+    """Refuse, before any work, an order above what the estimation data allow,
+    held-out experiments too short for it, or data too short for subspace
+    identification at all."""
+    from .._sysid.subspace import largest_order
+
+    fit_cfg, data_cfg = config["fit"], config["data"]
+    try:
+        largest = largest_order(train)
+    except ValueError as error:
+        raise ConfigError(f"config key 'data.file': {error}") from None
+    order = fit_cfg["order"]
+    if order is not None and order > largest and fit_cfg["subspace_horizon"] is None:
+        raise ConfigError(
+            f"config key 'fit.order': the estimation data ({sum(train.lengths)} "
+            f"samples, {train.output_size} outputs) allow at most order {largest}, "
+            f"got {order}."
+        )
+    if order is not None and val is not None and min(val.lengths) <= order:
+        key = "data." + (
+            "validation_file"
+            if data_cfg["validation_file"] is not None
+            else "validation_split"
+            if data_cfg["file"] is not None
+            else "validation"
+        )
+        raise ConfigError(
+            f"config key '{key}': the held-out data keep {min(val.lengths)} samples "
+            f"of an experiment, too few to validate a model of order {order} (its "
+            "initial state alone has that many unknowns); hold out more."
+        )
+
+
 def _subspace_start(fit_cfg: dict, train, echo):
     """The subspace estimate, its singular values, the time it took and how its
     order was chosen."""
@@ -188,13 +222,17 @@ def _subspace_start(fit_cfg: dict, train, echo):
 
     started = time.perf_counter()
     horizon = fit_cfg["subspace_horizon"]
+    offset = fit_cfg["offset"]
     try:
-        singular_values = np.asarray(subspace_singular_values(train, horizon=horizon))
+        singular_values = np.asarray(
+            subspace_singular_values(train, horizon=horizon, offset=offset)
+        )
         start = fit_subspace(
             train,
             fit_cfg["order"],
             horizon=horizon,
             feedthrough=fit_cfg["feedthrough"],
+            offset=offset,
         )
     except ValueError as error:
         key = "fit.subspace_horizon" if "(horizon=" in str(error) else "fit.order"
@@ -203,6 +241,54 @@ def _subspace_start(fit_cfg: dict, train, echo):
     chosen = "chosen from the singular values" if fit_cfg["order"] is None else "given"
     echo(f"  subspace start: order {start.state_size} ({chosen}), {seconds:.2f} s")
     return start, singular_values, seconds, chosen
+
+
+def _levels_note(start, echo) -> list[str]:
+    """Say that the estimation data's means were removed and kept in the model."""
+    if start.output_level is None:
+        return []
+
+    def values(levels) -> str:
+        return ", ".join(f"{v:.4g}" for v in np.asarray(levels))
+
+    line = (
+        "operating point: the estimation data's means were removed and are kept in "
+        f"the model (output level {values(start.output_level)}"
+        + (
+            f"; input level {values(start.input_level)})"
+            if start.input_level is not None
+            else ")"
+        )
+        + "; it simulates raw data in their units"
+    )
+    echo(f"  {line}")
+    return [line[0].upper() + line[1:] + ".", ""]
+
+
+def _stabilised_if_needed(fit_cfg: dict, start, train, found, echo):
+    """The subspace start, or when it is unstable while the data look bounded (and
+    `fit.stabilise`), the stabilised start; and a note saying which."""
+    from .._sysid.stabilise import stabilised_start
+
+    rho = fit_checks.spectral_radius(start)
+    if rho < 1.0 or not fit_checks.looks_bounded(train):
+        return start, []
+    if not fit_cfg["stabilise"]:
+        fit_checks.add(
+            found,
+            f"the subspace start is unstable (max |eigenvalue| {rho:.4f}) while the "
+            "data look bounded; not stabilised (fit.stabilise = false)",
+        )
+        return start, []
+    stable = stabilised_start(start, train)
+    line = (
+        f"the subspace start was unstable (max |eigenvalue| {rho:.4f}) while the "
+        "data look bounded: the fit starts from it with the unstable eigenvalues "
+        "reflected into the unit disc and B, D re-estimated (turn off with "
+        "--no-stabilise)"
+    )
+    echo(f"  {line}")
+    return stable, [line[0].upper() + line[1:] + ".", ""]
 
 
 def _validate_outputs(models: dict, report, clean_val, which: str):
@@ -224,8 +310,13 @@ def _validate_outputs(models: dict, report, clean_val, which: str):
             name: _fit_percent_masked(clean_ys, np.asarray(c.predicted), mask)
             for name, c in comparisons.items()
         }
-    residuals = residual_analysis(models["fitted"], report)
+    max_lag = max(1, min(25, max(report.lengths) - 1))  # short data: fewer lags
+    residuals = residual_analysis(models["fitted"], report, max_lag=max_lag)
     return comparisons, rows, residuals
+
+
+def _levels(levels) -> list[float] | None:
+    return None if levels is None else np.asarray(levels).tolist()
 
 
 def _matrices(model) -> dict:
@@ -242,15 +333,25 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     """Input–output data: the subspace start, the output-error fit, and the models'
     validation on the held-out (or else the training) data."""
     fit_cfg = config["fit"]
+    found: list[str] = []  # the run's warnings
+    _check_order(config, train, val)
     start, singular_values, subspace_seconds, chosen = _subspace_start(
         fit_cfg, train, echo
     )
     order = start.state_size
+    first_notes = _levels_note(start, echo)
+    begin, stabilised = _stabilised_if_needed(fit_cfg, start, train, found, echo)
+    first_notes += stabilised
+    fit_checks.model_warnings("subspace start", begin, train, found)
     timing = {"subspace_seconds": subspace_seconds}
-    result, timing["fit_seconds"], optimizer = _fit_model(
-        config, _stable_if_asked(fit_cfg, start), train, val, progress
-    )
+    with fit_checks.captured_warnings(found):
+        result, timing["fit_seconds"], optimizer = _fit_model(
+            config, _stable_if_asked(fit_cfg, begin), train, val, progress
+        )
     fitted = _as_linear(result.model)
+    stop_reason = fit_checks.stop_reason(result)
+    fit_checks.fit_warnings(result, stop_reason, found)
+    fit_checks.model_warnings("fitted", fitted, train, found)
     echo(
         f"  output-error fit ({fit_cfg['loss']} loss, {optimizer}): "
         f"{len(result.losses)} steps, {timing['fit_seconds']:.1f} s, best step "
@@ -261,10 +362,22 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     report = val if val is not None else train
     which = "held-out" if val is not None else "training"
     models = {"subspace": start, "fitted": fitted}
+    if begin is not start:
+        models = {"subspace": start, "stabilised": begin, "fitted": fitted}
     if run.true_system is not None:
         models = {"true": run.true_system, **models}
-    comparisons, rows, residuals = _validate_outputs(models, report, clean_val, which)
+    with fit_checks.captured_warnings(found):
+        comparisons, rows, residuals = _validate_outputs(
+            models, report, clean_val, which
+        )
     timing["validation_seconds"] = time.perf_counter() - started
+    if val is not None:
+        fit_checks.validation_warnings(
+            which,
+            report.output_names,
+            np.asarray(comparisons["fitted"].fit_percent),
+            found,
+        )
 
     described = (
         f"Subspace start of order {order} ({chosen}); output-error fit with "
@@ -274,6 +387,8 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     notes, eigenvalues = _echo_outputs(
         run, result, described, models, rows, channels, timing, echo
     )
+    notes[4:4] = first_notes
+    notes += [f"Warning: {line}" for line in found] + [""] * bool(found)
     summary = _output_summary(rows, which, clean_val)
     metrics = {
         "source": run.source,
@@ -290,7 +405,13 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         "optimizer": optimizer,
         "steps_run": int(len(result.losses)),
         "best_step": int(result.best_step),
-        "stop_reason": result.stop_reason,
+        "stop_reason": stop_reason,
+        "warnings": found,
+        "dt": report.dt,
+        "offset_removed": start.output_level is not None,
+        "stabilised_start": begin is not start,
+        "input_level": _levels(fitted.input_level),
+        "output_level": _levels(fitted.output_level),
         "fit_metrics": result.metrics,
         "fit_percent": rows,
         "fit_percent_channels": channels,
@@ -459,10 +580,10 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
 def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     """Fit a linear (or stable linear) model to simulated or recorded data."""
     run = _simulated(config) if config["data"]["file"] is None else _from_file(config)
-    train, val, clean_val = _split(config, run)
-    held = "no held-out data" if val is None else f"{val.num_trajectories} held out"
+    train, val, clean_val, held = _split(config, run)
     echo(f"{config['name']}: {run.source}")
     echo(f"  columns: {_columns(run.data)}")
-    echo(f"  {train.num_trajectories} experiments for training, {held}")
+    count = train.num_trajectories
+    echo(f"  {count} experiment{'s' * (count != 1)} for estimation; validation: {held}")
     path = _fit_outputs if run.data.ys is not None else _fit_states
     return path(config, run, train, val, clean_val, progress, echo)

@@ -21,6 +21,7 @@ class _Data:
     source: str  # one line saying where the data came from
     true_system: Any = None  # the simulating model, when simulated
     clean: Any = None  # the same data without noise, when simulated
+    validation: Any = None  # a held-out Dataset from its own file, when given
 
 
 def _measured_system(system, measured: list[int] | None, state_names):
@@ -154,29 +155,63 @@ def _experiments(data, field: str):
     return [values[i, : T + extra] for i, T in enumerate(data.lengths)]
 
 
-def _from_file(config: dict) -> _Data:
+def _read(data_cfg: dict, key: str):
+    """The dataset of the file at config key `data.<key>`, read with the roles of
+    the config; a file that cannot be read is a `ConfigError` naming the key."""
     from .._data.load import load_dataset
 
-    data_cfg = config["data"]
     roles = {
         "states": data_cfg["states"],
         "inputs": data_cfg["inputs"],
         "outputs": data_cfg["outputs"],
-        "trajectory": data_cfg["trajectory_column"],
-        "time": data_cfg["time_column"],
+        # The defaults: such a column when the file has one (not required).
+        "trajectory": data_cfg["trajectory_column"]
+        if data_cfg["trajectory_column"] != "trajectory"
+        else None,
+        "time": data_cfg["time_column"] if data_cfg["time_column"] != "time" else None,
+        "dt": data_cfg["dt"],
     }
     try:
-        data = load_dataset(data_cfg["file"], **roles)
+        return load_dataset(data_cfg[key], **roles)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
-        raise ConfigError(f"config key 'data.file': {error}") from None
+        raise ConfigError(f"config key 'data.{key}': {error}") from None
+
+
+def _described(path: str, data) -> str:
     lengths = sorted(set(data.lengths))
     steps = (
         f"{lengths[0]} steps"
         if len(lengths) == 1
         else f"{lengths[0]} to {lengths[-1]} steps"
     )
-    source = f"{data_cfg['file']}: {data.num_trajectories} experiments x {steps}"
-    return _Data(data, source)
+    dt = "" if data.dt is None else f", dt {data.dt:g} s"
+    count = data.num_trajectories
+    return f"{path}: {count} experiment{'s' * (count != 1)} x {steps}{dt}"
+
+
+def _from_file(config: dict) -> _Data:
+    data_cfg = config["data"]
+    data = _read(data_cfg, "file")
+    source = _described(data_cfg["file"], data)
+    validation = None
+    if data_cfg["validation_file"] is not None:
+        validation = _read(data_cfg, "validation_file")
+        _check_same_channels(data, validation, data_cfg["validation_file"])
+        source += "; held out: " + _described(data_cfg["validation_file"], validation)
+    return _Data(data, source, validation=validation)
+
+
+def _check_same_channels(data, validation, path: str) -> None:
+    """The validation file must have the estimation file's channels."""
+    for role in ("state", "input", "output"):
+        have = tuple(getattr(validation, f"{role}_names"))
+        want = tuple(getattr(data, f"{role}_names"))
+        if have != want:
+            raise ConfigError(
+                f"config key 'data.validation_file': {path} has {role} columns "
+                f"{list(have)}, but the estimation data has {list(want)}; give a "
+                "file with the same channels."
+            )
 
 
 def _columns(data) -> str:
@@ -197,12 +232,40 @@ def _columns(data) -> str:
 
 
 def _split(config: dict, run: _Data):
-    """Training and held-out data (and the held-out noise-free data, if known)."""
-    data, fraction = run.data, config["data"]["validation"]
+    """Training and held-out data (and the held-out noise-free data, if known), and
+    how they were chosen (words).
+
+    A validation file is held out whole; `data.validation_split` (or, for a file of
+    one experiment, 1/3) holds out the last part of each experiment by time;
+    otherwise `data.validation` holds out whole experiments."""
+    data_cfg = config["data"]
+    data, fraction = run.data, data_cfg["validation"]
+    if run.validation is not None:
+        return data, run.validation, None, "the validation file"
+    split = data_cfg["validation_split"]
+    if split is None and data_cfg["file"] is not None and data.num_trajectories == 1:
+        split = 1 / 3
+    if split is not None:
+        estimation, validation, words = _time_split(config, data, split)
+        return estimation, validation, None, words
     if fraction <= 0 or data.num_trajectories < 2:
-        return data, None, None
+        return data, None, None, "no held-out data"
     train, val = data.split(fraction)
     clean_val = None
     if run.clean is not None:
         clean_val = run.clean[np.arange(train.num_trajectories, data.num_trajectories)]
-    return train, val, clean_val
+    return train, val, clean_val, f"{val.num_trajectories} experiments held out"
+
+
+def _time_split(config: dict, data, fraction: float):
+    """`(estimation, validation, words)`: the last `fraction` of each experiment
+    held out (at least 4 samples each side)."""
+    try:  # the order's needs are checked next (fit.py's _check_order)
+        estimation, validation = data.split_time(fraction, min_samples=4)
+    except ValueError as error:
+        raise ConfigError(f"config key 'data.validation_split': {error}") from None
+    words = (
+        f"the last {fraction:.0%} of each experiment held out "
+        f"({sum(validation.lengths)} of {sum(data.lengths)} samples)"
+    )
+    return estimation, validation, words

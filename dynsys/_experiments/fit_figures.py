@@ -6,7 +6,7 @@ import numpy as np
 
 
 def _time_label(data) -> str:
-    return "time (s)" if data.dt not in (None, 1.0) else "time (steps)"
+    return "time (s)" if data.dt is not None else "time (steps)"
 
 
 def _times(data) -> np.ndarray:
@@ -31,7 +31,7 @@ def _output_figures(
     estimated = {k: v for k, v in models.items() if k != "true"}
     true_system = models.get("true")
     T0 = report.lengths[0]
-    dt = report.dt if report.dt not in (None, 1.0) else None
+    dt = report.dt
     p = report.output_size
     responses = dict(  # the Bode and step-response figures' common settings
         truth=true_system,
@@ -43,17 +43,24 @@ def _output_figures(
     )
     figures = {}
     pages = plot.pages(p)  # several pages for many outputs
+    shown = {k: v for k, v in comparisons.items() if k != "true"}
+    N = report.num_trajectories
+    # The fit % the console prints: over every held-out experiment.
+    printed = {label: np.asarray(c.fit_percent) for label, c in shown.items()}
+    where = (
+        f"{which} data" if N == 1 else f"{which} experiment 0 of {N} (fit % over all)"
+    )
     for k, page in enumerate(pages):
         of = f", page {k + 1} of {len(pages)}" if len(pages) > 1 else ""
         figures[_page_file("comparison", k)] = plot.comparison(
-            {k: v for k, v in comparisons.items() if k != "true"},
+            shown,
             experiment=0,
             truth=None if truth is None else truth[:T0],
+            fit_percent=printed,
             roles=ROLES,
             channels=page,
             dt=dt,
-            title=f"{which} experiment 0: free run from the estimated initial state "
-            f"(fit % over all {which} experiments){of}",
+            title=f"{where}: free run from the estimated initial state{of}",
         )
     return figures | {
         "singular_values.png": plot.singular_values(singular_values, order=order),
@@ -107,7 +114,7 @@ def _state_figures(report, runs, models, clean_val, result, fit_cfg, which):
         for label, xs in runs.items()
     }
     estimated = {k: v for k, v in models.items() if k != "true"}
-    dt = report.dt if report.dt not in (None, 1.0) else None
+    dt = report.dt
     figures = {}
     pages = plot.pages(report.state_size)  # several pages for many states
     for k, page in enumerate(pages):

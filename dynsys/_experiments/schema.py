@@ -77,7 +77,20 @@ def _schema(kind: str, models: tuple[str, ...] | None = None) -> Schema:
             "x0_mean": Option((float, list), 0.0, items=float),
             "x0_scale": Option((float,), 1.0, low=0),
             "input_scale": Option((float,), 1.0, low=0),
-            "validation": Option((float,), 0.25, low=0, high=0.9),
+            "validation": Option(
+                (float,), 0.25, low=0, high=0.9, help="share of experiments held out"
+            ),
+            "validation_file": Option(
+                (str,), None, help="held-out data in their own file (same channels)"
+            ),
+            "validation_split": Option(
+                (float,),
+                None,
+                low=0.01,
+                high=0.9,
+                help="hold out the last part of each experiment by time",
+            ),
+            "dt": Option((float,), None, low=0, help="sample time (s), if no times"),
             "states": Option((list,), None, items=str, help="state columns"),
             "inputs": Option((list,), None, items=str, help="input columns"),
             "outputs": Option((list,), None, items=str, help="output columns"),
@@ -105,6 +118,12 @@ def _schema(kind: str, models: tuple[str, ...] | None = None) -> Schema:
             "order": Option((int,), None, low=1, help="default: from the data"),
             "subspace_horizon": Option((int,), None, low=1),
             "feedthrough": Option((bool,), False, help="fit D (y = C x + D u)"),
+            "offset": Option(
+                (bool,), True, help="remove the data's means; the model keeps them"
+            ),
+            "stabilise": Option(
+                (bool,), True, help="retry from a stabilised start if it is unstable"
+            ),
         }
     else:
         schema["controller"] = {

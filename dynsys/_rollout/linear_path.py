@@ -81,7 +81,10 @@ _states_linear_adjoint.defvjp(_states_fwd, _states_bwd)
 def _linear_rollout_batch(solve, system, controller, x0, ts, inputs, adjoint):
     num_steps = ts.shape[0] - 1
     G = None if controller is None else controller.gain
-    args = (system.K, system.B, system.offset, G, x0, inputs)
+    # Levels (an operating point) enter as constant terms: x_{t+1} = K x_t + B u_t + a,
+    # y_t = C x_t + D u_t + c.
+    state_constant, output_constant = system.constant_terms()
+    args = (system.K, system.B, state_constant, G, x0, inputs)
     if isinstance(adjoint, LinearAdjoint):
         xs = _states_linear_adjoint(solve, num_steps, *args)
     else:
@@ -97,7 +100,10 @@ def _linear_rollout_batch(solve, system, controller, x0, ts, inputs, adjoint):
         us = jnp.broadcast_to(inputs, (x0.shape[0],) + inputs.shape[1:])
     else:
         us = over_batch(controller, ts[:-1], before, inputs_b)
-    return xs, us, _outputs(system.C, system.D, before, us)
+    ys = _outputs(system.C, system.D, before, us)
+    if output_constant is not None:
+        ys = ys + output_constant[None, None]
+    return xs, us, ys
 
 
 def _outputs(C, D, xs, us):

@@ -24,10 +24,11 @@ def forced_outputs(
     system: LinearSystem, us: Float[Array, "N T m"] | None, num_steps: int, N: int
 ) -> Float[Array, "N T p"]:
     """The outputs $y_0 \\dots y_{T-1}$ of `system` from $x_0 = 0$ driven by `us` (and
-    the offset), for `N` experiments; `C = I` when `system.C` is `None`."""
+    the offset and levels), for `N` experiments; `C = I` when `system.C` is `None`."""
     n = system.state_size
     x = jnp.zeros((N, n), system.K.dtype)
     xs_in = None if us is None else jnp.swapaxes(us, 0, 1)
+    state_constant, output_constant = system.constant_terms()
 
     def body(x, u):
         y = x if system.C is None else x @ system.C.T
@@ -36,8 +37,10 @@ def forced_outputs(
             x_next = x_next + u @ system.B.T
             if system.D is not None:
                 y = y + u @ system.D.T
-        if system.offset is not None:
-            x_next = x_next + system.offset[None]
+        if state_constant is not None:
+            x_next = x_next + state_constant[None]
+        if output_constant is not None:
+            y = y + output_constant[None]
         return x_next, y
 
     _, ys = jax.lax.scan(body, x, xs_in, length=num_steps)
@@ -134,5 +137,7 @@ def estimate_x0(model: AbstractSystem, data) -> Float[Array, "N n"]:
             )
         return s.xs[:, 0]
     if s.from_states:
-        linear = LinearSystem(linear.K, linear.B, offset=linear.offset)
+        linear = LinearSystem(
+            linear.K, linear.B, offset=linear.offset, input_level=linear.input_level
+        )
     return linear_x0(linear, s.ys, s.us, s.mask)

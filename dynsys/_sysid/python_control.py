@@ -1,6 +1,8 @@
 """Conversion to and from python-control state-space systems (an optional
 dependency, imported only when these functions are called)."""
 
+from collections.abc import Sequence
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -21,9 +23,33 @@ def _import_control(call: str):
     return control
 
 
-def to_control(system):
+def _labels(call: str, argument: str, names, count: int) -> dict:
+    """`{keyword: names}` for `control.ss`, checked to be `count` names (or `{}`)."""
+    if names is None:
+        return {}
+    names = [str(name) for name in names]
+    if len(names) != count:
+        raise ValueError(
+            f"{call}({argument}=...): expected {count} names (one per channel), got "
+            f"{len(names)}."
+        )
+    keyword = {"input_names": "inputs", "output_names": "outputs"}[argument]
+    return {keyword: names}
+
+
+def to_control(
+    system,
+    *,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+):
     """The python-control state-space system (`control.StateSpace`) of a linear
     system.
+
+    A model identified from data carries its operating point (`input_level`
+    $\\bar u$, `output_level` $\\bar y$): the python-control system is the model of
+    the deviations, $u - \\bar u \\mapsto y - \\bar y$ (python-control has no
+    levels); add the levels back to its responses to get physical values.
 
     A discrete-time system (`LinearSystem`, or one with `to_linear()` such as
     `StableLinearSystem` and `Discretized`) becomes `control.ss(K, B, C, D, dt)` with
@@ -35,22 +61,25 @@ def to_control(system):
     **Arguments:**
 
     - `system`: a `LinearSystem`, a system with `to_linear()`, or a `LinearODE`.
+    - `input_names`, `output_names`: the channels' names (e.g. a `Dataset`'s
+        `input_names`, `output_names`), kept as python-control's signal labels.
 
     **Returns:**
 
-    A `control.StateSpace`.
+    A `control.StateSpace` (named channels when names are given).
 
     **Raises:**
 
     `ImportError` when python-control is not installed; `TypeError` for a system that
     is not linear; `ValueError` for a system with an `offset` (python-control has no
-    affine term).
+    affine term) or names that do not match its channels.
 
     **Example:**
 
     ```python
     system = dynsys.LinearSystem(jnp.array([[0.5]]), jnp.array([[1.0]]), dt=0.1)
     sys = dynsys.to_control(system)          # needs: pip install control
+    sys = dynsys.to_control(system, input_names=["u (V)"], output_names=["y (C)"])
     ```
     """
     call = "to_control"
@@ -82,7 +111,9 @@ def to_control(system):
         if D is None
         else np.asarray(D, dtype=np.float64)
     )
-    return control.ss(A, B, C, D, dt)
+    labels = _labels(call, "input_names", input_names, B.shape[1])
+    labels |= _labels(call, "output_names", output_names, C.shape[0])
+    return control.ss(A, B, C, D, dt, **labels)
 
 
 def from_control(sys) -> LinearSystem | LinearODE:

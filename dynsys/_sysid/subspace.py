@@ -10,7 +10,8 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._systems.system import LinearSystem
-from .initial_state import observability_rows
+from .input_matrices import input_matrices
+from .operating_point import data_levels, deviations
 from .signals import Signals, signals
 
 
@@ -48,24 +49,51 @@ def _horizon(call: str, s: Signals, horizon: int | None, order: int | None) -> i
     def windows(h: int) -> int:
         return sum(T - 2 * h + 1 for T in s.lengths)
 
-    # Each experiment gives T_i - 2s + 1 windows; the LQ step needs at least as many
-    # windows in all as rows 2s(m + p), and the noise floor of the singular values is
-    # flat enough to read the order from only with several times as many.
-    largest = shortest // 2
-    while largest >= 2 and windows(largest) < 2 * largest * (m + p):
-        largest -= 1
-    if largest < 2:
-        raise ValueError(
-            f"{call}(data=...): too little data for subspace identification: the "
-            f"shortest experiment has {shortest} steps; need experiments of at least "
-            f"4 steps and about {4 * (m + p)} steps in all."
-        )
+    largest = _largest_horizon(call, s)
     preferred = largest
     while preferred > 2 and windows(preferred) < _WINDOWS_PER_ROW * 2 * preferred * (
         m + p
     ):
         preferred -= 1
     return min(largest, max(needed, min(wanted, preferred)))
+
+
+def _largest_horizon(call: str, s: Signals) -> int:
+    """The longest horizon the data allow; `ValueError` when even 2 is too long."""
+    p = s.ys.shape[-1]
+    m = 0 if s.us is None else s.us.shape[-1]
+    shortest = min(s.lengths)
+
+    def windows(h: int) -> int:
+        return sum(T - 2 * h + 1 for T in s.lengths)
+
+    # Each experiment gives T_i - 2s + 1 windows; the LQ step needs at least as many
+    # windows in all as rows 2s(m + p) (+ 1 for a constant), and the noise floor of
+    # the singular values is flat enough to read the order from only with several
+    # times as many.
+    largest = shortest // 2
+    while largest >= 2 and windows(largest) < 2 * largest * (m + p) + 1:
+        largest -= 1
+    if largest < 2:
+        raise ValueError(
+            f"{call}(data=...): too little data for subspace identification: the "
+            f"shortest experiment has {shortest} steps; need experiments of at least "
+            f"4 steps and about {4 * (m + p) + 1} steps in all."
+        )
+    return largest
+
+
+def largest_order(data) -> int:
+    """The largest order `fit_subspace` can identify from `data`: `(s - 1) p` for the
+    longest horizon `s` the data allow (cheap: no factorisation).
+
+    **Raises:**
+
+    `ValueError` when the data are too short for subspace identification at all.
+    """
+    call = "fit_subspace"
+    s = signals(data, call)
+    return (_largest_horizon(call, s) - 1) * s.ys.shape[-1]
 
 
 def _hankel(signal: Array, start: int, s: int, count: int) -> Array:
@@ -75,20 +103,24 @@ def _hankel(signal: Array, start: int, s: int, count: int) -> Array:
     return signal[index].reshape(count, -1)
 
 
-def _window_factors(ys: Array, us: Array | None, lengths: Array, horizon: int) -> Array:
-    """The triangular factor of each experiment's windows `[U_f, U_p, Y_p, Y_f]`
-    (one row per window; the rows of windows past an experiment's end are zero, which
-    leaves the factor unchanged), one experiment at a time, shape `(N, r', r)`."""
+def _window_factors(
+    ys: Array, us: Array | None, lengths: Array, horizon: int, constant: bool
+) -> Array:
+    """The triangular factor of each experiment's windows `[U_f, 1, U_p, Y_p, Y_f]`
+    (one row per window; the column of ones only with `constant`; the rows of
+    windows past an experiment's end are zero, which leaves the factor unchanged),
+    one experiment at a time, shape `(N, r', r)`."""
     count = ys.shape[1] - 2 * horizon + 1
 
     def factor(args):
         y, u, length = args
         blocks = []
         if u is not None:
-            blocks += [
-                _hankel(u, horizon, horizon, count),
-                _hankel(u, 0, horizon, count),
-            ]
+            blocks.append(_hankel(u, horizon, horizon, count))
+        if constant:  # a constant output term is projected out like the inputs
+            blocks.append(jnp.ones((count, 1), y.dtype))
+        if u is not None:
+            blocks.append(_hankel(u, 0, horizon, count))
         blocks += [_hankel(y, 0, horizon, count), _hankel(y, horizon, horizon, count)]
         valid = jnp.arange(count) < length - 2 * horizon + 1
         rows = jnp.concatenate(blocks, axis=1) * valid[:, None]
@@ -97,38 +129,45 @@ def _window_factors(ys: Array, us: Array | None, lengths: Array, horizon: int) -
     return jax.lax.map(factor, (ys, us, lengths))
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4))
+@functools.partial(jax.jit, static_argnums=(3, 4, 5))
 def _observability_svd(
-    ys: Array, us: Array | None, lengths: Array, horizon: int, windows: int
+    ys: Array,
+    us: Array | None,
+    lengths: Array,
+    horizon: int,
+    windows: int,
+    constant: bool,
 ) -> tuple[Array, Array]:
     """The left singular vectors and singular values of the block of the LQ factor
     (of `[U_f; U_p; Y_p; Y_f] = L Q^T` over the windows of every experiment, divided
     by the square root of their number) that maps the past to the future outputs."""
     p = ys.shape[-1]
     m = 0 if us is None else us.shape[-1]
-    factors = _window_factors(ys, us, lengths, horizon)
+    factors = _window_factors(ys, us, lengths, horizon, constant)
     R = jnp.linalg.qr(factors.reshape(-1, factors.shape[-1]), mode="r")
     L = R.T / jnp.sqrt(windows)
-    a, b = horizon * m, horizon * (m + p)
+    a, b = horizon * m + int(constant), horizon * (m + p)
     U, S, _ = jnp.linalg.svd(L[a + b :, a : a + b], full_matrices=False)
     return U, S
 
 
 def _projected_singular_values(
-    call: str, s: Signals, horizon: int
+    call: str, s: Signals, horizon: int, constant: bool
 ) -> tuple[Array, Array]:
     """`_observability_svd` of the data, after checking there are enough windows."""
     p = s.ys.shape[-1]
     m = 0 if s.us is None else s.us.shape[-1]
     windows = sum(T - 2 * horizon + 1 for T in s.lengths)
-    rows = 2 * horizon * (m + p)
+    rows = 2 * horizon * (m + p) + int(constant)
     if windows < rows:
         raise ValueError(
             f"{call}(horizon=...): horizon {horizon} gives {windows} data windows in "
             f"all, fewer than the {rows} rows of the data matrix; use a shorter "
             "horizon or more data."
         )
-    return _observability_svd(s.ys, s.us, jnp.asarray(s.lengths), horizon, windows)
+    return _observability_svd(
+        s.ys, s.us, jnp.asarray(s.lengths), horizon, windows, constant
+    )
 
 
 def select_order(singular_values: Array, max_order: int) -> int:
@@ -144,57 +183,22 @@ def select_order(singular_values: Array, max_order: int) -> int:
     return int(min(max_order, max(1, np.sum(levels > floor + margin))))
 
 
-def _input_regressors(
-    K: Array, C: Array, us: Array, feedthrough: bool
-) -> Float[Array, "N T p q"]:
-    """`Phi[i, t]` with $y_t = C K^t x_0 + \\Phi_t\\,[\\mathrm{vec}\\,B;
-    \\mathrm{vec}\\,D]$ (row-major vec): the response to unit entries of `B`, `D`."""
-    N, T, m = us.shape
-    n = K.shape[0]
-    eye_n = jnp.eye(n, dtype=K.dtype)
-
-    def body(W, u):  # W (N, n, n*m): d x_t / d vec(B)
-        phi = jnp.einsum("pi,nij->npj", C, W)
-        W_next = jnp.einsum("ij,njk->nik", K, W) + jax.vmap(
-            lambda v: jnp.kron(eye_n, v[None, :])
-        )(u)
-        return W_next, phi
-
-    W0 = jnp.zeros((N, n, n * m), K.dtype)
-    _, phi = jax.lax.scan(body, W0, jnp.swapaxes(us, 0, 1))
-    phi = jnp.swapaxes(phi, 0, 1)  # (N, T, p, n m)
-    if feedthrough:
-        p = C.shape[0]
-        eye_p = jnp.eye(p, dtype=K.dtype)
-        direct = jax.vmap(jax.vmap(lambda v: jnp.kron(eye_p, v[None, :])))(us)
-        phi = jnp.concatenate([phi, direct], axis=-1)
-    return phi
+def _prepared(call: str, data, offset: bool):
+    """The data's `Signals` (deviations from their means with `offset`, on output
+    data), the levels `(ū, ȳ)` removed (or `(None, None)`), and whether a constant
+    output term is projected out."""
+    s = signals(data, call)
+    if not isinstance(offset, bool):
+        raise ValueError(f"{call}(offset=...): expected True or False, got {offset!r}.")
+    if not offset or s.from_states:
+        return s, (None, None), False
+    u_bar, y_bar = data_levels(s)
+    return deviations(s, u_bar, y_bar), (u_bar, y_bar), True
 
 
-def _input_matrices(
-    K: Array, C: Array, ys: Array, us: Array, mask: Array, feedthrough: bool
-) -> tuple[Array, Array | None]:
-    """`B` (and `D`) by least squares on all experiments, each experiment's initial
-    state projected out (so it is estimated jointly, in closed form)."""
-    N, T, p = ys.shape
-    m = us.shape[-1]
-    n = K.shape[0]
-    weight = mask.astype(ys.dtype)
-    phi = _input_regressors(K, C, us * weight[..., None], feedthrough)
-    phi = (phi * weight[..., None, None]).reshape(N, T * p, -1)
-    y = (ys * weight[..., None]).reshape(N, T * p)
-    obs = observability_rows(K, C, T)[None] * weight[:, :, None, None]
-    obs = obs.reshape(N, T * p, n)
-    obs_pinv = jnp.linalg.pinv(obs)
-    phi = phi - obs @ (obs_pinv @ phi)
-    y = y - jnp.einsum("nij,nj->ni", obs, jnp.einsum("nij,nj->ni", obs_pinv, y))
-    theta = jnp.linalg.lstsq(phi.reshape(N * T * p, -1), y.reshape(-1))[0]
-    B = theta[: n * m].reshape(n, m)
-    D = theta[n * m :].reshape(p, m) if feedthrough else None
-    return B, D
-
-
-def subspace_singular_values(data, *, horizon: int | None = None) -> Float[Array, " k"]:
+def subspace_singular_values(
+    data, *, horizon: int | None = None, offset: bool = True
+) -> Float[Array, " k"]:
     """The singular values that `fit_subspace` chooses the order from.
 
     They are those of the part of the future outputs (the next `horizon` steps) that
@@ -209,6 +213,7 @@ def subspace_singular_values(data, *, horizon: int | None = None) -> Float[Array
         and inputs `us` or none; experiments may have different lengths.
     - `horizon`: the number of past and future steps `s` (default as for
         `fit_subspace` without `order`).
+    - `offset`: as for `fit_subspace` (remove the means, and project out a constant).
 
     **Returns:**
 
@@ -225,9 +230,9 @@ def subspace_singular_values(data, *, horizon: int | None = None) -> Float[Array
     ```
     """
     call = "subspace_singular_values"
-    s = signals(data, call)
+    s, _, constant = _prepared(call, data, offset)
     horizon = _horizon(call, s, horizon, None)
-    return _projected_singular_values(call, s, horizon)[1]
+    return _projected_singular_values(call, s, horizon, constant)[1]
 
 
 def _check_options(call: str, s: Signals, order, feedthrough: bool) -> None:
@@ -266,6 +271,7 @@ def fit_subspace(
     *,
     horizon: int | None = None,
     feedthrough: bool = False,
+    offset: bool = True,
 ) -> LinearSystem:
     """A linear state-space model identified from input-output data by a subspace
     method (PO-MOESP), from all experiments at once.
@@ -277,6 +283,13 @@ def fit_subspace(
     estimated jointly. On noise-free data of an order-`order` system it is exact up
     to a change of state basis. How it works, and how the order is chosen:
     docs/system-identification.md.
+
+    With `offset` (the default) the model describes the deviations from an
+    operating point: the means $\\bar u$, $\\bar y$ of the data's inputs and outputs
+    are removed first, a constant output term is projected out with the inputs
+    (so data that do not sit at their mean, such as a step from rest, stay exact),
+    and the model keeps `input_level` $= \\bar u$ and `output_level` $= \\bar y$
+    plus that constant: it simulates raw data in physical units.
 
     **Arguments:**
 
@@ -291,11 +304,15 @@ def fit_subspace(
         experiment allows. Each experiment needs at least `2 s` steps.
     - `feedthrough`: estimate `D` (direct feedthrough $y_t = \\dots + D u_t$);
         otherwise `D` is `None`.
+    - `offset`: estimate the operating point (above); `False` fits
+        $y_t = C x_t + D u_t$ to the raw data. Data with states but no outputs are
+        always fitted raw.
 
     **Returns:**
 
     A `LinearSystem(K, B, C, D)` with `K (n, n)`, `B (n, m)` (`None` without inputs),
-    `C (p, n)`, `D (p, m)` or `None`, and `dt` from the data's times when they are
+    `C (p, n)`, `D (p, m)` or `None`, `input_level (m,)` and `output_level (p,)`
+    with `offset` (else `None`), and `dt` from the data's times when they are
     uniform.
 
     **Raises:**
@@ -312,18 +329,21 @@ def fit_subspace(
     ```
     """
     call = "fit_subspace"
-    s = signals(data, call)
+    s, (u_bar, y_bar), constant = _prepared(call, data, offset)
     _check_options(call, s, order, feedthrough)
     horizon = _horizon(call, s, horizon, order)
     max_order = _max_order(call, s, horizon, order)
-    U, S = _projected_singular_values(call, s, horizon)
+    U, S = _projected_singular_values(call, s, horizon, constant)
     if order is None:
         order = max(1, select_order(S, max_order))
-    K, B, C, D = _realisation(U, S, s.ys, s.us, s.mask, order, feedthrough)
-    return LinearSystem(K, B, C, D, dt=s.dt)
+    K, B, C, D, c = _realisation(U, S, s.ys, s.us, s.mask, order, feedthrough, constant)
+    output_level = None if c is None else y_bar + c
+    return LinearSystem(
+        K, B, C, D, dt=s.dt, input_level=u_bar, output_level=output_level
+    )
 
 
-@functools.partial(jax.jit, static_argnums=(5, 6))
+@functools.partial(jax.jit, static_argnums=(5, 6, 7))
 def _realisation(
     U: Array,
     S: Array,
@@ -332,13 +352,13 @@ def _realisation(
     mask: Array,
     order: int,
     feedthrough: bool,
-) -> tuple[Array, Array | None, Array, Array | None]:
-    """`K`, `C` from the observability matrix, then `B`, `D` by least squares."""
+    constant: bool,
+):
+    """`K`, `C` from the observability matrix, then `B`, `D` (and the constant
+    output term `c`) by least squares: `(K, B, C, D, c)`."""
     p = ys.shape[-1]
     gamma = U[:, :order] * jnp.sqrt(S[:order])[None, :]
     C = gamma[:p]
     K = jnp.linalg.lstsq(gamma[:-p], gamma[p:])[0]
-    B = D = None
-    if us is not None:
-        B, D = _input_matrices(K, C, ys, us, mask, feedthrough)
-    return K, B, C, D
+    B, D, c = input_matrices(K, C, ys, us, mask, feedthrough, constant)
+    return K, B, C, D, c

@@ -25,7 +25,8 @@ class Comparison(eqx.Module):
     - `predicted`, `measured`: shape `(N, T, p)`, zero after each experiment's end.
     - `x0`: shape `(N, n)`, the initial states of the free run.
     - `names`: the channels' names; `horizon`: `None` (free run) or `k`;
-        `lengths`: each experiment's number of steps.
+        `lengths`: each experiment's number of steps; `dt`: the data's sample time
+        in s (`None` when unknown).
     """
 
     fit_percent: Float[Array, " p"]
@@ -36,6 +37,7 @@ class Comparison(eqx.Module):
     names: tuple[str, ...] = eqx.field(static=True)
     horizon: int | None = eqx.field(static=True)
     lengths: tuple[int, ...] = eqx.field(static=True)
+    dt: float | None = eqx.field(static=True, default=None)
 
 
 def _fit_percent(y: Array, y_hat: Array, weight: Array, axes) -> Array:
@@ -128,7 +130,12 @@ def _prediction(call: str, model, s: Signals, x0: Array, horizon, window) -> Arr
     linear = linear_of(model)
     if s.from_states:
         if linear is not None:
-            model = LinearSystem(linear.K, linear.B, offset=linear.offset)
+            model = LinearSystem(
+                linear.K,
+                linear.B,
+                offset=linear.offset,
+                input_level=linear.input_level,
+            )
         return _state_prediction(model, s, x0, horizon)
     if linear is not None:
         return _linear_prediction(linear, s, x0, horizon, window)
@@ -156,6 +163,7 @@ def _comparison(s: Signals, predicted: Array, x0: Array, horizon) -> Comparison:
         names=s.names,
         horizon=horizon,
         lengths=s.lengths,
+        dt=s.dt,
     )
 
 
@@ -207,7 +215,8 @@ def compare(
     **Returns:**
 
     A `Comparison` with `fit_percent (p,)`, `fit_percent_per_experiment (N, p)`,
-    `predicted`, `measured (N, T, p)`, `x0 (N, n)`, `names`, `horizon`, `lengths`.
+    `predicted`, `measured (N, T, p)`, `x0 (N, n)`, `names`, `horizon`, `lengths`,
+    `dt`.
 
     **Raises:**
 

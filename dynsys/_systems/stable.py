@@ -9,10 +9,11 @@ from .._custom_types import Input, Output, State, Time
 from .system import (
     _as_float_arrays,
     AbstractSystem,
+    check_levels,
     check_state_space_shapes,
+    level_output,
     LinearSystem,
     shape_error,
-    state_space_output,
 )
 
 
@@ -22,7 +23,9 @@ _EPS = 1e-6  # S = L L^T + _EPS I is positive definite whatever L is.
 class StableLinearSystem(AbstractSystem):
     """A linear system $x_{t+1} = K x_t + B u_t + \\mathrm{offset}$,
     $y_t = C x_t + D u_t$, whose $K$ has spectral radius below `bound` for every
-    value of its parameters.
+    value of its parameters; like `LinearSystem` it may carry an operating point
+    (`input_level`, `output_level`: $u_t$ and $y_t$ above are then deviations from
+    them).
 
     $K = S^{-1} M S$ with $S = L L^\\top + \\epsilon I$ (symmetric positive definite,
     so invertible) and $M = \\mathrm{bound}\\; W / \\sqrt{1 + \\sigma_{\\max}(W)^2}$.
@@ -43,6 +46,8 @@ class StableLinearSystem(AbstractSystem):
     - `offset`: constant term, shape `(n,)`, or `None`.
     - `bound`: the bound on the spectral radius (a positive Python float).
     - `dt`: optional sampling period, only used to label time.
+    - `input_level`, `output_level`: the operating point, shapes `(m,)`, `(p,)`, or
+        `None` (see `LinearSystem`).
 
     **Raises:**
 
@@ -64,6 +69,8 @@ class StableLinearSystem(AbstractSystem):
     offset: Float[Array, " n"] | None
     bound: float = eqx.field(static=True)
     dt: float | None = eqx.field(static=True)
+    input_level: Float[Array, " m"] | None
+    output_level: Float[Array, " p"] | None
 
     def __init__(
         self,
@@ -76,16 +83,21 @@ class StableLinearSystem(AbstractSystem):
         *,
         bound: float = 1.0,
         dt: float | None = None,
+        input_level: Float[ArrayLike, " m"] | None = None,
+        output_level: Float[ArrayLike, " p"] | None = None,
     ):
-        self.W, self.L, self.B, self.C, self.D, self.offset = _as_float_arrays(
-            W, L, B, C, D, offset
-        )
+        arrays = _as_float_arrays(W, L, B, C, D, offset, input_level, output_level)
+        self.W, self.L, self.B, self.C, self.D, self.offset = arrays[:6]
+        self.input_level, self.output_level = arrays[6:]
         self.bound = float(bound)
         self.dt = None if dt is None else float(dt)
 
     def __check_init__(self):
         call = "StableLinearSystem"
         check_state_space_shapes(call, "W", self.W, self.B, self.C, self.D, self.offset)
+        check_levels(
+            call, self.input_size, self.output_size, self.input_level, self.output_level
+        )
         n = self.W.shape[0]
         if self.L.shape != (n, n):
             raise shape_error(call, "L", f"(n, n) = ({n}, {n})", self.L.shape)
@@ -123,7 +135,14 @@ class StableLinearSystem(AbstractSystem):
     def to_linear(self) -> LinearSystem:
         """The same system as a `LinearSystem` (computes `K` once; differentiable)."""
         return LinearSystem(
-            self.K, self.B, self.C, self.D, offset=self.offset, dt=self.dt
+            self.K,
+            self.B,
+            self.C,
+            self.D,
+            offset=self.offset,
+            dt=self.dt,
+            input_level=self.input_level,
+            output_level=self.output_level,
         )
 
     def step(self, t: Time, x: State, u: Input) -> State:
@@ -133,14 +152,14 @@ class StableLinearSystem(AbstractSystem):
 
     def output(self, t: Time, x: State, u: Input) -> Output:
         del t
-        return state_space_output(self.C, self.D, x, u)
+        return level_output(self.C, self.D, x, u, self.input_level, self.output_level)
 
     @classmethod
     def from_linear(
         cls, system: LinearSystem, *, bound: float = 1.0, margin: float = 1e-3
     ) -> "StableLinearSystem":
-        """The `StableLinearSystem` with the same `K`, `B`, `C`, `D` and `offset` as
-        `system`.
+        """The `StableLinearSystem` with the same `K`, `B`, `C`, `D`, `offset` and
+        levels as `system`.
 
         If $\\rho(K) \\ge (1 - \\mathrm{margin})\\,\\mathrm{bound}$, `K` is first
         scaled down to spectral radius $(1 - \\mathrm{margin})\\,\\mathrm{bound}$ (a
@@ -198,4 +217,6 @@ class StableLinearSystem(AbstractSystem):
             system.offset,
             bound=bound,
             dt=system.dt,
+            input_level=system.input_level,
+            output_level=system.output_level,
         )

@@ -138,13 +138,78 @@ def state_space_output(
     return y
 
 
-class LinearSystem(AbstractSystem):
-    """A linear (affine) time-invariant discrete-time system.
+def check_levels(
+    call: str, n_inputs: int, n_outputs: int, input_level, output_level
+) -> None:
+    """Check an operating point: `input_level (m,)` (needs inputs), `output_level
+    (p,)`; raise `ValueError` naming `call` and the argument."""
+    if input_level is not None:
+        if n_inputs == 0:
+            raise ValueError(
+                f"{call}(input_level=...): input_level needs an input matrix B, but B "
+                "is None."
+            )
+        if input_level.shape != (n_inputs,):
+            raise shape_error(
+                call, "input_level", f"(m,) = ({n_inputs},)", input_level.shape
+            )
+    if output_level is not None and output_level.shape != (n_outputs,):
+        raise shape_error(
+            call, "output_level", f"(p,) = ({n_outputs},)", output_level.shape
+        )
 
-    $x_{t+1} = K x_t + B u_t + \\mathrm{offset}$, $\\quad y_t = C x_t + D u_t$.
+
+def constant_terms(
+    B: Array | None,
+    D: Array | None,
+    offset: Array | None,
+    input_level: Array | None,
+    output_level: Array | None,
+) -> tuple[Array | None, Array | None]:
+    """The constant terms `(a, c)` of the same system written without levels,
+    $x_{t+1} = K x_t + B u_t + a$, $y_t = C x_t + D u_t + c$: $a = \\mathrm{offset}
+    - B \\bar u$, $c = \\bar y - D \\bar u$ (`None` where zero)."""
+    a, c = offset, output_level
+    if input_level is not None and B is not None:
+        shift = -(B @ input_level)
+        a = shift if a is None else a + shift
+        if D is not None:
+            c = -(D @ input_level) if c is None else c - D @ input_level
+    return a, c
+
+
+def level_output(
+    C: Float[Array, "p n"] | None,
+    D: Float[Array, "p m"] | None,
+    x: State,
+    u: Input,
+    input_level: Float[Array, " m"] | None,
+    output_level: Float[Array, " p"] | None,
+) -> Output:
+    """$y = C x + D (u - \\bar u) + \\bar y$, each level skipped when `None`."""
+    if input_level is not None and u is not None:
+        u = u - input_level
+    y = state_space_output(C, D, x, u)
+    return y if output_level is None else y + output_level
+
+
+class LinearSystem(AbstractSystem):
+    """A linear (affine) time-invariant discrete-time system, optionally about an
+    operating point.
+
+    $x_{t+1} = K x_t + B (u_t - \\bar u) + \\mathrm{offset}$, $\\quad
+    y_t = C x_t + D (u_t - \\bar u) + \\bar y$,
+
+    with the input and output levels $\\bar u$ (`input_level`) and $\\bar y$
+    (`output_level`) zero unless given. An identified model carries them
+    (`fit_subspace` removes the estimation data's means and keeps them here), so it
+    is simulated and compared on raw data in physical units; $K, B, C, D$ describe
+    the deviations from the operating point, and so do `frequency_response`,
+    `step_response` and `to_control`.
 
     `K` is the transition matrix (often called $A$). All arrays are converted to one
-    common floating dtype. Every array is a trainable leaf.
+    common floating dtype. Every array is a trainable leaf (`fit` can estimate the
+    levels too).
 
     **Arguments:**
 
@@ -155,6 +220,8 @@ class LinearSystem(AbstractSystem):
         needs `B`.
     - `offset`: constant term, shape `(n,)`; `None` for a purely linear system.
     - `dt`: optional sampling period (a Python float), only used to label time.
+    - `input_level`: $\\bar u$, shape `(m,)` (needs `B`), or `None` (zero).
+    - `output_level`: $\\bar y$, shape `(p,)`, or `None` (zero).
 
     **Raises:**
 
@@ -174,6 +241,8 @@ class LinearSystem(AbstractSystem):
     D: Float[Array, "p m"] | None
     offset: Float[Array, " n"] | None
     dt: float | None = eqx.field(static=True)
+    input_level: Float[Array, " m"] | None
+    output_level: Float[Array, " p"] | None
 
     def __init__(
         self,
@@ -184,15 +253,30 @@ class LinearSystem(AbstractSystem):
         offset: Float[ArrayLike, " n"] | None = None,
         *,
         dt: float | None = None,
+        input_level: Float[ArrayLike, " m"] | None = None,
+        output_level: Float[ArrayLike, " p"] | None = None,
     ):
-        self.K, self.B, self.C, self.D, self.offset = _as_float_arrays(
-            K, B, C, D, offset
-        )
+        (
+            self.K,
+            self.B,
+            self.C,
+            self.D,
+            self.offset,
+            self.input_level,
+            self.output_level,
+        ) = _as_float_arrays(K, B, C, D, offset, input_level, output_level)
         self.dt = None if dt is None else float(dt)
 
     def __check_init__(self):
         check_state_space_shapes(
             "LinearSystem", "K", self.K, self.B, self.C, self.D, self.offset
+        )
+        check_levels(
+            "LinearSystem",
+            self.input_size,
+            self.output_size,
+            self.input_level,
+            self.output_level,
         )
         if self.dt is not None and not self.dt > 0:
             raise ValueError(
@@ -211,10 +295,19 @@ class LinearSystem(AbstractSystem):
     def output_size(self) -> int:
         return self.state_size if self.C is None else self.C.shape[-2]
 
+    def constant_terms(self) -> tuple[Array | None, Array | None]:
+        """`(a, c)`: the system as $x_{t+1} = K x_t + B u_t + a$, $y_t = C x_t + D u_t
+        + c$ in raw units (`None` where zero); see `constant_terms`."""
+        return constant_terms(
+            self.B, self.D, self.offset, self.input_level, self.output_level
+        )
+
     def step(self, t: Time, x: State, u: Input) -> State:
         del t
+        if self.input_level is not None and u is not None:
+            u = u - self.input_level
         return affine_map(self.K, x, self.B, u, self.offset)
 
     def output(self, t: Time, x: State, u: Input) -> Output:
         del t
-        return state_space_output(self.C, self.D, x, u)
+        return level_output(self.C, self.D, x, u, self.input_level, self.output_level)

@@ -18,6 +18,22 @@ def _is_comparison(value) -> bool:
     return hasattr(value, "fit_percent") and hasattr(value, "predicted")
 
 
+def _is_system(value) -> bool:
+    return callable(getattr(value, "step", None)) and hasattr(value, "state_size")
+
+
+def _compared(systems: Mapping, data, call: str) -> dict:
+    """label -> `dynsys.compare(system, data)` for a mapping of systems."""
+    from .._sysid.validation import compare
+
+    if data is None or getattr(data, "lengths", None) is None:
+        raise ValueError(
+            f"{call}(measured=...): with systems ({{label: model}}) pass the data "
+            f"(a Dataset) as measured, got {type(data).__name__}."
+        )
+    return {label: compare(system, data) for label, system in systems.items()}
+
+
 def _from_comparisons(comparisons: Mapping, experiment: int, call: str):
     """Measured, predictions, fit % and names from `dynsys.compare` results."""
     first = next(iter(comparisons.values()))
@@ -61,6 +77,40 @@ def _unpacked(ts, measured, predictions, fit_percent, names, experiment, call):
     fit_percent = fit_percent if fit_percent is not None else found_fit
     names = names if names is not None else found_names
     return None, measured, predictions, fit_percent, names
+
+
+def _from_systems(ts, measured, predictions, dt, call: str):
+    """`(ts, measured, dt)`: label -> model with a `Dataset` become label ->
+    `Comparison`; `dt` defaults to the comparisons' sample time."""
+    if isinstance(ts, Mapping) and ts and all(_is_system(v) for v in ts.values()):
+        if predictions is not None:
+            raise ValueError(
+                f"{call}(predictions=...): with systems ({{label: model}}) and data, "
+                "the predictions come from the systems; pass no predictions."
+            )
+        ts, measured = _compared(ts, measured, call), None
+    if dt is None and (_is_comparison(ts) or isinstance(ts, Mapping)):
+        dt = _comparison_dt(ts)
+    return ts, measured, dt
+
+
+def _comparison_dt(ts):
+    """The sample time a `Comparison` (or label -> `Comparison`) carries."""
+    first = next(iter(ts.values())) if isinstance(ts, Mapping) else ts
+    return getattr(first, "dt", None)
+
+
+def _zoomed(times, measured, predictions, truth, max_points):
+    """The last `max_points` samples of a longer record (else all), and words for
+    the title (`""` when all are drawn)."""
+    T = measured.shape[0]
+    if max_points is None or T <= max_points:
+        return times, measured, predictions, truth, ""
+    keep = slice(T - max_points, T)
+    predictions = {k: np.asarray(v)[keep] for k, v in predictions.items()}
+    truth = None if truth is None else np.asarray(truth)[keep]
+    words = f"last {max_points} of {T} samples shown"
+    return times[keep], measured[keep], predictions, truth, words
 
 
 def _fit_text(value: float) -> str:
@@ -165,6 +215,7 @@ def comparison(
     time_label: str | None = None,
     title: str | None = None,
     ax: "Sequence[Axes] | None" = None,
+    max_points: int | None = 2000,
 ) -> "Figure":
     """Measured against predicted channels, one panel per channel, with fit %.
 
@@ -177,8 +228,11 @@ def comparison(
 
     - `ts`: times `(T,)`; or a `Comparison` from `dynsys.compare`, or a mapping
         label → `Comparison` (then `measured`, `predictions`, `names` and the fit %
-        of experiment `experiment` come from it, and the times from `dt`).
-    - `measured`: the measured channels of one experiment, shape `(T, p)`.
+        of experiment `experiment` come from it, and the times from `dt`, else
+        the comparison's `dt`); or a mapping label → model with the data (a
+        `Dataset`) as `measured`: each model is compared with `dynsys.compare`.
+    - `measured`: the measured channels of one experiment, shape `(T, p)` (or the
+        `Dataset`, with models in `ts`).
     - `predictions`: label → predicted channels `(T, p)`, e.g.
         `{"least squares": ..., "fitted": ...}`.
     - `truth`: optional `(T, p)`, the noise-free output of a known true model.
@@ -193,6 +247,9 @@ def comparison(
     - `time_label`: the x label (default from the times).
     - `title`: the figure title.
     - `ax`: optional sequence of `Axes`, one per channel drawn.
+    - `max_points`: a longer record shows only its last `max_points` samples, so
+        the traces stay readable (the title says so; the fit % stay those of the
+        whole record); `None` draws every sample.
 
     **Returns:**
 
@@ -214,6 +271,7 @@ def comparison(
     ```
     """
     call = "comparison"
+    ts, measured, dt = _from_systems(ts, measured, predictions, dt, call)
     ts, measured, predictions, fit_percent, names = _unpacked(
         ts, measured, predictions, fit_percent, names, experiment, call
     )
@@ -221,6 +279,9 @@ def comparison(
     measured = _checked_measured(measured, ts, predictions, truth)
     T, p = measured.shape
     times, default_label = _layout.time_axis(T, ts=ts, dt=dt, call=call)
+    times, measured, predictions, truth, zoom = _zoomed(
+        times, measured, predictions, truth, max_points
+    )
     names = names if names is not None else state_names
     channel_names = _layout.names(names, "y", p, call, "names")
     chosen = _layout.select(channels, p, call)
@@ -235,5 +296,7 @@ def comparison(
     for a in _layout.bottom_row(axes, len(axes)) if created else axes[-1:]:
         a.set_xlabel(time_label or default_label)
     _layout.figure_legend(fig, axes, created=created)
+    if zoom:
+        title = f"{title} ({zoom})" if title else zoom
     _layout.suptitle(fig, title)
     return fig
