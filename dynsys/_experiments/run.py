@@ -24,6 +24,8 @@ from .results import ExperimentResult
 from .run_folder import (
     check_out,
     clean_stale,
+    discard_staging,
+    move_staging,
     replace_folder,
     reserve_folder,
     staging_folder,
@@ -180,12 +182,12 @@ def _run_into_folder(resolved, out, root, progress, echo) -> ExperimentResult:
             else:
                 result = _run_single(resolved, staging, progress, echo, interrupts)
             if out is None:  # an empty folder of ours: renaming onto it is atomic
-                os.replace(staging, folder)
+                move_staging(staging, folder)
             else:
                 replace_folder(staging, folder, "run_experiment(out=...)")
         except BaseException:
             if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
+                discard_staging(staging)
             if out is None and folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
             raise
