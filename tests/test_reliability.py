@@ -147,8 +147,8 @@ def _unshare_available() -> str | None:
 
 @pytest.mark.slow
 def test_runs_in_separate_pid_namespaces_on_one_folder_both_survive(tmp_path):
-    """Containers on one volume: each sees the other's pid as dead. Run A trains
-    (pid 2 of its namespace, behind a shell); run B, in another namespace, starts in
+    """Containers on one volume: each sees the other's pid as dead. Run A trains;
+    run B, in another namespace, starts in
     the same `runs/` folder and cleans stale folders first. A's lock keeps its
     staging folder; both runs end with their folders."""
     why = _unshare_available()
@@ -156,16 +156,18 @@ def test_runs_in_separate_pid_namespaces_on_one_folder_both_survive(tmp_path):
         pytest.skip(why)
     (tmp_path / "long.toml").write_text(_LONG)
     namespace = ["unshare", "--pid", "--fork", "--mount-proc"]
-    # `sh` is pid 1 of A's namespace and forks Python as pid 2.
+    # `sh` is pid 1 of A's namespace; 500 short processes later it forks Python, so
+    # A's pid is above the thread ids of B (pid 1 of its namespace), which `kill(pid,
+    # 0)` would find alive.
+    script = 'for i in $(seq 500); do /bin/true; done; "$0" -c "$1" run long.toml'
     a = subprocess.Popen(
-        [*namespace, "sh", "-c", f'"$0" -c "$1" run long.toml; exit $?',
-         sys.executable, _DYNSYS],
+        [*namespace, "sh", "-c", script + "; exit $?", sys.executable, _DYNSYS],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV,
     )  # fmt: skip
     try:
         seen = _wait_for(a, "%|")  # A is training
         (staging,) = [p for p in (tmp_path / "runs").iterdir() if ".partial-" in p.name]
-        assert staging.name.endswith("~2")  # pid 2 in A's namespace
+        assert int(staging.name.replace("~", "-").rpartition("-")[2]) > 500
         b = subprocess.run(
             [*namespace, sys.executable, "-c", _DYNSYS, "fit", "--steps", "3",
              "--trajectories", "2", "--length", "10", "--no-progress"],
@@ -190,3 +192,111 @@ def test_runs_in_separate_pid_namespaces_on_one_folder_both_survive(tmp_path):
         metrics = _strict_json((tmp_path / "runs" / name / "metrics.json").read_text())
         assert metrics["status"] in ("complete", "interrupted")
         assert MARKER in {p.name for p in (tmp_path / "runs" / name).iterdir()}
+
+
+# ---------------------------------------------------------------------------------
+# 2. Interrupted sweeps keep every finished sub-run
+
+
+def test_loss_history_of_an_empty_history_is_an_empty_figure_with_a_note():
+    """A run stopped while its first step compiled has no training loss (and
+    perhaps a validation loss at step 0): before, `IndexError: index 0 is out of
+    bounds for axis 0 with size 0`."""
+    from dynsys import plot
+
+    for val in (None, [(0, 1.5)]):
+        fig = plot.loss_history([], val, best_step=0, stop_reason="interrupted")
+        ax = fig.axes[0]
+        assert "no training step ran" in ax.get_title(loc="left")
+        (training, *_) = ax.get_lines()
+        assert len(training.get_xdata()) == 0
+
+
+_SWEEP = {
+    "kind": "fit",
+    "name": "sweep",
+    "data": {"trajectories": 4, "length": 12, "validation": 0.25},
+    "fit": {"steps": 2},
+    "sweep": {"key": "fit.steps", "values": [2, 3, 4]},
+}
+
+
+@pytest.mark.parametrize("moment", ["before", "writing"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_at_any_moment_of_a_sub_run_keeps_the_finished_ones(
+    tmp_path, monkeypatch, moment, sig
+):
+    """A real signal to this process when the second sub-run starts (before its
+    data and compilation) or while it writes its folder: the sweep stops, every
+    finished sub-run is kept, the rest are marked not run."""
+    from dynsys._experiments import single
+
+    calls = {"n": 0}
+    real_write = single._write_single
+
+    def write(*args):
+        calls["n"] += 1
+        if moment == "writing" and calls["n"] == 2:
+            os.kill(os.getpid(), sig)  # arrives while the folder is written
+        return real_write(*args)
+
+    real_runner = single.RUNNERS["fit"]
+
+    def runner(config, **kwargs):
+        if moment == "before" and calls["n"] == 1:
+            os.kill(os.getpid(), sig)  # arrives before data and compilation
+        return real_runner(config, **kwargs)
+
+    monkeypatch.setattr(single, "_write_single", write)
+    monkeypatch.setitem(single.RUNNERS, "fit", runner)
+    result = dynsys.run_experiment(_SWEEP, out_root=tmp_path, progress=False, echo=None)
+    metrics = _strict_json((result.path / "metrics.json").read_text())
+    assert metrics["status"] == "interrupted" and metrics["signal"] == sig.name
+    kept = 2 if moment == "writing" else 1  # one written whole while signalled
+    assert [r["folder"] for r in metrics["runs"]] == ["steps=2", "steps=3"][
+        :kept
+    ]
+    assert metrics["not_run"] == [2, 3, 4][kept:]
+    subs = sorted(p.name for p in result.path.iterdir() if p.is_dir())
+    assert subs == [r["folder"] for r in metrics["runs"]]
+    for sub in subs:  # each kept sub-run is whole: strict JSON, a loadable model
+        _strict_json((result.path / sub / "metrics.json").read_text())
+        dynsys.load(result.path / sub / "model.dynsys")
+    table = (result.path / "summary.md").read_text()
+    assert table.count("not run") == 3 - kept
+
+
+_SWEEP_TOML = _LONG + '[sweep]\nkey = "train.steps"\nvalues = [3, 100000000, 5]\n'
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sig, moment",
+    [(signal.SIGINT, "compiling"), (signal.SIGTERM, "compiling"),
+     (signal.SIGTERM, "steps")],
+)  # fmt: skip
+def test_a_signal_to_dynsys_run_of_a_sweep_keeps_the_finished_sub_runs(
+    tmp_path, sig, moment
+):
+    """The reported case: Ctrl-C or SIGTERM while the next sub-run compiles (or
+    trains). Exit 128 + signal, no traceback, the finished sub-run kept."""
+    (tmp_path / "sweep.toml").write_text(_SWEEP_TOML)
+    process = subprocess.Popen(
+        [sys.executable, "-c", _DYNSYS, "run", "sweep.toml"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV,
+    )  # fmt: skip
+    seen = _wait_for(process, "train.steps=100000000/")  # the second one starts
+    if moment == "steps":
+        seen += _wait_for(process, "%|")
+        time.sleep(1.0)
+    process.send_signal(sig)
+    output = seen + process.communicate(timeout=180)[0].decode(errors="replace")
+    assert process.returncode == 128 + sig, output
+    assert "Traceback" not in output and "interrupted" in output
+    (folder,) = (tmp_path / "runs").iterdir()
+    metrics = _strict_json((folder / "metrics.json").read_text())
+    assert metrics["status"] == "interrupted" and metrics["signal"] == sig.name
+    first, *rest = metrics["runs"]
+    assert first["status"] == "complete" and (folder / first["folder"]).is_dir()
+    assert [r["status"] for r in rest] in ([], ["interrupted"])
+    assert metrics["not_run"] == [100000000, 5][len(rest) :]

@@ -106,6 +106,7 @@ def _run_single(
     interrupts = Interrupts() if interrupts is None else interrupts
     start = time.perf_counter()
     outcome = RUNNERS[config["kind"]](config, progress=progress, echo=echo)
-    return _write_single(
-        config, folder, outcome, time.perf_counter() - start, interrupts
-    )
+    with interrupts.deferred():  # a finished run is written whole
+        return _write_single(
+            config, folder, outcome, time.perf_counter() - start, interrupts
+        )
