@@ -7,7 +7,8 @@ in folders by layer, each importing only from the layers listed before it here
 
 import importlib.metadata
 
-# Data: datasets, files, simulation.
+# Data: datasets, files, simulation, checks.
+from ._data.checks import check_data as check_data
 from ._data.dataset import Dataset as Dataset
 from ._data.load import load_dataset as load_dataset
 from ._data.simulate import simulate as simulate

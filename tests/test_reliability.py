@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -253,9 +252,7 @@ def test_a_signal_at_any_moment_of_a_sub_run_keeps_the_finished_ones(
     metrics = _strict_json((result.path / "metrics.json").read_text())
     assert metrics["status"] == "interrupted" and metrics["signal"] == sig.name
     kept = 2 if moment == "writing" else 1  # one written whole while signalled
-    assert [r["folder"] for r in metrics["runs"]] == ["steps=2", "steps=3"][
-        :kept
-    ]
+    assert [r["folder"] for r in metrics["runs"]] == ["steps=2", "steps=3"][:kept]
     assert metrics["not_run"] == [2, 3, 4][kept:]
     subs = sorted(p.name for p in result.path.iterdir() if p.is_dir())
     assert subs == [r["folder"] for r in metrics["runs"]]

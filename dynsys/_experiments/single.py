@@ -3,10 +3,13 @@
 
 import pathlib
 import time
+import warnings
 
+from .._data.checks import DataWarning
 from .config import (
     dump_toml,
 )
+from .data_checks import undefined_fit
 from .interrupt import Interrupts
 from .kinds import RUNNERS
 from .outcome import Outcome
@@ -20,6 +23,12 @@ from .results import (
 
 
 def _status_line(config: dict, metrics: dict) -> str:
+    if metrics["status"] == "undefined":
+        return (
+            f"**Undefined**: {metrics['status_reason']}. This `{config['kind']}` "
+            f"experiment (seed {config['seed']}, precision {config['precision']}) "
+            "ran in full, but such a channel has nothing to score the model on."
+        )
     if metrics["status"] == "complete":
         return (
             f"A `{config['kind']}` experiment, seed {config['seed']}, precision "
@@ -47,6 +56,9 @@ def _write_single(
     recorded = _recorded(config)
     metrics = dict(outcome.metrics)
     metrics["status"] = "interrupted" if interrupts.interrupted else "complete"
+    undefined = undefined_fit(metrics)
+    if undefined is not None and not interrupts.interrupted:
+        metrics["status"], metrics["status_reason"] = "undefined", undefined
     metrics["signal"] = interrupts.name
     metrics["precision"] = config["precision"]
     if config["kind"] == "fit" and config["data"]["file"] is not None:
@@ -105,8 +117,13 @@ def _run_single(
 
     interrupts = Interrupts() if interrupts is None else interrupts
     start = time.perf_counter()
-    outcome = RUNNERS[config["kind"]](config, progress=progress, echo=echo)
+    with warnings.catch_warnings():  # the experiment reports the data checks itself
+        warnings.filterwarnings("ignore", category=DataWarning)
+        outcome = RUNNERS[config["kind"]](config, progress=progress, echo=echo)
     with interrupts.deferred():  # a finished run is written whole
-        return _write_single(
+        result = _write_single(
             config, folder, outcome, time.perf_counter() - start, interrupts
         )
+    if result.metrics["status"] == "undefined":
+        echo(f"  status: undefined ({result.metrics['status_reason']})")
+    return result
