@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import dynsys
@@ -297,3 +298,128 @@ def test_a_signal_to_dynsys_run_of_a_sweep_keeps_the_finished_sub_runs(
     assert first["status"] == "complete" and (folder / first["folder"]).is_dir()
     assert [r["status"] for r in rest] in ([], ["interrupted"])
     assert metrics["not_run"] == [100000000, 5][len(rest) :]
+
+
+# ---------------------------------------------------------------------------------
+# 3. Data that cannot support a model
+
+
+def _hankel_rank(u: np.ndarray, depth: int) -> int:
+    """The rank of the block-Hankel matrix of `u (T, m)`, built by a plain loop."""
+    columns = [np.concatenate([u[t + k] for k in range(depth)])
+               for t in range(u.shape[0] - depth + 1)]  # fmt: skip
+    return int(
+        np.linalg.matrix_rank(
+            np.stack(columns, axis=1), tol=1e-6 * np.linalg.norm(columns)
+        )
+    )
+
+
+def _signals(T=200, seed=0):
+    rng = np.random.default_rng(seed)
+    ys = np.cumsum(rng.standard_normal((1, T, 1)), axis=1)
+    return rng, ys
+
+
+@pytest.mark.parametrize(
+    "name, make, kind",
+    [("constant", lambda rng, T: np.full((T, 1), 2.5), "input_constant"),
+     ("zero", lambda rng, T: np.zeros((T, 1)), "input_zero"),
+     ("one sinusoid", lambda rng, T: np.sin(0.3 * np.arange(T))[:, None],
+      "input_excitation"),
+     ("collinear", lambda rng, T: rng.standard_normal((T, 1)) * [1.0, -2.0],
+      "input_excitation"),
+     ("white noise", lambda rng, T: rng.standard_normal((T, 2)), None),
+     ("three sinusoids", lambda rng, T: sum(np.sin(w * np.arange(T)) for w in
+      (0.2, 0.9, 2.1))[:, None], None)],
+)  # fmt: skip
+def test_input_excitation_matches_the_rank_of_the_hankel_matrix(name, make, kind):
+    """For order 2 an input must be persistently exciting of order 4: the
+    block-Hankel matrix with 4 block rows has full rank (a plain-loop reference)."""
+    rng, ys = _signals()
+    us = make(rng, 200)
+    findings = dynsys.check_data(dynsys.Dataset(us=us[None], ys=ys), order=2)
+    full = _hankel_rank(us, 4) == 4 * us.shape[1]
+    assert [f.kind for f in findings] == ([] if kind is None else [kind])
+    assert full == (kind is None)
+    if kind == "input_constant":
+        assert "the input is constant" in findings[0].message
+        assert "B cannot be identified" in findings[0].message
+        with pytest.warns(UserWarning, match="fit_subspace: the input is constant"):
+            dynsys.fit_subspace(dynsys.Dataset(us=us[None], ys=ys), order=2)
+
+
+def test_measured_heating_data_pass_and_a_held_step_does_not():
+    """`data/real/heating.csv` exactly as received (801 samples, lamp voltage in,
+    plate temperature out, levels far from zero): nothing to report. The same
+    record with the input held at its first value is named."""
+    table = np.genfromtxt(ROOT / "data/real/heating.csv", delimiter=",", names=True)
+    us, ys = table["drive_V"][None, :, None], table["temp_C"][None, :, None]
+    names = dict(input_names=["drive_V"], output_names=["temp_C"])
+    assert dynsys.check_data(dynsys.Dataset(us=us, ys=ys, **names), order=4) == []
+    held = dynsys.Dataset(us=np.full_like(us, us[0, 0, 0]), ys=ys, **names)
+    (finding,) = dynsys.check_data(held, order=4)
+    assert finding.level == "warn" and "'drive_V'" in finding.message
+
+
+def test_outputs_without_variance_have_an_undefined_fit_not_100_or_minus_inf():
+    """Before: `fit`'s fit % was 100.0 for an all-zero output and `compare` -inf
+    for a constant one. The reference: the channel's standard deviation (numpy)."""
+    rng, ys = _signals(T=60)
+    us = rng.standard_normal((1, 60, 1))
+    for level in (0.0, 3.7):
+        flat = np.concatenate([ys, np.full_like(ys, level)], axis=-1)
+        assert np.ptp(flat[0, :, 1]) == 0.0  # no variance (np.std: round-off only)
+        data = dynsys.Dataset(us=us, ys=flat)
+        (finding,) = dynsys.check_data(data)
+        assert finding.kind == "output_no_variance" and finding.level == "warn"
+        assert "'y1'" in finding.message and "undefined" in finding.message
+        prediction = flat + 0.1
+        values = np.asarray(dynsys.fit_percent(flat, prediction, per_channel=True))
+        reference = 100 * (1 - np.linalg.norm(0.1 * np.ones(60)) / np.linalg.norm(
+            flat[0, :, 0] - flat[0, :, 0].mean()))  # fmt: skip
+        np.testing.assert_allclose(values[0], reference, rtol=1e-10)
+        assert np.isnan(values[1])
+        model = dynsys.LinearSystem(0.5 * np.eye(2), np.ones((2, 1)), np.eye(2), None)
+        comparison = dynsys.compare(model, data)
+        assert np.isfinite(comparison.fit_percent[0])
+        assert np.isnan(comparison.fit_percent[1])
+    zero = dynsys.Dataset(us=us, ys=np.zeros((1, 60, 1)))
+    (finding,) = dynsys.check_data(zero)
+    assert finding.level == "refuse"
+    model = dynsys.LinearSystem(0.5 * np.eye(1), np.ones((1, 1)), np.eye(1), None)
+    with pytest.warns(UserWarning, match="no variance"):
+        result = dynsys.fit(model, zero, num_steps=2, progress=False)
+    assert np.isnan(result.metrics["train"]["fit_percent"])
+
+
+def test_values_whose_squares_overflow_float32_are_refused():
+    """|y| ~ 1e20 in float32: squared norms overflow (3.4e38), so every fit % is
+    wrong; the same data in float64, or at unit scale, pass."""
+    rng, ys = _signals()
+    us = rng.standard_normal((1, 200, 1))
+    big = dynsys.Dataset(us=us, ys=1e20 * ys)
+    (finding,) = dynsys.check_data(big, dtype=np.float32)
+    assert finding.kind == "scale" and finding.level == "refuse"
+    assert "float32" in finding.message and "'y0'" in finding.message
+    assert np.max(np.abs(1e20 * ys)) ** 2 * 200 > np.finfo(np.float32).max
+    assert dynsys.check_data(big, dtype=np.float64) == []
+    assert dynsys.check_data(dynsys.Dataset(us=us, ys=ys), dtype=np.float32) == []
+
+
+def test_dynsys_fit_refuses_an_all_zero_output_in_one_line(tmp_path):
+    """Before: NaN/null fit %, status complete, exit 0."""
+    rng = np.random.default_rng(0)
+    rows = ["trajectory,time,u,y"] + [
+        f"{i},{t},{rng.standard_normal():.6f},0.0" for i in range(2) for t in range(50)
+    ]
+    (tmp_path / "zero.csv").write_text("\n".join(rows) + "\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "dynsys.cli", "fit", "zero.csv", "--inputs", "u",
+         "--outputs", "y", "--no-progress"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=ENV,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "'y'" in line and "no variance" in line and "Traceback" not in line
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

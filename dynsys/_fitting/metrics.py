@@ -22,9 +22,9 @@ def _pair(name: str, y, y_hat) -> tuple[Array, Array]:
 
 
 def no_variance(spread, peak, count, dtype):
-    """Whether a channel's spread $\lVert y - \bar y\rVert$ (over `count` samples of
+    """Whether a channel's spread $\\lVert y - \\bar y\\rVert$ (over `count` samples of
     largest magnitude `peak`) is at most what round-off in `dtype` gives a constant:
-    then its NRMSE and fit % are undefined (NaN), not 0 % or $-\infty$."""
+    then its NRMSE and fit % are undefined (NaN), not 0 % or $-\\infty$."""
     eps = jnp.finfo(dtype).eps if jnp.issubdtype(dtype, jnp.floating) else 1e-16
     return spread <= 16.0 * eps * peak * jnp.sqrt(count)
 
@@ -91,7 +91,7 @@ def fit_percent(
 
     A scalar (the mean over channels), or shape `(p,)`. A channel with no variance
     (constant, to round-off) gives `nan` ("undefined (no variance)"), never 100 or
-    $-\infty$.
+    $-\\infty$.
 
     **Example:**
 
