@@ -283,7 +283,7 @@ def test_a_signal_to_dynsys_run_of_a_sweep_keeps_the_finished_sub_runs(
         [sys.executable, "-c", _DYNSYS, "run", "sweep.toml"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV,
     )  # fmt: skip
-    seen = _wait_for(process, "train.steps=100000000/")  # the second one starts
+    seen = _wait_for(process, "-> steps=100000000/")  # the second one starts
     if moment == "steps":
         seen += _wait_for(process, "%|")
         time.sleep(1.0)
