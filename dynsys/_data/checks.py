@@ -162,8 +162,9 @@ def _output_findings(ys_rows, names, dtype, what: str) -> list[DataFinding]:
                 DataFinding(
                     "warn",
                     "output_no_variance",
-                    f"the {name} has no variance (constant {y[0] + 0.0:.6g}): its fit % is "
-                    "undefined and nothing about the dynamics can be learnt from it.",
+                    f"the {name} has no variance (constant {y[0] + 0.0:.6g}): its fit "
+                    "% is undefined and nothing about the dynamics can be learnt from "
+                    "it.",
                 )
             )
     if findings and len(findings) == flat.shape[1]:
