@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     # Data: datasets, files, simulation.
+    from ._data.checks import check_data as check_data
     from ._data.dataset import Dataset as Dataset
     from ._data.detrend import detrend as detrend
     from ._data.load import load_dataset as load_dataset

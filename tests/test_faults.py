@@ -553,24 +553,36 @@ def test_sigkill_at_random_moments_never_leaves_a_complete_looking_run(tmp_path)
 
 
 def test_leftovers_of_a_killed_run_are_cleaned_by_the_next(tmp_path):
+    from dynsys._experiments.run_folder import _identity, _tag
+
     runs = tmp_path / "runs"
     runs.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a pid that no longer runs
+    owner = {**_identity(), "pid": dead.pid}  # this host and boot, a dead pid
+    tag = _tag(owner)
+
+    def leftover(name, marker=True):
+        folder = runs / name
+        folder.mkdir()
+        if marker:
+            (folder / MARKER).write_text("")
+            (folder / ".dynsys-owner").write_text(json.dumps(owner))
+        return folder
+
     reserved = runs / "long-20260101-000000"
     reserved.mkdir()
-    staging = runs / f".{reserved.name}.partial-{dead.pid}"
-    staging.mkdir()
-    (staging / MARKER).write_text("")
+    staging = leftover(f".{reserved.name}.partial-{tag}")
     (staging / "trajectories.png").write_bytes(b"")
-    old = runs / f".other.old-{dead.pid}"
-    old.mkdir()
-    (old / MARKER).write_text("")
-    alive = runs / f".mine.partial-{os.getpid()}"  # a run still going: kept
+    leftover(f".other.old-{tag}")
+    alive = runs / f".mine.partial-{_tag(_identity())}"  # a run still going: kept
     alive.mkdir()
-    foreign = runs / f".notes.partial-{dead.pid}"  # not ours (no marker): kept
-    foreign.mkdir()
+    (alive / MARKER).write_text("")
+    (alive / ".dynsys-owner").write_text(json.dumps(_identity()))
+    foreign = leftover(f".notes.partial-{tag}", marker=False)  # not ours: kept
     (foreign / "notes.txt").write_text("mine")
+    # A dynsys from before host tags: its pid may be another host's, so kept.
+    older = leftover(f".older.partial-{dead.pid}")
     result = dynsys.run_experiment(FIT, out_root=runs, progress=False, echo=None)
     left = sorted(p.name for p in runs.iterdir())
-    assert left == sorted([alive.name, foreign.name, result.path.name])
+    assert left == sorted([alive.name, foreign.name, older.name, result.path.name])

@@ -16,6 +16,7 @@ import numpy as np
 from .._distributed import share_between_processes
 from . import fit_checks
 from .config import ConfigError
+from .data_checks import run_data_checks
 from .fit_data import _columns, _from_file, _simulated, _split
 from .fit_figures import _output_figures, _state_figures
 from .outcome import loss_history_lines, Outcome
@@ -585,5 +586,8 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     echo(f"  columns: {_columns(run.data)}")
     count = train.num_trajectories
     echo(f"  {count} experiment{'s' * (count != 1)} for estimation; validation: {held}")
+    checks = run_data_checks(config, run.data, run.source, echo)
     path = _fit_outputs if run.data.ys is not None else _fit_states
-    return path(config, run, train, val, clean_val, progress, echo)
+    outcome = path(config, run, train, val, clean_val, progress, echo)
+    outcome.metrics["data_checks"] = checks
+    return outcome

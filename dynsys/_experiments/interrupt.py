@@ -17,6 +17,17 @@ class Interrupts:
 
     def __init__(self):
         self.received: list[int] = []
+        self.deferring = False
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Within the block, a signal is recorded but does not raise: what is being
+        written (a finished run's folder, a sweep's table) is written whole."""
+        before, self.deferring = self.deferring, True
+        try:
+            yield
+        finally:
+            self.deferring = before
 
     @property
     def interrupted(self) -> bool:
@@ -48,7 +59,8 @@ def catch_interrupts() -> Iterator[Interrupts]:
 
     def handler(signum, frame):
         state.received.append(signum)
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+        if not state.deferring:
+            raise KeyboardInterrupt(signal.Signals(signum).name)
 
     previous = {}
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -22,6 +22,8 @@ from .results import ExperimentResult
 from .run_folder import (
     check_out,
     clean_stale,
+    discard_staging,
+    move_staging,
     replace_folder,
     reserve_folder,
     staging_folder,
@@ -153,15 +155,19 @@ def _run_into_folder(resolved, out, root, progress, echo) -> ExperimentResult:
                 result = _run_sweep(resolved, staging, progress, echo, interrupts)
             else:
                 result = _run_single(resolved, staging, progress, echo, interrupts)
-            if out is None:  # an empty folder of ours: renaming onto it is atomic
-                os.replace(staging, folder)
-            else:
-                replace_folder(staging, folder, "run_experiment(out=...)")
-        except BaseException:
+            with interrupts.deferred():
+                if out is None:  # an empty folder of ours: renaming onto it is atomic
+                    move_staging(staging, folder)
+                else:
+                    replace_folder(staging, folder, "run_experiment(out=...)")
+        except BaseException as error:
             if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
+                discard_staging(staging)
             if out is None and folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
+            if interrupts.interrupted and not isinstance(error, KeyboardInterrupt):
+                # A failure the signal caused (a half-made result): an interrupt.
+                raise KeyboardInterrupt(interrupts.name) from error
             raise
     return _rebase(result, staging, folder)
 

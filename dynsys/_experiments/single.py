@@ -3,11 +3,14 @@
 
 import pathlib
 import time
+import warnings
 
 from .._compile_cache import CacheStatus, current_status
+from .._data.checks import DataWarning
 from .config import (
     dump_toml,
 )
+from .data_checks import undefined_fit
 from .interrupt import Interrupts
 from .kinds import RUNNERS
 from .outcome import Outcome
@@ -21,6 +24,12 @@ from .results import (
 
 
 def _status_line(config: dict, metrics: dict) -> str:
+    if metrics["status"] == "undefined":
+        return (
+            f"**Undefined**: {metrics['status_reason']}. This `{config['kind']}` "
+            f"experiment (seed {config['seed']}, precision {config['precision']}) "
+            "ran in full, but such a channel has nothing to score the model on."
+        )
     if metrics["status"] == "complete":
         return (
             f"A `{config['kind']}` experiment, seed {config['seed']}, precision "
@@ -55,6 +64,9 @@ def _write_single(
     recorded = _recorded(config)
     metrics = dict(outcome.metrics)
     metrics["status"] = "interrupted" if interrupts.interrupted else "complete"
+    undefined = undefined_fit(metrics)
+    if undefined is not None and not interrupts.interrupted:
+        metrics["status"], metrics["status_reason"] = "undefined", undefined
     metrics["signal"] = interrupts.name
     metrics["precision"] = config["precision"]
     if config["kind"] == "fit" and config["data"]["file"] is not None:
@@ -117,7 +129,13 @@ def _run_single(
 
     interrupts = Interrupts() if interrupts is None else interrupts
     start = time.perf_counter()
-    outcome = RUNNERS[config["kind"]](config, progress=progress, echo=echo)
-    return _write_single(
-        config, folder, outcome, time.perf_counter() - start, interrupts
-    )
+    with warnings.catch_warnings():  # the experiment reports the data checks itself
+        warnings.filterwarnings("ignore", category=DataWarning)
+        outcome = RUNNERS[config["kind"]](config, progress=progress, echo=echo)
+    with interrupts.deferred():  # a finished run is written whole
+        result = _write_single(
+            config, folder, outcome, time.perf_counter() - start, interrupts
+        )
+    if result.metrics["status"] == "undefined":
+        echo(f"  status: undefined ({result.metrics['status_reason']})")
+    return result

@@ -37,31 +37,44 @@ def _run_sweep(
     echo,
     interrupts: Interrupts | None = None,
 ) -> ExperimentResult:
-    """One run per value; a signal stops the sweep after the sub-run it hit (which is
-    kept, marked interrupted, when it got as far as writing its folder)."""
+    """One run per value; a signal stops the sweep after the sub-run it hit.
+
+    Every finished sub-run is kept, whatever the moment of the signal: a sub-run it
+    hit while training keeps its best model, marked interrupted; one it hit before
+    there was anything to keep (making its data, compiling) is removed, as is one
+    that failed because of the signal; one it hit while writing is written whole.
+    The values not run are listed in the sweep's `metrics.json` and table.
+    """
     interrupts = Interrupts() if interrupts is None else interrupts
     key = config["sweep"]["key"]
-    section, name = key.split(".", 1)
     runs: list[ExperimentResult] = []
     taken: set[str] = set()
     for label, single in expand_sweep(config):
-        label = _folder_label(label, taken)
-        value = single[section][name]
-        seed = f" (seed {single['seed']})" if "seeds" in config["sweep"] else ""
-        echo(f"sweep {key} = {value!r}{seed} -> {label}/")
-        sub = folder / label
-        sub.mkdir()
-        write_marker(sub, "a sweep's sub-run")
+        sub = None
         try:
+            label = _folder_label(label, taken)
+            value = _swept_value(single, key)
+            seed = f" (seed {single['seed']})" if "seeds" in config["sweep"] else ""
+            echo(f"sweep {key} = {value!r}{seed} -> {label}/")
+            sub = folder / label
+            sub.mkdir()
+            write_marker(sub, "a sweep's sub-run")
             runs.append(_run_single(single, sub, progress, echo, interrupts))
-        except KeyboardInterrupt:
-            shutil.rmtree(sub, ignore_errors=True)
+        except BaseException:
+            if sub is not None:
+                shutil.rmtree(sub, ignore_errors=True)
             if not runs or not interrupts.interrupted:
-                raise
+                raise  # a real failure, or nothing finished to keep
         if interrupts.interrupted:
             echo(f"sweep {key}: interrupted ({interrupts.name}); stopping the sweep")
             break
-    return _write_sweep(config, folder, runs, interrupts)
+    with interrupts.deferred():
+        return _write_sweep(config, folder, runs, interrupts)
+
+
+def _swept_value(single: dict, key: str):
+    section, name = key.split(".", 1)
+    return single[section][name]
 
 
 def _write_sweep(

@@ -15,6 +15,7 @@ import optax
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
 from .._compile_cache import use_compile_cache
+from .._data.checks import check_data, warn_findings
 from .._data.dataset import Dataset
 from .._rollout.adjoint import AbstractAdjoint, LinearAdjoint
 from .._rollout.method import AbstractMethod
@@ -31,7 +32,7 @@ from .losses import (
     MultipleShooting,
     one_step_predictions,
 )
-from .metrics import spectral_radius
+from .metrics import no_variance, spectral_radius
 from .solvers import (
     DEFAULT_MAX_STEPS,
     default_strategy,
@@ -347,7 +348,11 @@ def _masked_nrmse(y, y_hat, mask) -> float:
     mean = np.where(valid, y, 0.0).sum(axis=(0, 1)) / count
     error = np.sqrt(np.where(valid, (y - y_hat) ** 2, 0.0).sum(axis=(0, 1)))
     spread = np.sqrt(np.where(valid, (y - mean) ** 2, 0.0).sum(axis=(0, 1)))
-    return float(np.mean(error / np.where(spread > 0, spread, 1.0)))
+    peak = np.where(valid, np.abs(y), 0.0).max(axis=(0, 1))
+    flat = np.asarray(no_variance(spread, peak, count, np.float64))
+    if flat.all():
+        return float("nan")  # no channel varies: undefined, not a perfect fit
+    return float(np.mean((error / np.where(flat, 1.0, spread))[~flat]))
 
 
 def _metrics(objective, model, x0s, batch) -> dict[str, float]:
@@ -544,6 +549,7 @@ def fit(
     """
     data, loss, val_data = _checked(model, data, loss, val_data, fit_x0, num_steps)
     use_compile_cache(keep_current=True)  # docs/performance.md, "Compile once"
+    warn_findings("fit", check_data(data, order=model.state_size))
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
     batch = _batch(data, _model_dtype(model))
     params = (model, _initial_x0s(objective, loss, data, model))

@@ -21,13 +21,22 @@ def _pair(name: str, y, y_hat) -> tuple[Array, Array]:
     return y, y_hat
 
 
+def no_variance(spread, peak, count, dtype):
+    """Whether a channel's spread $\\lVert y - \\bar y\\rVert$ (over `count` samples of
+    largest magnitude `peak`) is at most what round-off in `dtype` gives a constant:
+    then its NRMSE and fit % are undefined (NaN), not 0 % or $-\\infty$."""
+    eps = jnp.finfo(dtype).eps if jnp.issubdtype(dtype, jnp.floating) else 1e-16
+    return spread <= 16.0 * eps * peak * jnp.sqrt(count)
+
+
 def _ratio(name: str, y, y_hat, per_channel: bool) -> Array:
     y, y_hat = _pair(name, y, y_hat)
     y = y.reshape(-1, y.shape[-1])
     y_hat = y_hat.reshape(-1, y.shape[-1])
     error = jnp.linalg.norm(y - y_hat, axis=0)
     spread = jnp.linalg.norm(y - jnp.mean(y, axis=0, keepdims=True), axis=0)
-    ratio = error / spread
+    flat = no_variance(spread, jnp.max(jnp.abs(y), axis=0), y.shape[0], y.dtype)
+    ratio = jnp.where(flat, jnp.nan, error / jnp.where(flat, 1.0, spread))
     return ratio if per_channel else jnp.mean(ratio)
 
 
@@ -50,8 +59,8 @@ def nrmse(
 
     **Returns:**
 
-    A scalar (the mean over channels), or shape `(p,)`. A constant channel gives
-    `inf` (or `nan` if also predicted exactly).
+    A scalar (the mean over channels), or shape `(p,)`. A channel with no variance
+    (constant, to round-off) gives `nan`: its NRMSE is undefined.
 
     **Raises:**
 
@@ -80,7 +89,9 @@ def fit_percent(
 
     **Returns:**
 
-    A scalar (the mean over channels), or shape `(p,)`.
+    A scalar (the mean over channels), or shape `(p,)`. A channel with no variance
+    (constant, to round-off) gives `nan` ("undefined (no variance)"), never 100 or
+    $-\\infty$.
 
     **Example:**
 

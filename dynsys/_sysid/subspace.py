@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._data.checks import check_data, warn_findings
 from .._systems.system import LinearSystem
 from .input_matrices import input_matrices
 from .operating_point import data_levels, deviations
@@ -331,6 +332,7 @@ def fit_subspace(
     call = "fit_subspace"
     s, (u_bar, y_bar), constant = _prepared(call, data, offset)
     _check_options(call, s, order, feedthrough)
+    warn_findings(call, check_data(data, order=order))
     horizon = _horizon(call, s, horizon, order)
     max_order = _max_order(call, s, horizon, order)
     U, S = _projected_singular_values(call, s, horizon, constant)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from .._fitting.metrics import no_variance
 from .._rollout.rollout import rollout
 from .._systems.system import AbstractSystem, LinearSystem
 from .initial_state import estimate_x0, forced_outputs, observability_rows
@@ -45,7 +46,9 @@ def _fit_percent(y: Array, y_hat: Array, weight: Array, axes) -> Array:
     mean = jnp.sum(y * weight, axis=axes, keepdims=True) / jnp.expand_dims(count, axes)
     error = jnp.sqrt(jnp.sum(((y - y_hat) * weight) ** 2, axis=axes))
     spread = jnp.sqrt(jnp.sum(((y - mean) * weight) ** 2, axis=axes))
-    return 100.0 * (1.0 - error / spread)
+    peak = jnp.max(jnp.abs(y * weight), axis=axes)
+    flat = no_variance(spread, peak, count, y.dtype)  # undefined: NaN, not -inf
+    return jnp.where(flat, jnp.nan, 100.0 * (1.0 - error / jnp.where(flat, 1, spread)))
 
 
 def _check_horizon(call: str, horizon) -> None:

@@ -50,7 +50,8 @@ def loss_history(
 
     **Returns:**
 
-    The matplotlib `Figure`.
+    The matplotlib `Figure` (with a note above the axes, and no curve, for an empty
+    history: a run stopped before its first step).
 
     **Raises:**
 
@@ -78,6 +79,8 @@ def loss_history(
     val_steps, val_values = _draw_curves(ax, losses, val_losses, other_label)
     ax.set_yscale("log")
     notes = _clip_divergence(ax, losses, val_values)
+    if not losses.size:  # e.g. interrupted while the first step compiled
+        notes.append("no training step ran: the history is empty")
     if best_step is not None and (losses.shape[0] or best_step in val_steps):
         # (A run stopped before its first step has no loss to mark.)
         _mark_best(ax, best_step, losses, val_steps, val_values)
@@ -126,7 +129,7 @@ def _clip_divergence(ax, losses: np.ndarray, val_values: np.ndarray) -> list[str
     finite = np.concatenate([losses, val_values])
     finite = finite[np.isfinite(finite) & (finite > 0)]
     notes = []
-    if finite.size and np.isfinite(losses[0]) and losses[0] > 0:
+    if finite.size and losses.size and np.isfinite(losses[0]) and losses[0] > 0:
         top = DIVERGED * losses[0]
         if finite.max() > top:
             ax.set_ylim(0.5 * finite.min(), top)
