@@ -223,7 +223,7 @@ def test_sweep_seeds_must_be_distinct_seeds():
         ),
         (
             {"fit": {"epochs": 3}},
-            r"unknown config key 'fit.epochs'; allowed keys in \[fit\]: batch_size, feedthrough, horizon, loss, lr, model, optimizer, order, ridge, steps, subspace_horizon",
+            r"unknown config key 'fit.epochs'; allowed keys in \[fit\]: batch_size, feedthrough, horizon, loss, lr, model, offset, optimizer, order, ridge, stabilise, steps, subspace_horizon",
         ),
         (
             {"controller": {}},

@@ -232,7 +232,9 @@ def check_data(data, *, order: int | None = None, dtype=None) -> list[DataFindin
     what = "output"
     if ys is None:
         xs, what = getattr(data, "xs", None), "state"
-        ys = None if xs is None else np.asarray(xs)[:, :-1]
+        if xs is None or not _on_this_host(xs, getattr(data, "us", None)):
+            return []  # a global dataset of several processes is checked on none
+        ys = np.asarray(xs)[:, :-1]
     if ys is None or not _on_this_host(ys, getattr(data, "us", None)):
         return []
     ys = np.asarray(ys)
