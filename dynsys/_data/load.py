@@ -36,19 +36,8 @@ def load_dataset(
     line ending with a comma) are ignored, and so are blank lines.
 
     - One experiment per file unless there is a `trajectory` column: rows with the
-        same identifier (any text) form one experiment, in file order; experiments
-        may have different numbers of rows and share their times (a shorter one's
-        are the first of the longest one's). This is the long format `Dataset.save`
-        writes:
-
-        ```
-        trajectory,time,x0,x1,u0,y0
-        0,0.0,1.0,0.0,0.5,1.0
-        0,0.1,0.99,-0.1,0.2,0.99
-        0,0.2,0.97,-0.19,,
-        1,0.0,-1.0,0.3,0.1,-1.0
-        ```
-
+        same identifier form one experiment, in file order (the long format
+        `Dataset.save` writes; see docs/fitting.md, "Reading measured files").
     - The time column, when there is one, gives the sample time `dt` (its step). It
         is the column named by `time=`, else the one column named `t`, `time`,
         `times` or `timestamp`, alone or with a unit (`t_s`, `time_ms`, `Time (s)`,
@@ -69,18 +58,10 @@ def load_dataset(
         output on a row belong to that row's time, so the last row has none (leave
         those cells empty). Without states, every row has its input and output.
 
-    **The `.npz` format** holds the arrays `xs (N, T+1, n)`, `us (N, T, m)`,
-    `ys (N, T, p)` (each optional, at least one of `xs`, `ys`), `ts`, `lengths (N,)`
-    (each trajectory's `T_i`, the arrays being zero-padded to the longest; absent
-    means all `T`), and `state_names`, `input_names`, `output_names`. Other arrays
-    are ignored and never decompressed; an array whose declared size is out of
-    proportion to the file (a "zip bomb") is refused before it is read. With
-    `states`, `inputs` or `outputs`, the named columns of `xs`, `us`, `ys` are kept.
-
-    **MATLAB `.mat` files** (needs scipy: `pip install dynsys[mat]`): `inputs`,
-    `outputs`, `states` and `time` name variables, each a vector or a matrix with
-    one row per sample (a matrix `u` of 2 columns gives the channels `u1`, `u2`);
-    one experiment.
+    **`.npz`** files hold `xs`, `us`, `ys` (zero-padded), `ts`, `lengths` and the
+    channel names, as `Dataset.save` writes them; **MATLAB `.mat`** files (needs
+    `pip install dynsys[mat]`) name one vector or matrix variable per role. Both are
+    described in docs/fitting.md.
 
     **Arguments:**
 
