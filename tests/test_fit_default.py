@@ -290,41 +290,45 @@ def test_twenty_state_case_converges_with_the_defaults():
 
 
 @pytest.mark.parametrize("normal_equations", [True, False])
-@pytest.mark.parametrize("step_size", [1e-3, 1.0, 1e3])
-def test_factored_descent_is_the_damped_least_squares_step(normal_equations, step_size):
-    """The step for every trust-region size from one factorisation equals numpy's
-    least-squares solution of [J; sqrt(lambda) I] delta = -[r; 0], lambda = 1/size,
-    for parameters given as a pytree."""
-    import lineax as lx
-    import optimistix as optx
+@pytest.mark.parametrize("damping", [1e-3, 1.0, 1e3])
+@pytest.mark.parametrize("gauge_basis", [False, True])
+def test_factorised_step_is_the_scaled_damped_least_squares_step(
+    normal_equations, damping, gauge_basis
+):
+    """The step for every damping from one factorisation equals numpy's
+    least-squares solution of [J; sqrt(lambda) diag(d)^(1/2)] delta = -[r; 0], with
+    d the column norms squared of J, and its predicted change of the sum of squares
+    equals ||J delta + r||^2 - ||r||^2. With a basis (the Jacobian given only along
+    orthonormal directions that J is zero orthogonal to), the same."""
+    from dynsys._fitting.levenberg_marquardt import factorise
 
-    key_a, key_b = jax.random.split(jax.random.key(3))
-    a = jax.random.normal(key_a, (30, 3))
-    b = jax.random.normal(key_b, (30,))
-
-    def residuals(params):
-        w, c = params["w"], params["c"]
-        return jnp.tanh(a @ w) * c - b
-
-    params = {"w": jnp.array([0.3, -0.2, 0.5]), "c": jnp.array(1.5)}
-    residual, linear = jax.linearize(residuals, params)
-    f_info = optx.FunctionInfo.ResidualJac(
-        residual, lx.FunctionLinearOperator(linear, jax.eval_shape(lambda: params))
+    rng = np.random.default_rng(3)
+    R, P = 30, 5
+    J = rng.normal(size=(R, P)) * np.array([1e-3, 1.0, 10.0, 0.1, 3.0])
+    r = rng.normal(size=R)
+    basis = None
+    if gauge_basis:
+        # J is zero along one direction: its rows are orthogonal to `null`.
+        null = rng.normal(size=P)
+        null /= np.linalg.norm(null)
+        J = J - np.outer(J @ null, null)
+        q, _ = np.linalg.qr(np.column_stack([null, rng.normal(size=(P, P - 1))]))
+        basis = jnp.asarray(q[:, 1:])
+    given = J if basis is None else J @ np.asarray(basis)
+    factorisation, scale = factorise(
+        jnp.asarray(given), jnp.asarray(r), basis, jnp.zeros(P), normal_equations
     )
-    descent = dynsys._fitting.solvers.FactoredDampedNewtonDescent(normal_equations)
-    state = descent.query(params, f_info, descent.init(params, None))
-    step, _ = descent.step(jnp.array(step_size), state)
-
-    J = np.asarray(
-        jax.jacfwd(lambda v: residuals({"w": v[:3], "c": v[3]}))(
-            jnp.array([0.3, -0.2, 0.5, 1.5])
-        )
-    )
-    damped = np.concatenate([J, np.sqrt(1 / step_size) * np.eye(4)])
-    rhs = -np.concatenate([np.asarray(residual), np.zeros(4)])
+    d = np.sum(J**2, axis=0)
+    np.testing.assert_allclose(scale, d, rtol=1e-10)
+    damped = np.concatenate([J, np.sqrt(damping) * np.diag(np.sqrt(d))])
+    rhs = -np.concatenate([r, np.zeros(P)])
     expected = np.linalg.lstsq(damped, rhs, rcond=None)[0]
-    np.testing.assert_allclose(step["w"], expected[:3], rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(step["c"], expected[3], rtol=1e-9, atol=1e-12)
+    step = np.asarray(factorisation.step(jnp.asarray(damping)))
+    np.testing.assert_allclose(step, expected, rtol=1e-8, atol=1e-12)
+    predicted = np.sum((J @ expected + r) ** 2) - np.sum(r**2)
+    np.testing.assert_allclose(
+        factorisation.predicted_change(jnp.asarray(damping)), predicted, rtol=1e-8
+    )
 
 
 def test_equal_optax_transforms_built_twice_share_the_compiled_steps():

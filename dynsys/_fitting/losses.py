@@ -234,6 +234,12 @@ class FitObjective(AbstractObjective):
     def loss(self, params, batch):
         return jnp.sum(self.residuals(params, batch) ** 2)
 
+    @property
+    def gauge_free(self) -> bool:
+        """On outputs with initial states estimated in closed form, a change of the
+        state basis of a linear model changes no residual."""
+        return self.outputs and self.x0 == "closed_form"
+
     def num_residuals(self, batch) -> int:
         """The length of the residual vector on `batch` (without tracing)."""
         mask = batch["mask"]
