@@ -66,7 +66,7 @@ class FitResult:
         `"loss flat for 20 steps ..."` (stopped early, nothing wrong).
     - `converged`: whether the optimiser's tolerances ended the fit.
     - `optimizer`: the optimiser used, in words (e.g. `"Levenberg–Marquardt
-        (optimistix)"`).
+        (scaled)"`).
     - `steps_run`: the number of optimiser steps run.
     - `metrics`: `{"train": {...}, "validation": {...}}` (the latter only with
         `val_data`), each with `loss`, `simulation_nrmse` and `fit_percent` (free
