@@ -238,8 +238,9 @@ def _strategy(optimizer, objective, params, batch, batch_size, adjoint, rtol, at
         # hand-written reverse pass of LinearAdjoint does not provide.
         default_rtol = tolerances(dtype)[0] if rtol is None else rtol
         return lbfgs_strategy(default_rtol), DEFAULT_MAX_STEPS["lbfgs"]
+    num_experiments = batch["mask"].shape[0]
     strategy, kind = default_strategy(
-        objective.num_residuals(batch), num_params, dtype, rtol, atol
+        objective.num_residuals(batch), num_params, dtype, rtol, atol, num_experiments
     )
     return strategy, DEFAULT_MAX_STEPS[kind]
 

@@ -91,17 +91,31 @@ def factorise(
     """
     num_residuals, q = jac.shape
     if normal_equations or num_residuals <= q:
-        # A square root F (Q, Q) of jac^T jac and q with F^T q = jac^T r.
-        curvatures, vectors = jnp.linalg.eigh(jac.T @ jac)
-        roots = jnp.sqrt(jnp.maximum(curvatures, 0.0))
-        factor = roots[:, None] * vectors.T
-        projected = vectors.T @ (jac.T @ residual)
-        rhs = jnp.where(roots > 0, projected / jnp.where(roots > 0, roots, 1.0), 0.0)
-    else:
-        r_factor = jnp.linalg.qr(
-            jnp.concatenate([jac, residual[:, None]], axis=1), mode="r"
-        )
-        factor, rhs = r_factor[:q, :q], r_factor[:q, q]
+        return factorise_normal(jac.T @ jac, jac.T @ residual, basis, scale)
+    r_factor = jnp.linalg.qr(jnp.concatenate([jac, residual[:, None]], axis=1), mode="r")
+    return _scaled(r_factor[:q, :q], r_factor[:q, q], basis, scale)
+
+
+def factorise_normal(
+    normal: Float[Array, "Q Q"],
+    gradient: Float[Array, " Q"],
+    basis: Float[Array, "P Q"] | None,
+    scale: Float[Array, " P"],
+) -> tuple[Factorisation, Float[Array, " P"]]:
+    """`factorise` from the normal equations: `normal = J^T J (Q, Q)` and `gradient
+    = J^T r (Q,)` (accumulated block by block when `J` itself is too large)."""
+    # A square root F (Q, Q) of J^T J and q with F^T q = J^T r.
+    curvatures, vectors = jnp.linalg.eigh(normal)
+    roots = jnp.sqrt(jnp.maximum(curvatures, 0.0))
+    factor = roots[:, None] * vectors.T
+    projected = vectors.T @ gradient
+    rhs = jnp.where(roots > 0, projected / jnp.where(roots > 0, roots, 1.0), 0.0)
+    return _scaled(factor, rhs, basis, scale)
+
+
+def _scaled(factor, rhs, basis, scale) -> tuple[Factorisation, Float[Array, " P"]]:
+    """The `Factorisation` of `F basis^T` (`F (Q, Q)` with `F^T F = J^T J`, `rhs
+    (Q,)` with `F^T rhs = J^T r`) under Moré's damping scales."""
     full = factor if basis is None else factor @ basis.T  # (Q, P): F basis^T
     # Damping scales: the largest diag(J^T J) seen so far (Moré 1978), floored so
     # that a parameter without effect still has a finite step.
@@ -118,6 +132,12 @@ def factorise(
         gradient=singular * (left.T @ rhs),
     )
     return factorisation, scale
+
+
+def split_experiments(batch: dict, blocks: int) -> dict:
+    """`batch` (arrays with `N` experiments on their leading axis) as `blocks`
+    groups: every array `(N, ...)` becomes `(blocks, N / blocks, ...)`."""
+    return jax.tree.map(lambda x: x.reshape(blocks, -1, *x.shape[1:]), batch)
 
 
 class _State(eqx.Module):
@@ -162,6 +182,9 @@ class LevenbergMarquardtStrategy(eqx.Module):
     name: str = eqx.field(static=True, default="Levenberg–Marquardt (scaled)")
     warmup: bool = eqx.field(static=True, default=True)
     normal_equations: bool = eqx.field(static=True, default=True)
+    # Experiments in groups: J^T J and J^T r are accumulated group by group, so
+    # that the Jacobian of only one group is ever held (normal equations only).
+    blocks: int = eqx.field(static=True, default=1)
 
     def init(self, params):
         flat, _ = ravel_pytree(params)
@@ -227,6 +250,10 @@ class LevenbergMarquardtStrategy(eqx.Module):
 
         def accepted(_):
             basis = self._basis(objective, unravel(trial), static)
+            if self.blocks > 1:
+                return self._factorise_blocks(
+                    objective, unravel, static, trial, basis, state, batch
+                )
             return self._factorise(residuals, trial, trial_residual, basis, state)
 
         def rejected(_):
@@ -274,6 +301,34 @@ class LevenbergMarquardtStrategy(eqx.Module):
 
         jac = jax.vmap(derivative, out_axes=1)(directions)
         return factorise(jac, residual, basis, state.scale, self.normal_equations)
+
+    def _factorise_blocks(self, objective, unravel, static, point, basis, state, batch):
+        """`_factorise` with `J^T J` and `J^T r` summed over `blocks` groups of
+        experiments (each group's Jacobian built and dropped in turn): the residuals
+        of one experiment depend on its data only, up to the normalisation by the
+        batch's size (`objective.group_share`)."""
+        directions = (
+            jnp.eye(point.size, dtype=point.dtype) if basis is None else basis.T
+        )
+
+        def group(totals, group_batch):
+            def residuals(p):
+                return objective.residuals(eqx.combine(unravel(p), static), group_batch)
+
+            def derivative(direction):
+                return jax.jvp(residuals, (point,), (direction,))
+
+            values, jac = jax.vmap(derivative, out_axes=(None, 1))(directions)
+            share = objective.group_share(group_batch, batch)
+            normal, gradient = totals
+            normal = normal + share**2 * (jac.T @ jac)
+            return (normal, gradient + share**2 * (jac.T @ values)), None
+
+        q = directions.shape[0]
+        zeros = (jnp.zeros((q, q), point.dtype), jnp.zeros(q, point.dtype))
+        groups = split_experiments(batch, self.blocks)
+        (normal, gradient), _ = jax.lax.scan(group, zeros, groups)
+        return factorise_normal(normal, gradient, basis, state.scale)
 
     def _small_step(self, flat, trial, residual, trial_residual):
         """Every parameter and every residual changed by less than `atol + rtol`

@@ -240,6 +240,24 @@ class FitObjective(AbstractObjective):
         state basis of a linear model changes no residual."""
         return self.outputs and self.x0 == "closed_form"
 
+    def group_share(self, group_batch, batch):
+        """`sqrt(count(group_batch) / count(batch))`: the residuals are divided by
+        the square root of the number of valid entries of their batch."""
+        return jnp.sqrt(self._valid_count(group_batch) / self._valid_count(batch))
+
+    def _valid_count(self, batch):
+        """The number of valid entries the residuals are normalised by, per channel
+        (the channel count cancels in `group_share`)."""
+        mask = batch["mask"].astype(jnp.float64 if jax.config.jax_enable_x64 else float)
+        if self.outputs or self.kind == "one_step":
+            return jnp.sum(mask)
+        x0_rows = self.x0 == "fitted"
+        if self.kind == "simulation":
+            return jnp.sum(mask) + (mask.shape[0] if x0_rows else 0)
+        starts, offsets = _window_index(self.kind, mask.shape[1])
+        windows = mask[:, starts[:, None] + offsets]
+        return jnp.sum(windows) + (jnp.sum(windows[..., :1]) if x0_rows else 0)
+
     def num_residuals(self, batch) -> int:
         """The length of the residual vector on `batch` (without tracing)."""
         mask = batch["mask"]

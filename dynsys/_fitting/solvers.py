@@ -42,6 +42,14 @@ class AbstractObjective(eqx.Module):
         move along that family (see `gauge.py`)."""
         return False
 
+    def group_share(self, group_batch, batch):
+        """`s` with `residuals(model, batch)` restricted to the experiments of
+        `group_batch` equal to `s * residuals(model, group_batch)`: a
+        least-squares objective that normalises by its batch's size says by how
+        much (1 when it does not normalise)."""
+        del group_batch, batch
+        return 1.0
+
     def residuals(self, model, batch):
         """The residual vector `(R,)`; only least-squares objectives have one (the
         default optimiser asks for it only of those)."""
@@ -137,9 +145,14 @@ class OptaxStrategy(eqx.Module):
 # The default optimiser: Levenberg–Marquardt while its Jacobian (residuals x
 # parameters) has at most this many entries (128 MiB in float64) and the model at
 # most PARAMETER_LIMIT trained parameters (each accepted step costs one forward-mode
-# derivative per parameter and a factorisation of J^T J), else L-BFGS.
+# derivative per parameter and a factorisation of J^T J). In float64, larger models
+# (up to LARGE_PARAMETER_LIMIT parameters, and at most NORMAL_WORK_LIMIT multiply-adds
+# for J^T J per step) still get it, with J^T J accumulated over groups of
+# experiments whose Jacobian is within JACOBIAN_LIMIT. Else L-BFGS.
 JACOBIAN_LIMIT = 2**24
 PARAMETER_LIMIT = 256
+LARGE_PARAMETER_LIMIT = 1024
+NORMAL_WORK_LIMIT = 2**37
 DEFAULT_MAX_STEPS = {"lm": 200, "lbfgs": 1000, "optax": 1000}
 
 
@@ -148,17 +161,39 @@ def tolerances(dtype) -> tuple[float, float]:
     return (1e-8, 1e-10) if jnp.dtype(dtype) == jnp.float64 else (1e-5, 1e-7)
 
 
+def experiment_groups(num_residuals: int, num_params: int, num_experiments: int) -> int:
+    """The fewest groups of experiments (a divisor of `num_experiments`) whose
+    Jacobian each has at most `JACOBIAN_LIMIT` entries; 0 when even one experiment's
+    has more."""
+    per_experiment = num_residuals // max(1, num_experiments) * num_params
+    for groups in range(1, num_experiments + 1):
+        size = num_experiments // groups
+        if num_experiments % groups == 0 and size * per_experiment <= JACOBIAN_LIMIT:
+            return groups
+    return 0
+
+
 def default_strategy(
-    num_residuals: int, num_params: int, dtype, rtol=None, atol=None
+    num_residuals: int,
+    num_params: int,
+    dtype,
+    rtol=None,
+    atol=None,
+    num_experiments: int = 1,
 ) -> tuple[Any, str]:
-    """The default optimiser for a least-squares objective, and its kind."""
+    """The default optimiser for a least-squares objective (`num_residuals` in all,
+    over `num_experiments` experiments), and its kind."""
     default_rtol, default_atol = tolerances(dtype)
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
+    normal = jnp.dtype(dtype) == jnp.float64
     small = num_residuals * num_params <= JACOBIAN_LIMIT
     if num_params <= PARAMETER_LIMIT and small:
-        normal = jnp.dtype(dtype) == jnp.float64
         return LevenbergMarquardtStrategy(rtol, atol, normal_equations=normal), "lm"
+    groups = experiment_groups(num_residuals, num_params, num_experiments)
+    affordable = num_residuals * num_params**2 <= NORMAL_WORK_LIMIT
+    if normal and groups and num_params <= LARGE_PARAMETER_LIMIT and affordable:
+        return LevenbergMarquardtStrategy(rtol, atol, blocks=groups), "lm"
     return lbfgs_strategy(rtol), "lbfgs"
 
 
