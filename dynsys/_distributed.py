@@ -39,6 +39,7 @@ class DistributedError(RuntimeError):
     Its message is one line: which process, what happened, and what to check.
     """
 
+
 # The fields of a `Dataset` that hold one row per experiment (leading axis `N`).
 _PER_EXPERIMENT = ("xs", "us", "ys")
 
@@ -238,9 +239,10 @@ def _start_runtime(*, num_processes, heartbeat_timeout, **arguments) -> None:
     collectives = jax.config.jax_cpu_collectives_implementation
     if collectives in (None, "none"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    if "heartbeat_timeout_seconds" in inspect.signature(
-        jax.distributed.initialize
-    ).parameters:  # JAX >= 0.4.36
+    if (
+        "heartbeat_timeout_seconds"
+        in inspect.signature(jax.distributed.initialize).parameters
+    ):  # JAX >= 0.4.36
         arguments["heartbeat_timeout_seconds"] = heartbeat_timeout
     try:
         jax.distributed.initialize(num_processes=num_processes, **arguments)

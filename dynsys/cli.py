@@ -600,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     distributed = getattr(args, "distributed", False)
     if distributed:
-        from ._experiments.supervise import SUPERVISED, supervise
+        from ._experiments.supervise import supervise, SUPERVISED
 
         if argv is None and not os.environ.get(SUPERVISED):
             return supervise(sys.argv[1:])

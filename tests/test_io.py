@@ -249,7 +249,10 @@ def test_an_edited_static_field_is_refused(tmp_path):
         header["static"]["dt"] = 0.7
 
     _edit_header(path, set_dt)
-    with pytest.raises(ValueError, match=r"load\(path=.*\): the file is damaged or was edited: the checksum of the header") as info:
+    with pytest.raises(
+        ValueError,
+        match=r"load\(path=.*\): the file is damaged or was edited: the checksum of the header",
+    ) as info:
         dynsys.load(path)
     assert "\n" not in str(info.value)
 

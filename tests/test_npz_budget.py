@@ -119,7 +119,9 @@ def test_npz_members_share_one_budget_checked_before_reading(tmp_path):
 def test_members_within_the_budget_together_still_load(tmp_path):
     path = tmp_path / "two.npz"
     steps = 2 * 2**20 // 8
-    _write_zip(path, [_zeros_member("ys", (1, steps, 1)), _zeros_member("us", (1, steps, 1))])
+    _write_zip(
+        path, [_zeros_member("ys", (1, steps, 1)), _zeros_member("us", (1, steps, 1))]
+    )
     data = dynsys.load_dataset(path)
     assert data.ys.shape == (1, steps, 1) and not np.any(np.asarray(data.ys))
 

@@ -85,13 +85,13 @@ def _fails(argv, capsys, tmp_path) -> str:
 
 
 @pytest.mark.parametrize("rows", [1, 8])
-def test_a_file_too_short_for_the_default_split_names_the_data(
-    tmp_path, capsys, rows
-):
+def test_a_file_too_short_for_the_default_split_names_the_data(tmp_path, capsys, rows):
     path = tmp_path / "short.csv"
     values = np.column_stack([np.sin(np.arange(rows)), np.cos(np.arange(rows))])
     np.savetxt(path, values, delimiter=",", header="u,y", comments="")
-    err, _ = _fails(["fit", str(path), "--inputs", "u", "--outputs", "y"], capsys, tmp_path)
+    err, _ = _fails(
+        ["fit", str(path), "--inputs", "u", "--outputs", "y"], capsys, tmp_path
+    )
     assert err == (
         f"dynsys fit: DATA: {path}: its one experiment has {rows} "
         f"sample{'s' * (rows != 1)}, too few to fit a model and check it on held-out "
@@ -114,7 +114,7 @@ def test_an_order_above_a_short_record_fails_before_the_fit(tmp_path, capsys):
         "most order "
     ), err
     largest = int(err.split("allow at most order ")[1].split(",")[0])
-    assert 1 <= largest < 40 and err.endswith(f"got 40.")
+    assert 1 <= largest < 40 and err.endswith("got 40.")
     assert "subspace start" not in printed  # refused before any identification
     assert "_" not in err.split(": ", 1)[1]  # names no internal function
 
@@ -149,7 +149,12 @@ def test_duplicated_experiments_across_the_split_are_reported(tmp_path, capsys):
     path = tmp_path / "repeated.csv"
     rows = [np.column_stack([np.full(40, k), r]) for k, r in enumerate(records)]
     np.savetxt(
-        path, np.vstack(rows), delimiter=",", header="trajectory,u,y", comments="", fmt="%.6g"
+        path,
+        np.vstack(rows),
+        delimiter=",",
+        header="trajectory,u,y",
+        comments="",
+        fmt="%.6g",
     )
     out = tmp_path / "run"
     argv = ["fit", str(path), "--inputs", "u", "--outputs", "y", "--steps", "3"]

@@ -244,7 +244,8 @@ def _split(config: dict, run: _Data):
         return data, run.validation, None, "the validation file"
     split = data_cfg["validation_split"]
     if split is None and data_cfg["file"] is not None and data.num_trajectories == 1:
-        _check_long_enough(data, data_cfg["file"])  # the default split: name the data, not the option
+        # The default split: a failure names the data, not an option not given.
+        _check_long_enough(data, data_cfg["file"])
         split = 1 / 3
     if split is not None:
         estimation, validation, words = _time_split(config, data, split)

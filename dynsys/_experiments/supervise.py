@@ -173,7 +173,8 @@ def supervise(argv: list[str]) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         reader.join(timeout=10)
-    return _outcome(child.returncode, received, b"".join(crash).decode("utf-8", "replace"))
+    text = b"".join(crash).decode("utf-8", "replace")
+    return _outcome(child.returncode, received, text)
 
 
 def _outcome(code: int, received, crash: str) -> int:
