@@ -603,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         from ._experiments.supervise import supervise, SUPERVISED
 
         if argv is None and not os.environ.get(SUPERVISED):
-            return supervise(sys.argv[1:])
+            return supervise(sys.argv[1:], out_root=args.out_root)
         if os.environ.get(SUPERVISED):  # the watched child: leave without waiting
             return _leave(_main(args, distributed))  # for the other processes
     return _main(args, distributed)

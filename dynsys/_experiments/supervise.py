@@ -12,6 +12,7 @@ from the first fatal runtime line on, and says what happened.
 """
 
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -66,9 +67,9 @@ def failure_line(error: BaseException) -> str:
     return text
 
 
-def crash_line(code: int, crash: str) -> str:
+def crash_line(code: int, crash: str, log: str = "") -> str:
     """What ended the child (exit `code`, negative for a signal) from the runtime's
-    fatal lines `crash`, in one line."""
+    fatal lines `crash` and its log lines `log`, in one line."""
     from .._distributed import (
         DEFAULT_HEARTBEAT_TIMEOUT,
         DEFAULT_TIMEOUT,
@@ -78,6 +79,13 @@ def crash_line(code: int, crash: str) -> str:
 
     address = os.environ.get("DYNSYS_COORDINATOR") or "the coordinator"
     count = os.environ.get("DYNSYS_NUM_PROCESSES") or "the"
+    if "incarnation" in log + crash:  # the coordinator saw one id join twice
+        return (
+            f"{who()}: two processes joined as the same process (a "
+            "DYNSYS_PROCESS_ID given twice, or a process restarted); check that each "
+            f"of the {count} processes has its own DYNSYS_PROCESS_ID. Nothing was "
+            "written."
+        )
     if "RegisterTask" in crash or "Barrier" in crash:
         wait = os.environ.get(TIMEOUT_ENVIRONMENT) or DEFAULT_TIMEOUT
         return (
@@ -101,11 +109,17 @@ def crash_line(code: int, crash: str) -> str:
     return f"{who()}: ended by {name}; check the system's logs (memory?)."
 
 
-def _copy_stderr(stream, crash: list[bytes]) -> None:
+# A log line of JAX's runtime (absl: level, date, time, thread, file:line]); the
+# lines after one, up to the next line of dynsys or a progress bar, continue it.
+_LOG = re.compile(rb"^[IWE]\d{4} \d\d:\d\d:\d\d")
+
+
+def _copy_stderr(stream, crash: list[bytes], log: list[bytes]) -> None:
     """Copy the child's stderr to ours as it comes (a progress bar's `\\r` updates
-    too), keeping everything from the first fatal line on in `crash` instead."""
+    too), but keep the runtime's log lines in `log`, and everything from the first
+    fatal line on in `crash`, for the one line said at the end."""
     out = sys.stderr.buffer
-    pending = b""
+    pending, in_log = b"", False
     while chunk := os.read(stream.fileno(), 65536):
         if crash:
             crash.append(chunk)
@@ -117,8 +131,10 @@ def _copy_stderr(stream, crash: list[bytes]) -> None:
                 crash.append(b"\n".join([*lines[k:], pending]))
                 pending = b""
                 break
-            out.write(line + b"\n")
-        if not crash and b"\r" in pending:  # a progress bar: show it now
+            own = line.startswith(b"dynsys") or b"\r" in line
+            in_log = bool(_LOG.match(line)) or (in_log and not own)
+            (log.append if in_log else out.write)(line + b"\n")
+        if not crash and not in_log and b"\r" in pending:  # a progress bar: now
             shown, _, pending = pending.rpartition(b"\r")
             out.write(shown + b"\r")
         out.flush()
@@ -138,9 +154,11 @@ def _die_with_parent() -> None:
         pass  # not Linux: the child ends when its collectives fail
 
 
-def supervise(argv: list[str]) -> int:
+def supervise(argv: list[str], out_root: str | None = None) -> int:
     """Run `dynsys ARGV` in a child process and watch it; its exit status, or 2
-    with one line for a crash of the runtime, or 128 + the signal's number."""
+    with one line for a crash of the runtime, or 128 + the signal's number. A child
+    that could not clean up (ended by the runtime or by a signal) leaves its staging
+    folder in `out_root`: it is removed here."""
     child = subprocess.Popen(
         [sys.executable, "-m", "dynsys.cli", *argv],
         # The runtime's error logs (many lines each) would come before the line
@@ -159,7 +177,8 @@ def supervise(argv: list[str]) -> int:
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     crash: list[bytes] = []
-    reader = threading.Thread(target=_copy_stderr, args=(child.stderr, crash))
+    log: list[bytes] = []
+    reader = threading.Thread(target=_copy_stderr, args=(child.stderr, crash, log))
     reader.start()
     try:
         while child.poll() is None:
@@ -174,10 +193,16 @@ def supervise(argv: list[str]) -> int:
             signal.signal(signum, handler)
         reader.join(timeout=10)
     text = b"".join(crash).decode("utf-8", "replace")
-    return _outcome(child.returncode, received, text)
+    if out_root is not None and (crash or child.returncode < 0):
+        from .run_folder import clean_stale
+
+        clean_stale(pathlib.Path(out_root).absolute())
+    return _outcome(
+        child.returncode, received, text, b"".join(log).decode("utf-8", "replace")
+    )
 
 
-def _outcome(code: int, received, crash: str) -> int:
+def _outcome(code: int, received, crash: str, log: str = "") -> int:
     """The exit status for the child's `code`, printing one line where the child
     could not say itself what happened."""
     if received:
@@ -192,5 +217,5 @@ def _outcome(code: int, received, crash: str) -> int:
         return 128 + signum
     if code == 0 or (code > 0 and not crash):
         return code  # a success, or an error the child reported in one line
-    print(f"dynsys run: {crash_line(code, crash)}", file=sys.stderr)
+    print(f"dynsys run: {crash_line(code, crash, log)}", file=sys.stderr)
     return 2
