@@ -13,7 +13,6 @@ import pytest
 
 import dynsys
 from dynsys import cli
-from dynsys._experiments.data_checks import split_overlap
 
 
 def _full_disk(*args, **kwargs):
@@ -124,6 +123,8 @@ def _experiments(values: list[np.ndarray]):
 
 
 def test_split_overlap_finds_repeated_experiments():
+    from dynsys._experiments.data_checks import split_overlap
+
     rng = np.random.default_rng(1)
     a, b, c = (rng.normal(size=(20, 2)) for _ in range(3))
     estimation, held_out = _experiments([a, b, c]), _experiments([c, b.copy() + 1e-12])
