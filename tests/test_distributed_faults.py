@@ -98,6 +98,20 @@ def _listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
+@pytest.mark.slow  # two JAX processes fitting together
+def test_two_processes_from_the_command_line_succeed(tmp_path):
+    """The watching process changes nothing for a run that works: exit 0, process 0
+    writes one run folder and says so, process 1 prints nothing of dynsys."""
+    port = _free_port()
+    results = [_finish(p) for p in [_start(tmp_path, i, 2, port) for i in range(2)]]
+    assert [code for code, _, _ in results] == [0, 0], [r[2][-2000:] for r in results]
+    (folder,) = os.listdir(tmp_path / "runs")
+    assert (tmp_path / "runs" / folder / "metrics.json").is_file()
+    assert "wrote " in results[0][1]
+    # Process 1 prints nothing of its own (gloo's C++ prints its connections).
+    assert all(line.startswith("[Gloo]") for line in results[1][1].splitlines())
+
+
 @pytest.mark.slow  # JAX processes that wait for peers that never come
 def test_a_wrong_process_count_ends_in_one_line(tmp_path):
     port = _free_port()
