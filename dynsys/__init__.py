@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ._data.load import load_dataset as load_dataset
     from ._data.simulate import simulate as simulate
     from ._distributed import (
+        DistributedError as DistributedError,
         global_dataset as global_dataset,
         initialize_distributed as initialize_distributed,
         is_main_process as is_main_process,

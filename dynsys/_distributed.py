@@ -8,7 +8,10 @@ process ends with the same model.
 """
 
 import copy
+import errno
+import inspect
 import os
+import socket
 
 import equinox as eqx
 import jax
@@ -22,9 +25,42 @@ from ._rollout.sharding import batch_sharding
 
 ENVIRONMENT = ("DYNSYS_COORDINATOR", "DYNSYS_NUM_PROCESSES", "DYNSYS_PROCESS_ID")
 BIND_ENVIRONMENT = "DYNSYS_COORDINATOR_BIND"
+# The bounded waits (seconds): for every process to join, and for a silent process
+# to count as lost.
+TIMEOUT_ENVIRONMENT = "DYNSYS_DISTRIBUTED_TIMEOUT"
+HEARTBEAT_ENVIRONMENT = "DYNSYS_HEARTBEAT_TIMEOUT"
+DEFAULT_TIMEOUT = 300
+DEFAULT_HEARTBEAT_TIMEOUT = 100
+
+
+class DistributedError(RuntimeError):
+    """A run of several processes that cannot start or lost one of its processes.
+
+    Its message is one line: which process, what happened, and what to check.
+    """
+
 
 # The fields of a `Dataset` that hold one row per experiment (leading axis `N`).
 _PER_EXPERIMENT = ("xs", "us", "ys")
+
+
+def _seconds(argument: str, name: str, value, default: int) -> int:
+    """A wait in whole seconds: the argument, else the environment variable `name`,
+    else `default`; a positive integer."""
+    if value is None:
+        text = os.environ.get(name, "")
+        if text == "":
+            return default
+        try:
+            value = int(text)
+        except ValueError:
+            value = text
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(
+            f"initialize_distributed({argument}=...): expected a positive number of "
+            f"seconds (argument or {name}), got {value!r}."
+        )
+    return value
 
 
 def _from_environment(name: str, value, convert):
@@ -49,7 +85,8 @@ def initialize_distributed(
     *,
     coordinator_bind_address: str | None = None,
     local_device_ids: int | list[int] | None = None,
-    initialization_timeout: int = 300,
+    initialization_timeout: int | None = None,
+    heartbeat_timeout: int | None = None,
 ) -> None:
     """Join this process to a multi-process JAX run (`jax.distributed.initialize`).
 
@@ -75,14 +112,21 @@ def initialize_distributed(
     - `process_id`: this process's number, `0 ... num_processes - 1`.
     - `coordinator_bind_address`: where process 0's coordinator listens.
     - `local_device_ids`: restrict this process to these local devices.
-    - `initialization_timeout`: seconds to wait for every process to join.
+    - `initialization_timeout`: seconds to wait for every process to join (default
+        from `DYNSYS_DISTRIBUTED_TIMEOUT`, else 300).
+    - `heartbeat_timeout`: seconds after which a process that stopped answering
+        counts as lost and the run ends (default from `DYNSYS_HEARTBEAT_TIMEOUT`,
+        else 100).
 
     **Raises:**
 
     `ValueError` if only some of the three are given (by argument or environment),
     if none is given and no launcher is found, or an environment variable is
-    malformed; JAX's own errors if the processes cannot connect within
-    `initialization_timeout`.
+    malformed. `DistributedError` (one line naming this process) if process 0's
+    coordinator port is in use, or the processes cannot connect. When a process is
+    missing after `initialization_timeout` (a wrong process count, two processes
+    with the same id, an unreachable coordinator), JAX's runtime ends the process
+    (`dynsys run --distributed` reports it in one line, exit status 2).
 
     **Example:**
 
@@ -101,6 +145,20 @@ def initialize_distributed(
         )
     )
     _check_process_numbers(coordinator_address, num_processes, process_id)
+    initialization_timeout = _seconds(
+        "initialization_timeout",
+        TIMEOUT_ENVIRONMENT,
+        initialization_timeout,
+        DEFAULT_TIMEOUT,
+    )
+    heartbeat_timeout = _seconds(
+        "heartbeat_timeout",
+        HEARTBEAT_ENVIRONMENT,
+        heartbeat_timeout,
+        DEFAULT_HEARTBEAT_TIMEOUT,
+    )
+    if process_id == 0:
+        _check_port_free(coordinator_bind_address or coordinator_address)
     _start_runtime(
         coordinator_address=coordinator_address,
         num_processes=num_processes,
@@ -108,6 +166,7 @@ def initialize_distributed(
         local_device_ids=local_device_ids,
         initialization_timeout=initialization_timeout,
         coordinator_bind_address=coordinator_bind_address,
+        heartbeat_timeout=heartbeat_timeout,
     )
 
 
@@ -148,14 +207,54 @@ def _check_process_numbers(coordinator_address, num_processes, process_id) -> No
         )
 
 
-def _start_runtime(*, num_processes, **arguments) -> None:
+def _check_port_free(address: str) -> None:
+    """Process 0's coordinator listens on `address` (`host:port`): refuse, naming
+    the port, when another program already listens there (the other processes
+    would otherwise connect to that program and wait)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        number = int(port)
+    except ValueError:
+        return  # JAX names a malformed address itself
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host if host not in ("", "*") else "", number))
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            return  # an address of another host, or no IPv6: JAX decides
+        raise DistributedError(
+            f"initialize_distributed: process 0 cannot listen on port {number} "
+            f"({address}): another program already uses it; choose a free port in "
+            "DYNSYS_COORDINATOR (the same in every process) or stop that program."
+        ) from None
+
+
+def _start_runtime(*, num_processes, heartbeat_timeout, **arguments) -> None:
     """`jax.distributed.initialize`, with gloo for CPU collectives unless they were
-    set; without the three numbers and a launcher, one `ValueError` that says so."""
+    set; without the three numbers and a launcher, one `ValueError` that says so;
+    JAX's other errors as one-line `DistributedError`s."""
     collectives = jax.config.jax_cpu_collectives_implementation
     if collectives in (None, "none"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if (
+        "heartbeat_timeout_seconds"
+        in inspect.signature(jax.distributed.initialize).parameters
+    ):  # JAX >= 0.4.36
+        arguments["heartbeat_timeout_seconds"] = heartbeat_timeout
     try:
         jax.distributed.initialize(num_processes=num_processes, **arguments)
+    except RuntimeError as error:  # JaxRuntimeError: the runtime could not start
+        jax.config.update("jax_cpu_collectives_implementation", collectives)
+        where = arguments.get("coordinator_address") or "the launcher's coordinator"
+        first = " ".join(str(error).split())[:200]
+        raise DistributedError(
+            f"initialize_distributed: process {arguments.get('process_id')} could "
+            f"not join the coordinator at {where} ({first}); check that process 0 "
+            "runs and that this address is its own."
+        ) from None
     except ValueError as error:
         jax.config.update("jax_cpu_collectives_implementation", collectives)
         if num_processes is not None:

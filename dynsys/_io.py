@@ -207,9 +207,19 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
     }
     if header["class"] in _BUILTIN:
         header["fields"] = _fields(model)
+    header["header_sha256"] = _header_digest(header)
     encoded = json.dumps(header).encode()
     content = _MAGIC + struct.pack("<Q", len(encoded)) + encoded + payload
     _write_atomic(pathlib.Path(path), content)
+
+
+def _header_digest(header: dict[str, Any]) -> str:
+    """The SHA-256 of every header entry but the digest itself (class, static
+    settings such as `dt` or `bound`, shapes, the leaves' checksum), in a canonical
+    JSON form that survives the header's own JSON round trip."""
+    covered = {key: value for key, value in header.items() if key != "header_sha256"}
+    canonical = json.dumps(covered, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 # Bounds on what a model file may claim, checked before anything is allocated.
@@ -316,6 +326,16 @@ def _parse_header(encoded: bytes, fail) -> dict[str, Any]:
     static = header.get("static")
     if static is not None and not isinstance(static, dict):
         raise fail("the header's 'static' is not a table.")
+    # Files from before the header had its own checksum load unchecked.
+    try:
+        digest = _header_digest(header) if "header_sha256" in header else None
+    except RecursionError:
+        raise fail("the header is nested too deeply.") from None
+    if digest is not None and header["header_sha256"] != digest:
+        raise fail(
+            "the file is damaged or was edited: the checksum of the header (class, "
+            "static settings such as dt, shapes) does not match."
+        )
     return header
 
 

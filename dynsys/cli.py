@@ -8,6 +8,7 @@ what it needs when it runs.
 """
 
 import argparse
+import os
 import pathlib
 import sys
 import time
@@ -589,31 +590,61 @@ def _one_line(error: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     """The `dynsys` command. Bad input (a `ValueError` from the library, such as a
     `ConfigError`, or a file that cannot be read or written) is one line on stderr
-    and exit status 2; an interrupt is 128 + the signal's number."""
+    and exit status 2; an interrupt is 128 + the signal's number. On the command
+    line, `dynsys run --distributed` runs in a watched child process
+    (`_experiments/supervise.py`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
+    distributed = getattr(args, "distributed", False)
+    if distributed:
+        from ._experiments.supervise import supervise, SUPERVISED
+
+        if argv is None and not os.environ.get(SUPERVISED):
+            return supervise(sys.argv[1:], out_root=args.out_root)
+        if os.environ.get(SUPERVISED):  # the watched child: leave without waiting
+            return _leave(_main(args, distributed))  # for the other processes
+    return _main(args, distributed)
+
+
+def _main(args: argparse.Namespace, distributed: bool) -> int:
     import signal
     import zipfile
 
     from ._experiments.interrupt import catch_interrupts
 
     prefix = f"dynsys {args.command}"
+    # A process of several: JAX's runtime errors (a failed collective) too.
+    runtime = (RuntimeError,) if distributed else ()
     try:
         with catch_interrupts():
             return args.handler(args)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, *runtime) as error:
         message = _one_line(error)
         if args.command == "fit":  # its config keys were set by options
             message = _option_names(message)
+        if distributed:
+            from ._experiments.supervise import failure_line
+
+            message = failure_line(error)
         print(f"{prefix}: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as error:
         name = error.args[0] if error.args else "SIGINT"
         print(f"{prefix}: interrupted ({name}); nothing was written.", file=sys.stderr)
         return 128 + int(getattr(signal, str(name), signal.SIGINT))
+
+
+def _leave(code: int) -> int:
+    """Exit a failed process of a distributed run at once: its normal exit would
+    wait for the other processes (one of which may be gone) and end in a crash."""
+    if code != 0:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

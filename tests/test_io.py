@@ -130,6 +130,7 @@ def _with_class(path, name: str) -> None:
     (length,) = struct.unpack("<Q", raw[magic_end : magic_end + 8])
     header = json.loads(raw[magic_end + 8 : magic_end + 8 + length])
     header["class"] = name
+    header.pop("header_sha256", None)  # older files have no checksum of the header
     encoded = json.dumps(header).encode()
     rest = raw[magic_end + 8 + length :]
     path.write_bytes(raw[:magic_end] + struct.pack("<Q", len(encoded)) + encoded + rest)
@@ -218,3 +219,49 @@ def test_like_decides_the_precision_and_integers_are_not_converted(tmp_path):
         dynsys.load(
             path, like={"w": np.zeros(3, np.float32), "n": np.zeros(2, np.int32)}
         )
+
+
+def _edit_header(path, edit) -> None:
+    """Apply `edit` to the JSON header of a model file, as a hand edit would."""
+    import json
+    import struct
+
+    raw = path.read_bytes()
+    magic_end = raw.index(b"\n") + 1
+    (length,) = struct.unpack("<Q", raw[magic_end : magic_end + 8])
+    header = json.loads(raw[magic_end + 8 : magic_end + 8 + length])
+    edit(header)
+    encoded = json.dumps(header).encode()
+    rest = raw[magic_end + 8 + length :]
+    path.write_bytes(raw[:magic_end] + struct.pack("<Q", len(encoded)) + encoded + rest)
+
+
+def test_an_edited_static_field_is_refused(tmp_path):
+    """The checksum covers the header's static fields: `dt` edited from 0.1 to 0.7
+    (leaves untouched, so their own checksum still matches) is refused."""
+    path = tmp_path / "m.dynsys"
+    dynsys.save(path, dynsys.LinearSystem(0.5 * np.eye(2), dt=0.1))
+    assert dynsys.load(path).dt == 0.1
+
+    def set_dt(header):
+        assert header["fields"]["dt"] == {"static": 0.1}
+        header["fields"]["dt"] = {"static": 0.7}
+        header["static"]["dt"] = 0.7
+
+    _edit_header(path, set_dt)
+    with pytest.raises(
+        ValueError,
+        match=r"load\(path=.*\): the file is damaged or was edited: the checksum of the header",
+    ) as info:
+        dynsys.load(path)
+    assert "\n" not in str(info.value)
+
+
+def test_files_without_a_header_checksum_still_load(tmp_path):
+    """Files written before the header had a checksum load as before."""
+    path = tmp_path / "m.dynsys"
+    dynsys.save(path, dynsys.LinearSystem(0.5 * np.eye(2), dt=0.1))
+    _edit_header(path, lambda header: header.pop("header_sha256"))
+    back = dynsys.load(path)
+    assert back.dt == 0.1
+    np.testing.assert_array_equal(back.K, 0.5 * np.eye(2))

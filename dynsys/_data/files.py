@@ -16,8 +16,9 @@ import zlib
 import numpy as np
 
 
-# An .npz member may expand to at most this many times the file's size, or this many
-# bytes, whichever is larger (zero padding of ragged data compresses ~100x).
+# The arrays of an .npz file may expand, all together, to at most this many times the
+# file's size, or this many bytes, whichever is larger (zero padding of ragged data
+# compresses ~100x).
 _MAX_EXPANSION = 200
 _MIN_ALLOWANCE = 256 * 2**20
 
@@ -48,6 +49,14 @@ def check_regular_file(path: pathlib.Path) -> int:
     return info.st_size
 
 
+def with_path(error: OSError, path, doing: str = "") -> OSError:
+    """`error` naming `path` when it names no file of its own (a full disk, `ENOSPC`,
+    is raised by `write` with no file name); otherwise `error` itself."""
+    if error.filename is not None or error.errno is None:
+        return error
+    return type(error)(error.errno, f"{error.strerror}{doing}", str(path))
+
+
 def write_atomic(path: pathlib.Path, content: bytes) -> None:
     """Write `content` to a temporary file next to `path`, then rename it over."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,9 +71,11 @@ def write_atomic(path: pathlib.Path, content: bytes) -> None:
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(temporary):
             os.unlink(temporary)
+        if isinstance(error, OSError):
+            raise with_path(error, path) from None
         raise
 
 
@@ -117,9 +128,14 @@ def _npy_header(path, member, key: str):
     raise file_error(path, f"array {key!r}: unsupported .npy version {version}.")
 
 
-def _read_member(path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int):
-    """One `.npy` member, its declared and header sizes checked before any data is
-    read or allocated."""
+# The dtype kinds a data array may have: booleans, integers and floats (never
+# dates, time spans, complex numbers, raw bytes or records).
+_DATA_KINDS = "biuf"
+
+
+def _member_size(path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int):
+    """`(shape, fortran_order, dtype, nbytes)` of one `.npy` member, from its zip
+    entry and `.npy` header alone: nothing of its data is read."""
     key = info.filename[: -len(".npy")]
     if info.file_size > limit:
         raise file_error(
@@ -129,17 +145,47 @@ def _read_member(path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: i
         )
     with archive.open(info) as member:
         shape, fortran, dtype = _npy_header(path, member, key)
-        if dtype.hasobject:
-            raise file_error(
-                path, f"array {key!r} holds Python objects; only numbers and text load."
-            )
-        nbytes = math.prod(shape) * dtype.itemsize
-        if nbytes > min(limit, info.file_size):
-            raise file_error(
-                path,
-                f"array {key!r} claims shape {shape} ({nbytes} bytes) but the file "
-                f"holds at most {min(limit, info.file_size)} bytes for it; refused.",
-            )
+    if dtype.hasobject:
+        raise file_error(
+            path, f"array {key!r} holds Python objects; only numbers and text load."
+        )
+    if key in NPZ_ARRAYS and dtype.kind not in _DATA_KINDS:
+        raise file_error(
+            path,
+            f"array {key!r} has dtype {dtype}; only integer, float or boolean "
+            "arrays load (save the values as numbers).",
+        )
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > min(limit, info.file_size):
+        raise file_error(
+            path,
+            f"array {key!r} claims shape {shape} ({nbytes} bytes) but the file "
+            f"holds at most {min(limit, info.file_size)} bytes for it; refused.",
+        )
+    return shape, fortran, dtype, nbytes
+
+
+def _check_total(path, sizes: dict[str, tuple], limit: int) -> None:
+    """One budget for all the members read: their sizes from the headers add up to
+    at most `limit` bytes."""
+    total = sum(size[-1] for size in sizes.values())
+    if total > limit:
+        largest = max(sizes, key=lambda key: sizes[key][-1])
+        raise file_error(
+            path,
+            f"its arrays {sorted(sizes)} would take {total} bytes in all (largest "
+            f"{largest!r}, shape {sizes[largest][0]}), more than the {limit} allowed "
+            "for this file; refused (a damaged or hostile file).",
+        )
+
+
+def _read_member(path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, size):
+    """One `.npy` member's data, of the `(shape, fortran, dtype, nbytes)` its
+    header declared (checked before)."""
+    key = info.filename[: -len(".npy")]
+    shape, fortran, dtype, nbytes = size
+    with archive.open(info) as member:
+        _npy_header(path, member, key)
         buffer = bytearray(nbytes)
         view, filled = memoryview(buffer), 0
         while filled < nbytes:
@@ -153,7 +199,8 @@ def _read_member(path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: i
 
 def read_npz(path: pathlib.Path, size: int) -> dict[str, np.ndarray]:
     """The arrays dynsys uses (`NPZ_ARRAYS`, `NPZ_NAMES`); other members are never
-    decompressed."""
+    decompressed. Every member's size and dtype is checked from its header first,
+    against one budget for all of them, before any data is read."""
     limit = max(_MAX_EXPANSION * size, _MIN_ALLOWANCE)
     try:
         with zipfile.ZipFile(path) as archive:
@@ -162,10 +209,14 @@ def read_npz(path: pathlib.Path, size: int) -> dict[str, np.ndarray]:
                 for info in archive.infolist()
                 if info.filename.endswith(".npy")
             }
+            wanted = [key for key in (*NPZ_ARRAYS, *NPZ_NAMES) if key in members]
+            sizes = {
+                key: _member_size(path, archive, members[key], limit) for key in wanted
+            }
+            _check_total(path, sizes, limit)
             arrays = {
-                key: _read_member(path, archive, members[key], limit)
-                for key in (*NPZ_ARRAYS, *NPZ_NAMES)
-                if key in members
+                key: _read_member(path, archive, members[key], sizes[key])
+                for key in wanted
             }
             found = sorted(members)
     except _ZIP_ERRORS as error:

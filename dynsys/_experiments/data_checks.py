@@ -2,7 +2,10 @@
 recorded in `metrics.json["data_checks"]`, and a refusal before anything is fitted;
 and the run status when a channel's fit % is undefined."""
 
+import hashlib
 import math
+
+import numpy as np
 
 from .config import ConfigError
 
@@ -53,3 +56,42 @@ def undefined_fit(metrics: dict) -> str | None:
         + ", ".join(repr(c) for c in sorted(undefined))
         + " of the data it is reported on"
     )
+
+
+def _fingerprints(data) -> list[str]:
+    """A digest of each experiment's valid samples (states, inputs, outputs)."""
+    digests = []
+    for i, T in enumerate(data.lengths):
+        digest = hashlib.sha256(str(T).encode())
+        for name in ("xs", "us", "ys"):
+            array = getattr(data, name, None)
+            if array is not None:
+                rows = np.ascontiguousarray(np.asarray(array)[i, : T + (name == "xs")])
+                digest.update(name.encode() + rows.tobytes())
+        digests.append(digest.hexdigest())
+    return digests
+
+
+def split_overlap(train, val) -> dict | None:
+    """A warning (as a data-check finding) when held-out experiments repeat
+    estimation experiments sample for sample: the held-out score is then not
+    independent of the fit. `None` without held-out data or repeats."""
+    if val is None:
+        return None
+    seen = {digest: i for i, digest in reversed(list(enumerate(_fingerprints(train))))}
+    pairs = [
+        (j, seen[digest])
+        for j, digest in enumerate(_fingerprints(val))
+        if digest in seen
+    ]
+    if not pairs:
+        return None
+    j, i = pairs[0]
+    count = len(pairs)
+    message = (
+        f"{count} held-out experiment{'s' * (count != 1)} of {len(val.lengths)} "
+        f"repeat{'s' * (count == 1)} an estimation experiment sample for sample "
+        f"(held-out {j} = estimation {i}): the validation score is not independent "
+        "of the fit; remove the duplicated experiments from the data."
+    )
+    return {"level": "warn", "kind": "duplicate_split", "message": message}

@@ -16,7 +16,7 @@ import numpy as np
 from .._distributed import share_between_processes
 from . import fit_checks
 from .config import ConfigError
-from .data_checks import run_data_checks
+from .data_checks import run_data_checks, split_overlap
 from .fit_data import _columns, _from_file, _simulated, _split
 from .fit_figures import _output_figures, _state_figures
 from .outcome import loss_history_lines, Outcome
@@ -587,7 +587,14 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     count = train.num_trajectories
     echo(f"  {count} experiment{'s' * (count != 1)} for estimation; validation: {held}")
     checks = run_data_checks(config, run.data, run.source, echo)
+    overlap = split_overlap(train, val)
+    if overlap is not None:
+        echo(f"  data check (warn): {overlap['message']}")
+        checks.append(overlap)
     path = _fit_outputs if run.data.ys is not None else _fit_states
     outcome = path(config, run, train, val, clean_val, progress, echo)
     outcome.metrics["data_checks"] = checks
+    if overlap is not None:
+        warned = outcome.metrics.setdefault("warnings", [])
+        warned.insert(0, overlap["message"])
     return outcome

@@ -244,6 +244,8 @@ def _split(config: dict, run: _Data):
         return data, run.validation, None, "the validation file"
     split = data_cfg["validation_split"]
     if split is None and data_cfg["file"] is not None and data.num_trajectories == 1:
+        # The default split: a failure names the data, not an option not given.
+        _check_long_enough(data, data_cfg["file"])
         split = 1 / 3
     if split is not None:
         estimation, validation, words = _time_split(config, data, split)
@@ -255,6 +257,21 @@ def _split(config: dict, run: _Data):
     if run.clean is not None:
         clean_val = run.clean[np.arange(train.num_trajectories, data.num_trajectories)]
     return train, val, clean_val, f"{val.num_trajectories} experiments held out"
+
+
+def _check_long_enough(data, path) -> None:
+    """A file of one experiment whose last third cannot be held out (each side needs
+    4 samples): one line about the data, naming no option the user did not give."""
+    samples = data.lengths[0]
+    try:
+        data.split_time(1 / 3, min_samples=4)
+    except ValueError:
+        raise ConfigError(
+            f"config key 'data.file': {path}: its one experiment has {samples} sample"
+            f"{'s' * (samples != 1)}, too few to fit a model and check it on held-out "
+            "data (at least 12 samples: a third of them held out, 4 on each side); "
+            "give a longer record or a separate validation file."
+        ) from None
 
 
 def _time_split(config: dict, data, fraction: float):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._compile_cache import use_compile_cache
+from .._data.files import with_path
 from .config import resolve_data_file
 from .interrupt import catch_interrupts
 from .results import ExperimentResult
@@ -168,6 +169,10 @@ def _run_into_folder(resolved, out, root, progress, echo) -> ExperimentResult:
             if interrupts.interrupted and not isinstance(error, KeyboardInterrupt):
                 # A failure the signal caused (a half-made result): an interrupt.
                 raise KeyboardInterrupt(interrupts.name) from error
+            if isinstance(error, OSError) and folder is not None:
+                named = with_path(error, folder, " while writing the run folder")
+                if named is not error:  # a full disk names no file: name the run
+                    raise named from error
             raise
     return _rebase(result, staging, folder)
 

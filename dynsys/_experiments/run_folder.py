@@ -216,11 +216,15 @@ def staging_folder(folder: pathlib.Path) -> pathlib.Path:
     if staging.exists():  # this very process's (same host, boot and pid)
         discard_staging(staging)
     staging.mkdir()
-    descriptor = os.open(staging / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    _HELD[str(staging)] = descriptor
-    _write_owner(staging)
-    write_marker(staging, "a run folder")
+    try:
+        descriptor = os.open(staging / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _HELD[str(staging)] = descriptor
+        _write_owner(staging)
+        write_marker(staging, "a run folder")
+    except BaseException:  # a full disk, say: leave nothing half-made behind
+        discard_staging(staging)
+        raise
     return staging
 
 
