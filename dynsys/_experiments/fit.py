@@ -437,7 +437,25 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         result,
         which,
     )
-    return _outcome(run, result, metrics, summary, figures, notes)
+    outcome = _outcome(run, result, metrics, summary, figures, notes)
+    if fit_cfg["model"] == "neural":
+        _add_neural_stage(config, outcome, report, train, val, fitted, which, progress, echo)
+    return outcome
+
+
+def _add_neural_stage(config, outcome, report, train, val, fitted, which, progress, echo):
+    """`model = "neural"`: the neural model on the fitted linear one, both scored
+    side by side (`fit_neural.py`); added to the run's metrics, figures, notes."""
+    from .fit_neural import neural_stage
+
+    stage = neural_stage(config, report, train, val, fitted, which, progress, echo)
+    outcome.metrics["neural"] = stage.metrics
+    outcome.summary["neural_fit_percent"] = float(
+        np.mean(stage.metrics["fit_percent"]["neural"])
+    )
+    outcome.figures.update(stage.figures)
+    outcome.notes.extend(stage.notes)
+    outcome.files.update(stage.files)
 
 
 def _echo_outputs(run, result, described, models, rows, channels, timing, echo):
@@ -588,6 +606,11 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     echo(f"  {count} experiment{'s' * (count != 1)} for estimation; validation: {held}")
     checks = run_data_checks(config, run.data, run.source, echo)
     path = _fit_outputs if run.data.ys is not None else _fit_states
+    if config["fit"]["model"] == "neural" and run.data.ys is None:
+        raise ConfigError(
+            "config key 'fit.model': 'neural' needs data with outputs (ys), got "
+            "states only; use 'linear' or 'stable'."
+        )
     outcome = path(config, run, train, val, clean_val, progress, echo)
     outcome.metrics["data_checks"] = checks
     return outcome

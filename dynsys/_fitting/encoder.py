@@ -88,8 +88,15 @@ class StateEncoder(eqx.Module):
         scale = np.where(scale > 0, scale, 1.0)
         z = np.concatenate([(f - mean) / scale, np.ones((W, 1))], axis=1)
         x = np.asarray(states, np.float64)
-        gram = z.T @ z + ridge * W * np.eye(z.shape[1])
-        solution = np.linalg.solve(gram, z.T @ x)  # (f + 1, n)
+        # Past outputs are affine in the past inputs and one state: the features
+        # are collinear, so a minimum-norm least-squares solution (with the ridge
+        # rows appended), not the normal equations.
+        rows = np.sqrt(ridge * W) * np.eye(z.shape[1])
+        solution = np.linalg.lstsq(
+            np.concatenate([z, rows]),
+            np.concatenate([x, np.zeros((z.shape[1], x.shape[1]))]),
+            rcond=None,
+        )[0]  # (f + 1, n)
         dtype = jnp.asarray(states).dtype
         state_scale = np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)
         n = x.shape[1]

@@ -117,7 +117,8 @@ def truncated_simulation_loss(
     simulation error divided by `output_scale ** 2`; `params = (model, encoder)`."""
     model, encoder = params
     predicted = window_predictions(model, encoder, batch)
-    error = (predicted - batch["ys"]) / jax.lax.stop_gradient(output_scale)
+    scale = jax.lax.stop_gradient(output_scale)[None, None, :]
+    error = (predicted - batch["ys"]) / scale
     weight = batch["mask"].astype(error.dtype)[..., None]
     count = jnp.sum(weight) * error.shape[-1]
     return jnp.sum(weight * error**2) / count
