@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import equinox as eqx
 import jax
@@ -154,19 +153,27 @@ def test_truncated_simulation_gradient_equals_finite_differences(getkey):
     # finite differences move every other array.
     fixed = ravel_pytree(
         eqx.tree_at(
-            lambda p: (p[0].state_mean, p[0].state_scale, p[0].input_mean,
-                       p[0].input_scale, p[0].output_scale, p[1].feature_mean,
-                       p[1].feature_scale, p[1].state_scale),
+            lambda p: (
+                p[0].state_mean,
+                p[0].state_scale,
+                p[0].input_mean,
+                p[0].input_scale,
+                p[0].output_scale,
+                p[1].feature_mean,
+                p[1].feature_scale,
+                p[1].state_scale,
+            ),
             jax.tree.map(jnp.zeros_like, params),
             replace_fn=jnp.ones_like,
         )  # fmt: skip
     )[0]
 
+    @jax.jit
     def loss(vector):
         return truncated_simulation_loss(unravel(vector), batch, scale)
 
-    gradient = jax.grad(loss)(flat)
-    for k in range(3):
+    gradient = jax.jit(jax.grad(loss))(flat)
+    for _ in range(3):
         direction = jnp.where(fixed > 0, 0.0, jax.random.normal(getkey(), flat.shape))
         h = 1e-6
         numeric = (loss(flat + h * direction) - loss(flat - h * direction)) / (2 * h)
@@ -219,7 +226,7 @@ def _fit_percent(measured, predicted):
                                                    axis=(0, 1)) / spread)))  # fmt: skip
 
 
-MARGIN = 10.0  # fit % points by which the neural model beats the linear one
+MARGIN = 20.0  # fit % points by which the neural model beats the linear one
 
 
 def test_neural_model_beats_the_best_linear_model_on_a_duffing_oscillator():
@@ -230,19 +237,15 @@ def test_neural_model_beats_the_best_linear_model_on_a_duffing_oscillator():
         key=jax.random.key(0),
     )  # fmt: skip
     past = result.past
-    # The best linear model: the better of the subspace and output-error fits of
-    # orders 2 and 4, each with its initial state estimated from all of the record.
+    # The best linear model: the output-error fit of order 2 that fit_neural starts
+    # from, or a subspace model of order 2 to 6, each with its initial state
+    # estimated from all of the record (scored on the same samples).
     linear_fits = []
-    for order in (2, 4):
-        start = dynsys.fit_subspace(estimation, order)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            refined = dynsys.fit(start, estimation, progress=False).model
-        for model in (start, refined):
-            c = dynsys.compare(model, validation)
-            linear_fits.append(
-                _fit_percent(c.measured[:, past:], c.predicted[:, past:])
-            )
+    for model in [result.linear] + [
+        dynsys.fit_subspace(estimation, order) for order in (2, 4, 6)
+    ]:
+        c = dynsys.compare(model, validation)
+        linear_fits.append(_fit_percent(c.measured[:, past:], c.predicted[:, past:]))
     neural = result.compare(validation)
     neural_fit = _fit_percent(neural.measured, neural.predicted)
     assert neural_fit > max(linear_fits) + MARGIN, (neural_fit, linear_fits)

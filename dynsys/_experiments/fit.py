@@ -439,23 +439,12 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     )
     outcome = _outcome(run, result, metrics, summary, figures, notes)
     if fit_cfg["model"] == "neural":
-        _add_neural_stage(config, outcome, report, train, val, fitted, which, progress, echo)
+        from .fit_neural import add_neural_stage
+
+        add_neural_stage(
+            config, outcome, report, train, val, fitted, which, progress, echo
+        )
     return outcome
-
-
-def _add_neural_stage(config, outcome, report, train, val, fitted, which, progress, echo):
-    """`model = "neural"`: the neural model on the fitted linear one, both scored
-    side by side (`fit_neural.py`); added to the run's metrics, figures, notes."""
-    from .fit_neural import neural_stage
-
-    stage = neural_stage(config, report, train, val, fitted, which, progress, echo)
-    outcome.metrics["neural"] = stage.metrics
-    outcome.summary["neural_fit_percent"] = float(
-        np.mean(stage.metrics["fit_percent"]["neural"])
-    )
-    outcome.figures.update(stage.figures)
-    outcome.notes.extend(stage.notes)
-    outcome.files.update(stage.files)
 
 
 def _echo_outputs(run, result, described, models, rows, channels, timing, echo):

@@ -122,18 +122,24 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
     echo(f"  {which} data, free run from sample {past} (the first {past} start it):")
     channels = list(report.output_names)
     _table(channels, scores["linear"], scores["neural"], echo)
-    notes = [
-        f"Neural state-space model on the fitted linear model: {result.steps_run} "
-        f"steps (best {result.best_step}), {seconds:.1f} s; scored on the {which} "
-        f"data from sample {past} on (the first {past} samples start the free run).",
-        "",
-        "| channel | linear fit % | neural fit % | linear RMS | neural RMS |",
-        "|---|---:|---:|---:|---:|",
-    ] + [
-        f"| {name} | {scores['linear'][0][j]:.1f} | {scores['neural'][0][j]:.1f} | "
-        f"{scores['linear'][1][j]:.4g} | {scores['neural'][1][j]:.4g} |"
-        for j, name in enumerate(channels)
-    ] + [""] + ([f"Note: {result.stop_reason}.", ""] if result.stop_reason else [])
+    notes = (
+        [
+            f"Neural state-space model on the fitted linear model: {result.steps_run} "
+            f"steps (best {result.best_step}), {seconds:.1f} s; scored on the {which} "
+            f"data from sample {past} on (the first {past} samples start the free "
+            "run).",
+            "",
+            "| channel | linear fit % | neural fit % | linear RMS | neural RMS |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        + [
+            f"| {name} | {scores['linear'][0][j]:.1f} | {scores['neural'][0][j]:.1f} | "
+            f"{scores['linear'][1][j]:.4g} | {scores['neural'][1][j]:.4g} |"
+            for j, name in enumerate(channels)
+        ]
+        + [""]
+        + ([f"Note: {result.stop_reason}.", ""] if result.stop_reason else [])
+    )
     metrics = {
         "options": options,
         "past": past,
@@ -154,3 +160,18 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
     return NeuralStage(
         metrics, {"neural_comparison.png": figure}, notes, {"neural_model.eqx": write}
     )
+
+
+def add_neural_stage(
+    config, outcome, report, train, val, fitted, which, progress, echo
+):
+    """`model = "neural"`: the neural model on the fitted linear one, both scored
+    side by side; added to the run's metrics, summary, figures, notes and files."""
+    stage = neural_stage(config, report, train, val, fitted, which, progress, echo)
+    outcome.metrics["neural"] = stage.metrics
+    outcome.summary["neural_fit_percent"] = float(
+        np.mean(stage.metrics["fit_percent"]["neural"])
+    )
+    outcome.figures.update(stage.figures)
+    outcome.notes.extend(stage.notes)
+    outcome.files.update(stage.files)

@@ -23,8 +23,8 @@ from .._fitting.windows import (
     free_run_windows,
     truncated_simulation_loss,
     window_starts,
-    windows,
     WindowLoss,
+    windows,
 )
 from .._rollout.rollout import rollout
 from .._systems.neural_state_space import NeuralStateSpace
@@ -203,7 +203,10 @@ def _train_rounds(setup, optimizer, batch_size, num_steps, round_steps, patience
             progress=progress, val_fn=validation, eval_every=eval_every,
         )  # fmt: skip
         losses.extend(result.losses.tolist())
-        val_losses.extend((done + k, v) for k, v in result.val_losses)
+        # A round's first evaluation repeats the previous round's last one.
+        val_losses.extend(
+            (done + k, v) for k, v in result.val_losses if k > 0 or done == 0
+        )
         if result.val_losses and result.best_loss < best[0]:
             best, stale = (result.best_loss, done + result.best_step, result.model), 0
         else:
@@ -352,4 +355,3 @@ def fit_neural(
             "neural": time.perf_counter() - start - linear_seconds,
         },
     )
-
