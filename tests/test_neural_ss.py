@@ -230,6 +230,7 @@ def _fit_percent(measured, predicted):
 MARGIN = 20.0  # fit % points by which the neural model beats the linear one
 
 
+@pytest.mark.slow
 def test_neural_model_beats_the_best_linear_model_on_a_duffing_oscillator():
     estimation, validation = duffing(1200, 1), duffing(600, 2)
     result = dynsys.fit_neural(
@@ -257,7 +258,8 @@ def test_fit_neural_stops_at_a_non_finite_loss_with_the_best_model():
     estimation = duffing(300, 3)
     with pytest.warns(UserWarning, match=r"fit_neural: non-finite .*best model"):
         result = dynsys.fit_neural(
-            estimation, order=2, horizon=16, past=6, width_size=4,
+            estimation, base=dynsys.fit_subspace(estimation, 2), horizon=16, past=6,
+            width_size=4,
             optimizer=optax.scale(jnp.nan), num_steps=20, round_steps=20,
             eval_every=5,
         )  # fmt: skip
@@ -380,6 +382,7 @@ def test_cli_fits_linear_then_neural_on_the_ph_record(tmp_path, capsys):
     np.testing.assert_allclose(neural["rms"]["linear"], [rms], rtol=1e-5)
     assert np.isfinite(neural["fit_percent"]["neural"][0])
     assert np.isfinite(neural["rms"]["neural"][0])
+
 
 @pytest.mark.slow
 def test_cli_horizon_longer_than_the_records_is_a_one_line_error(tmp_path, capsys):

@@ -186,6 +186,16 @@ def _optimizer(optimizer, learning_rate: float):
     )
 
 
+def _train_round(setup, params, optimizer, steps, size, key, done, validation,
+                 eval_every, progress):  # fmt: skip
+    """One round of `train` on minibatches of the windows (`size`: all if `None`)."""
+    return train(
+        setup.loss, params, data=setup.windows, optimizer=optimizer,
+        num_steps=steps, batch_size=size, key=jax.random.fold_in(key, done),
+        progress=progress, val_fn=validation, eval_every=eval_every,
+    )  # fmt: skip
+
+
 def _train_rounds(setup, optimizer, batch_size, num_steps, round_steps, patience,
                   eval_every, key, progress) -> dict:  # fmt: skip
     """Train in rounds of `round_steps`, keeping the best model by validation, until
@@ -197,11 +207,11 @@ def _train_rounds(setup, optimizer, batch_size, num_steps, round_steps, patience
     losses, val_losses, done, stale, reason = [], [], 0, 0, None
     while done < num_steps:
         steps = min(round_steps, num_steps - done)
-        result = train(
-            setup.loss, params, data=setup.windows, optimizer=optimizer,
-            num_steps=steps, batch_size=size, key=jax.random.fold_in(key, done),
-            progress=progress, val_fn=validation, eval_every=eval_every,
-        )  # fmt: skip
+        with warnings.catch_warnings():
+            # train's own warning of a non-finite loss: fit_neural says it once.
+            warnings.filterwarnings("ignore", message="train: non-finite")
+            result = _train_round(setup, params, optimizer, steps, size, key, done,
+                                  validation, eval_every, progress)  # fmt: skip
         losses.extend(result.losses.tolist())
         # A round's first evaluation repeats the previous round's last one.
         val_losses.extend(
