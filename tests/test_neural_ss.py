@@ -394,3 +394,14 @@ def test_cli_horizon_longer_than_the_records_is_a_one_line_error(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert "fit.neural_horizon" in err and "longer than the longest record" in err
+
+
+def test_cli_neural_model_needs_output_data(tmp_path, capsys):
+    from dynsys import cli
+
+    out = tmp_path / "run"
+    argv = ["fit", "--model", "neural", "--trajectories", "4", "--length", "20"]
+    assert cli.main([*argv, "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "'fit.model': 'neural' needs data with outputs" in err
