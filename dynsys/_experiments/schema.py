@@ -129,7 +129,7 @@ def _schema(kind: str, models: tuple[str, ...] | None = None) -> Schema:
             "neural_past": Option((int,), 20, low=1, help="encoder's past samples"),
             "neural_width": Option((int,), 32, low=1, help="MLP hidden width"),
             "neural_depth": Option((int,), 2, low=2, help="MLP layers"),
-            "neural_steps": Option((int,), 3000, low=1, help="Adam steps (a maximum)"),
+            "neural_steps": Option((int,), 10000, low=1, help="Adam steps (a maximum)"),
             "neural_lr": Option((float,), 1e-3, low=0, help="Adam's learning rate"),
             "neural_batch_size": Option((int,), 64, low=1, help="windows per step"),
         }

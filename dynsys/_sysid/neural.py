@@ -275,7 +275,7 @@ def fit_neural(
     depth: int = 2,
     optimizer: Any = "adam",
     learning_rate: float = 1e-3,
-    num_steps: int = 3000,
+    num_steps: int = 10000,
     batch_size: int | None = 64,
     round_steps: int = 500,
     patience: int = 2,
