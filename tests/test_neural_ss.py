@@ -329,6 +329,18 @@ SHARDED = textwrap.dedent(
     np.testing.assert_allclose(many, single, rtol=1e-12)
     for a, b in zip(jax.tree.leaves(g2), jax.tree.leaves(g1)):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+
+    # fit_neural on windows spread over the 4 devices: the same steps as on one.
+    u = jax.random.normal(keys[1], (1, 300, 1))
+    y = jnp.tanh(dynsys.rollout(linear, jnp.zeros((1, 3)), 300, inputs=u).ys)
+    data = dynsys.Dataset(us=u, ys=y)
+    base = dynsys.fit_subspace(data, 2)
+    kwargs = dict(base=base, horizon=15, past=6, width_size=4, num_steps=20,
+                  round_steps=20, eval_every=10, batch_size=8, key=keys[2])
+    one = dynsys.fit_neural(data, shard=False, **kwargs)
+    four = dynsys.fit_neural(data, shard=True, **kwargs)
+    np.testing.assert_allclose(four.losses, one.losses, rtol=1e-9)
+    np.testing.assert_allclose(four.val_losses, one.val_losses, rtol=1e-9)
     print("NEURAL SHARDING OK")
     """
 )

@@ -27,6 +27,7 @@ from .._fitting.windows import (
     windows,
 )
 from .._rollout.rollout import rollout
+from .._rollout.sharding import shard_batch
 from .._systems.neural_state_space import NeuralStateSpace
 from .._systems.system import AbstractSystem
 from .initial_state import estimate_x0
@@ -136,7 +137,7 @@ class _Setup:
     loss: WindowLoss
 
 
-def _setup(base, s, v, past, horizon, stride, width_size, depth, key) -> _Setup:
+def _setup(base, s, v, past, horizon, stride, width_size, depth, key, shard) -> _Setup:
     """The untrained model and encoder, the training windows and validation run."""
     xs = np.asarray(_base_states(base, s))
     mask = np.asarray(s.mask)
@@ -159,7 +160,19 @@ def _setup(base, s, v, past, horizon, stride, width_size, depth, key) -> _Setup:
     )  # fmt: skip
     val_batch = free_run_windows(v.ys, v.us, v.lengths, past)
     loss = WindowLoss(tuple(float(c) for c in output_scale))
-    return _Setup((model, encoder), batch, val_batch, loss)
+    return _Setup((model, encoder), _sharded(batch, shard), val_batch, loss)
+
+
+def _sharded(batch: dict, shard: bool | None) -> dict:
+    """The windows spread over every device (`shard`, default: when there are
+    several), their count cut to a multiple of the number of devices."""
+    count = jax.device_count()
+    if shard is False or (shard is None and count == 1):
+        return batch
+    keep = batch["ys"].shape[0] // count * count
+    if keep == 0:
+        return batch
+    return shard_batch({k: v[:keep] for k, v in batch.items()})
 
 
 class _Validation:
@@ -282,6 +295,7 @@ def fit_neural(
     eval_every: int = 50,
     stride: int = 1,
     refine_linear: bool = True,
+    shard: bool | None = None,
     key: PRNGKeyArray | None = None,
     progress: bool = False,
 ) -> NeuralFit:
@@ -316,6 +330,8 @@ def fit_neural(
     - `stride`: samples between window starts.
     - `refine_linear`: refine the subspace model by output error first (kept only
         when its free run is better).
+    - `shard`: spread the windows over every device (`dynsys.shard_batch`; their
+        number cut to a multiple of the devices'); default: when there are several.
     - `key`: PRNG key (weights and minibatches); `progress`: progress bars.
 
     **Returns:**
@@ -342,7 +358,7 @@ def fit_neural(
     start = time.perf_counter()
     base = _linear_start(data, order, base, refine_linear, progress)
     linear_seconds = time.perf_counter() - start
-    setup = _setup(base, s, v, past, horizon, stride, width_size, depth, key)
+    setup = _setup(base, s, v, past, horizon, stride, width_size, depth, key, shard)
     run = _train_rounds(
         setup, transform, batch_size if minibatches else None, num_steps,
         round_steps, patience, eval_every, jax.random.fold_in(key, 1), progress,
