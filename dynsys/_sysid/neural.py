@@ -365,19 +365,16 @@ def fit_neural(
     )  # fmt: skip
     if run["reason"] is not None and run["reason"].startswith(("non-finite", "the")):
         warnings.warn(f"fit_neural: {run['reason']}.", stacklevel=2)
+    seconds = {"linear": linear_seconds}
+    seconds["neural"] = time.perf_counter() - start - linear_seconds
+    return _neural_fit(run, base, past, seconds)
+
+
+def _neural_fit(run: dict, base, past: int, seconds: dict) -> NeuralFit:
     model, encoder = run["best"][2]
     return NeuralFit(
-        model=model,
-        encoder=encoder,
-        linear=base,
-        past=past,
-        losses=np.asarray(run["losses"]),
-        val_losses=run["val_losses"],
-        best_step=run["best"][1],
-        steps_run=run["done"],
-        stop_reason=run["reason"],
-        seconds={
-            "linear": linear_seconds,
-            "neural": time.perf_counter() - start - linear_seconds,
-        },
-    )
+        model=model, encoder=encoder, linear=base, past=past,
+        losses=np.asarray(run["losses"]), val_losses=run["val_losses"],
+        best_step=run["best"][1], steps_run=run["done"], stop_reason=run["reason"],
+        seconds=seconds,
+    )  # fmt: skip
