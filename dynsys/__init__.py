@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         quadratic_cost as quadratic_cost,
         tracking_cost as tracking_cost,
     )
+    from ._fitting.encoder import StateEncoder as StateEncoder
     from ._fitting.fit import fit as fit, FitResult as FitResult
     from ._fitting.least_squares import fit_least_squares as fit_least_squares
     from ._fitting.losses import MultipleShooting as MultipleShooting
@@ -75,6 +76,11 @@ if TYPE_CHECKING:
 
     # System identification from input-output data.
     from ._sysid.initial_state import estimate_x0 as estimate_x0
+    from ._sysid.neural import (
+        fit_neural as fit_neural,
+        neural_initial_state as neural_initial_state,
+        NeuralFit as NeuralFit,
+    )
     from ._sysid.python_control import (
         from_control as from_control,
         to_control as to_control,
@@ -110,6 +116,7 @@ if TYPE_CHECKING:
         LayeredController as LayeredController,
         StackedController as StackedController,
     )
+    from ._systems.neural_state_space import NeuralStateSpace as NeuralStateSpace
     from ._systems.ode import (
         AbstractODE as AbstractODE,
         discretize as discretize,

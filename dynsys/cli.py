@@ -207,6 +207,9 @@ def _fit(args: argparse.Namespace) -> int:
     }
     if args.steps is not None:
         config["fit"]["steps"] = args.steps
+    for key in ("neural_steps", "neural_horizon"):
+        if getattr(args, key) is not None:
+            config["fit"][key] = getattr(args, key)
     if args.order is not None:
         config["fit"]["order"] = args.order
     _check_fit_config(config, args.out)
@@ -466,9 +469,16 @@ def _add_fit_parser(commands) -> None:
     fit.add_argument("data", nargs="?", help="a .npz or .csv dataset (optional)")
     fit.add_argument(
         "--model",
-        choices=["linear", "stable"],
+        choices=["linear", "stable", "neural"],
         default="linear",
-        help="linear: LinearSystem; stable: StableLinearSystem (spectral radius < 1)",
+        help="linear: LinearSystem; stable: StableLinearSystem (spectral radius < 1); "
+        "neural: the linear fit, then a neural state-space model on it (output data)",
+    )
+    fit.add_argument(
+        "--neural-steps", type=int, default=None, help="neural: Adam steps (maximum)"
+    )
+    fit.add_argument(
+        "--neural-horizon", type=int, default=None, help="neural: simulated window"
     )
     fit.add_argument(
         "--loss",

@@ -218,12 +218,12 @@ def test_sweep_seeds_must_be_distinct_seeds():
             r"config key 'fit.steps': expected int, got float 2.5",
         ),
         (
-            {"fit": {"model": "neural"}},
-            r"config key 'fit.model': expected one of 'linear', 'stable', got 'neural'",
+            {"fit": {"model": "nonlinear"}},
+            r"config key 'fit.model': expected one of 'linear', 'stable', 'neural', got 'nonlinear'",
         ),
         (
             {"fit": {"epochs": 3}},
-            r"unknown config key 'fit.epochs'; allowed keys in \[fit\]: batch_size, feedthrough, horizon, loss, lr, model, offset, optimizer, order, ridge, stabilise, steps, subspace_horizon",
+            r"unknown config key 'fit.epochs'; allowed keys in \[fit\]: batch_size, feedthrough, horizon, loss, lr, model, neural_batch_size, neural_depth, neural_horizon, neural_lr, neural_past, neural_steps, neural_width, offset, optimizer, order, ridge, stabilise, steps, subspace_horizon",
         ),
         (
             {"controller": {}},

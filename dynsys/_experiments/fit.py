@@ -437,7 +437,14 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         result,
         which,
     )
-    return _outcome(run, result, metrics, summary, figures, notes)
+    outcome = _outcome(run, result, metrics, summary, figures, notes)
+    if fit_cfg["model"] == "neural":
+        from .fit_neural import add_neural_stage
+
+        add_neural_stage(
+            config, outcome, report, train, val, fitted, which, progress, echo
+        )
+    return outcome
 
 
 def _echo_outputs(run, result, described, models, rows, channels, timing, echo):
@@ -592,6 +599,11 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
         echo(f"  data check (warn): {overlap['message']}")
         checks.append(overlap)
     path = _fit_outputs if run.data.ys is not None else _fit_states
+    if config["fit"]["model"] == "neural" and run.data.ys is None:
+        raise ConfigError(
+            "config key 'fit.model': 'neural' needs data with outputs (ys), got "
+            "states only; use 'linear' or 'stable'."
+        )
     outcome = path(config, run, train, val, clean_val, progress, echo)
     outcome.metrics["data_checks"] = checks
     if overlap is not None:

@@ -101,7 +101,7 @@ def _schema(kind: str, models: tuple[str, ...] | None = None) -> Schema:
             ),
         }
         schema["fit"] = {
-            "model": Option((str,), "linear", ("linear", "stable")),
+            "model": Option((str,), "linear", ("linear", "stable", "neural")),
             "loss": Option(
                 (str,), "simulation", ("simulation", "one_step", "shooting")
             ),
@@ -124,6 +124,14 @@ def _schema(kind: str, models: tuple[str, ...] | None = None) -> Schema:
             "stabilise": Option(
                 (bool,), True, help="retry from a stabilised start if it is unstable"
             ),
+            # model = "neural": fit_neural's options (docs/nonlinear-models.md).
+            "neural_horizon": Option((int,), 64, low=1, help="simulated window"),
+            "neural_past": Option((int,), 20, low=1, help="encoder's past samples"),
+            "neural_width": Option((int,), 32, low=1, help="MLP hidden width"),
+            "neural_depth": Option((int,), 2, low=2, help="MLP layers"),
+            "neural_steps": Option((int,), 10000, low=1, help="Adam steps (a maximum)"),
+            "neural_lr": Option((float,), 1e-3, low=0, help="Adam's learning rate"),
+            "neural_batch_size": Option((int,), 64, low=1, help="windows per step"),
         }
     else:
         schema["controller"] = {

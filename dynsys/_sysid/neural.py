@@ -1,0 +1,380 @@
+"""`fit_neural`: nonlinear identification with a neural state-space model, the
+linear model first, then truncated-simulation training with an initial-state
+encoder, minibatches of windows and validation-based early stopping."""
+
+import dataclasses
+import math
+import time
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._data.dataset import Dataset
+from .._fitting.encoder import StateEncoder
+from .._fitting.fit import fit
+from .._fitting.train import train
+from .._fitting.windows import (
+    encode,
+    free_run_windows,
+    truncated_simulation_loss,
+    window_starts,
+    WindowLoss,
+    windows,
+)
+from .._rollout.rollout import rollout
+from .._rollout.sharding import shard_batch
+from .._systems.neural_state_space import NeuralStateSpace
+from .._systems.system import AbstractSystem
+from .initial_state import estimate_x0
+from .signals import linear_of, signals
+from .subspace import fit_subspace
+from .validation import compare, Comparison
+
+
+@dataclasses.dataclass(frozen=True)
+class NeuralFit:
+    """What `fit_neural` returns.
+
+    **Fields:**
+
+    - `model`: the best `NeuralStateSpace` (lowest validation free-run loss).
+    - `encoder`: its `StateEncoder` (the state after `past` samples).
+    - `linear`: the linear model fitted first (the base of `model` before training).
+    - `past`: the number of samples each free run and window uses to start.
+    - `losses`: the training (window) loss of each step; `val_losses`: `(step,
+        validation loss)` pairs; `best_step`; `steps_run`.
+    - `stop_reason`: `None`, or why training stopped early (no validation gain for
+        `patience` rounds, a non-finite loss, a diverging validation run).
+    - `seconds`: the wall time of the linear fit and of the training.
+    """
+
+    model: NeuralStateSpace
+    encoder: StateEncoder
+    linear: AbstractSystem
+    past: int
+    losses: np.ndarray
+    val_losses: list[tuple[int, float]]
+    best_step: int
+    steps_run: int
+    stop_reason: str | None
+    seconds: dict[str, float]
+
+    def initial_state(self, data) -> Float[Array, "N n"]:
+        """Each experiment's state at sample `past`, from the encoder reading its
+        first `past` samples; shape `(N, n)`."""
+        return neural_initial_state(self.encoder, data)
+
+    def compare(self, data) -> Comparison:
+        """`compare` of the free run from sample `past` on (the first `past`
+        samples start it), as the benchmarks score a model."""
+        return compare(
+            self.model, data.window(self.past, None), x0=self.initial_state(data)
+        )
+
+
+def neural_initial_state(encoder: StateEncoder, data) -> Float[Array, "N n"]:
+    """The state of each experiment after its first `encoder.past` samples (the
+    encoder reads them); shape `(N, n)`. Simulate from there on the data's
+    `window(encoder.past, None)`."""
+    s = signals(data, "neural_initial_state")
+    batch = free_run_windows(s.ys, s.us, s.lengths, encoder.past)
+    return encode(encoder, batch)
+
+
+def _masked_mean_std(values, mask):
+    """Per-channel mean and standard deviation over valid steps (std 1 if 0)."""
+    values = np.asarray(values, np.float64)
+    valid = np.asarray(mask, bool)
+    picked = values[valid]
+    mean, std = picked.mean(axis=0), picked.std(axis=0)
+    return mean, np.where(std > 1e-12 * (1 + np.abs(mean)), std, 1.0)
+
+
+def _linear_start(data, order, base, refine_linear, progress):
+    """The base model: `base`, or `fit_subspace` refined by `fit` (output error)."""
+    if base is not None:
+        return base
+    linear = fit_subspace(data, order)
+    if refine_linear:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            refined = fit(linear, data, progress=progress).model
+        if _free_run_error(refined, data) <= _free_run_error(linear, data):
+            linear = refined
+    return linear
+
+
+def _free_run_error(model, data) -> float:
+    value = float(jnp.mean(1.0 - compare(model, data).fit_percent / 100.0))
+    return value if math.isfinite(value) else math.inf
+
+
+def _base_states(base, s) -> Array:
+    """The base model's states over the training records, `(N, T + 1, n)` (from
+    the closed-form initial states of a linear base, else from 0)."""
+    N = s.ys.shape[0]
+    if linear_of(base) is not None:
+        x0 = estimate_x0(base, _dataset_of(s))
+    else:
+        x0 = jnp.zeros((N, base.state_size), s.ys.dtype)
+    return rollout(base, x0, s.ys.shape[1], inputs=s.us).xs
+
+
+def _dataset_of(s):
+    return Dataset(ys=s.ys, us=s.us, lengths=s.lengths)
+
+
+@dataclasses.dataclass
+class _Setup:
+    params: tuple
+    windows: dict
+    val_batch: dict
+    loss: WindowLoss
+
+
+def _setup(base, s, v, past, horizon, stride, width_size, depth, key, shard) -> _Setup:
+    """The untrained model and encoder, the training windows and validation run."""
+    xs = np.asarray(_base_states(base, s))
+    mask = np.asarray(s.mask)
+    state_mean, state_scale = _masked_mean_std(xs[:, :-1], mask)
+    _, output_scale = _masked_mean_std(s.ys, mask)
+    kwargs = {}
+    if s.us is not None:
+        kwargs["input_mean"], kwargs["input_scale"] = _masked_mean_std(s.us, mask)
+    k_model, k_encoder = jax.random.split(key)
+    model = NeuralStateSpace(
+        base, width_size=width_size, depth=depth, state_mean=state_mean,
+        state_scale=state_scale, output_scale=output_scale, key=k_model, **kwargs,
+    )  # fmt: skip
+    batch = windows(s.ys, s.us, s.lengths, past=past, horizon=horizon, stride=stride)
+    rows = window_starts(s.lengths, past, horizon, stride)
+    starts = jnp.asarray(xs[rows[:, 0], rows[:, 1]], s.ys.dtype)
+    encoder = StateEncoder.from_states(
+        batch.get("past_us"), batch["past_ys"], starts, width_size=width_size,
+        depth=depth, key=k_encoder,
+    )  # fmt: skip
+    val_batch = free_run_windows(v.ys, v.us, v.lengths, past)
+    loss = WindowLoss(tuple(float(c) for c in output_scale))
+    return _Setup((model, encoder), _sharded(batch, shard), val_batch, loss)
+
+
+def _sharded(batch: dict, shard: bool | None) -> dict:
+    """The windows spread over every device (`shard`, default: when there are
+    several), their count cut to a multiple of the number of devices."""
+    count = jax.device_count()
+    if shard is False or (shard is None and count == 1):
+        return batch
+    keep = batch["ys"].shape[0] // count * count
+    if keep == 0:
+        return batch
+    return shard_batch({k: v[:keep] for k, v in batch.items()})
+
+
+class _Validation:
+    """The validation free run's loss (a fixed object: one compilation)."""
+
+    def __init__(self, batch, output_scale):
+        self.batch = batch
+        self.scale = jnp.asarray(output_scale, batch["ys"].dtype)
+
+    def __call__(self, params):
+        return truncated_simulation_loss(params, self.batch, self.scale)
+
+
+def _optimizer(optimizer, learning_rate: float):
+    if optimizer == "adam":
+        return optax.adam(learning_rate), True
+    if optimizer == "lbfgs":
+        return optax.lbfgs(), False
+    if isinstance(optimizer, optax.GradientTransformation):
+        return optimizer, True
+    raise ValueError(
+        "fit_neural(optimizer=...): expected 'adam', 'lbfgs' or an optax "
+        f"transform, got {optimizer!r}."
+    )
+
+
+def _train_round(setup, params, optimizer, steps, size, key, done, validation,
+                 eval_every, progress):  # fmt: skip
+    """One round of `train` on minibatches of the windows (`size`: all if `None`)."""
+    return train(
+        setup.loss, params, data=setup.windows, optimizer=optimizer,
+        num_steps=steps, batch_size=size, key=jax.random.fold_in(key, done),
+        progress=progress, val_fn=validation, eval_every=eval_every,
+    )  # fmt: skip
+
+
+def _train_rounds(setup, optimizer, batch_size, num_steps, round_steps, patience,
+                  eval_every, key, progress) -> dict:  # fmt: skip
+    """Train in rounds of `round_steps`, keeping the best model by validation, until
+    `num_steps`, `patience` rounds without gain, or a non-finite loss."""
+    validation = _Validation(setup.val_batch, setup.loss.output_scale)
+    count = setup.windows["ys"].shape[0]
+    size = None if batch_size is None else min(batch_size, count)
+    params, best = setup.params, (math.inf, 0, setup.params)
+    losses, val_losses, done, stale, reason = [], [], 0, 0, None
+    while done < num_steps:
+        steps = min(round_steps, num_steps - done)
+        with warnings.catch_warnings():
+            # train's own warning of a non-finite loss: fit_neural says it once.
+            warnings.filterwarnings("ignore", message="train: non-finite")
+            result = _train_round(setup, params, optimizer, steps, size, key, done,
+                                  validation, eval_every, progress)  # fmt: skip
+        losses.extend(result.losses.tolist())
+        # A round's first evaluation repeats the previous round's last one.
+        val_losses.extend(
+            (done + k, v) for k, v in result.val_losses if k > 0 or done == 0
+        )
+        if result.val_losses and result.best_loss < best[0]:
+            best, stale = (result.best_loss, done + result.best_step, result.model), 0
+        else:
+            stale += 1
+        done += result.steps_run
+        if result.stop_reason is not None:
+            reason = f"{result.stop_reason.split(';')[0]}; kept the best model"
+            break
+        if stale >= patience:
+            reason = f"no validation gain for {patience} rounds of {round_steps} steps"
+            break
+        params = result.final_model
+    if not math.isfinite(best[0]):
+        reason = "the validation free run diverged at every evaluation"
+    return dict(best=best, losses=losses, val_losses=val_losses, done=done,
+                reason=reason)  # fmt: skip
+
+
+def _check(data, val_data, past, horizon):
+    s = signals(data, "fit_neural")
+    if s.from_states:
+        raise ValueError(
+            "fit_neural(data=...): expected data with measured outputs (ys), got "
+            "states only."
+        )
+    for name, value in (("past", past), ("horizon", horizon)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"fit_neural({name}=...): expected a positive int, got {value!r}."
+            )
+    longest = max(s.lengths)
+    if past + horizon > longest:
+        raise ValueError(
+            f"fit_neural(horizon=...): past + horizon = {past} + {horizon} = "
+            f"{past + horizon} samples, longer than the longest record "
+            f"({longest}); use a shorter horizon or past."
+        )
+    v = s if val_data is None else signals(val_data, "fit_neural")
+    if past >= min(v.lengths):
+        raise ValueError(
+            f"fit_neural(past=...): the encoder window past = {past} is not shorter "
+            f"than the shortest validation record ({min(v.lengths)} samples)."
+        )
+    return s, v
+
+
+def fit_neural(
+    data,
+    val_data=None,
+    *,
+    order: int | None = None,
+    base: AbstractSystem | None = None,
+    horizon: int = 64,
+    past: int = 20,
+    width_size: int = 32,
+    depth: int = 2,
+    optimizer: Any = "adam",
+    learning_rate: float = 1e-3,
+    num_steps: int = 10000,
+    batch_size: int | None = 64,
+    round_steps: int = 500,
+    patience: int = 2,
+    eval_every: int = 50,
+    stride: int = 1,
+    refine_linear: bool = True,
+    shard: bool | None = None,
+    key: PRNGKeyArray | None = None,
+    progress: bool = False,
+) -> NeuralFit:
+    """Identify a nonlinear `NeuralStateSpace` model from input-output records.
+
+    The recipe (docs/nonlinear-models.md): (1) a linear model, `fit_subspace`
+    refined by `fit` (output error), unless `base` is given (any `AbstractSystem`:
+    grey box); (2) the neural model built on it, equal to it before training, and
+    an encoder whose affine part maps `past` samples to the linear model's state;
+    (3) truncated simulation: minibatches of sub-windows of the records, each
+    started from the encoder's state and simulated `horizon` steps, the model,
+    its base and the encoder trained together by Adam (or L-BFGS on all windows);
+    (4) every `eval_every` steps the free run over each validation record (started
+    by the encoder from its first `past` samples) scores the model; the best one is
+    returned, and training stops after `patience` rounds of `round_steps` steps
+    without gain, or at a non-finite loss (with a one-line warning).
+
+    **Arguments:**
+
+    - `data`: a `Dataset` with outputs `ys (N, T, p)` (and inputs `us (N, T, m)`).
+    - `val_data`: held-out records for early stopping (default: `data` itself).
+    - `order`: the linear model's order (`None`: from the singular values).
+    - `base`: a start model to use instead of the linear fit.
+    - `horizon`, `past`: the simulated steps per window and the samples before it
+        that the encoder reads; `past + horizon` must fit in a record.
+    - `width_size`, `depth`: the MLPs' hidden width and number of layers.
+    - `optimizer`: `"adam"` (minibatches), `"lbfgs"` (all windows) or an optax
+        transform; `learning_rate` for Adam.
+    - `num_steps`, `batch_size`, `round_steps`, `patience`, `eval_every`: the
+        training budget, windows per step, early-stopping rounds, how often the
+        validation run is scored.
+    - `stride`: samples between window starts.
+    - `refine_linear`: refine the subspace model by output error first (kept only
+        when its free run is better).
+    - `shard`: spread the windows over every device (`dynsys.shard_batch`; their
+        number cut to a multiple of the devices'); default: when there are several.
+    - `key`: PRNG key (weights and minibatches); `progress`: progress bars.
+
+    **Returns:**
+
+    A `NeuralFit` (`model`, `encoder`, `linear`, `past`, histories, stop reason,
+    wall times); `NeuralFit.compare(data)` scores it on new records.
+
+    **Raises:**
+
+    `ValueError` (one line) for data without outputs, `past + horizon` longer than
+    every record, an encoder window `past` not shorter than a validation record,
+    an unknown optimizer.
+
+    **Example:**
+
+    ```python
+    result = dynsys.fit_neural(estimation, validation, order=2)
+    result.compare(validation).fit_percent   # free run from sample result.past on
+    ```
+    """
+    s, v = _check(data, val_data, past, horizon)
+    transform, minibatches = _optimizer(optimizer, learning_rate)
+    key = jax.random.key(0) if key is None else key
+    start = time.perf_counter()
+    base = _linear_start(data, order, base, refine_linear, progress)
+    linear_seconds = time.perf_counter() - start
+    setup = _setup(base, s, v, past, horizon, stride, width_size, depth, key, shard)
+    run = _train_rounds(
+        setup, transform, batch_size if minibatches else None, num_steps,
+        round_steps, patience, eval_every, jax.random.fold_in(key, 1), progress,
+    )  # fmt: skip
+    if run["reason"] is not None and run["reason"].startswith(("non-finite", "the")):
+        warnings.warn(f"fit_neural: {run['reason']}.", stacklevel=2)
+    seconds = {"linear": linear_seconds}
+    seconds["neural"] = time.perf_counter() - start - linear_seconds
+    return _neural_fit(run, base, past, seconds)
+
+
+def _neural_fit(run: dict, base, past: int, seconds: dict) -> NeuralFit:
+    model, encoder = run["best"][2]
+    return NeuralFit(
+        model=model, encoder=encoder, linear=base, past=past,
+        losses=np.asarray(run["losses"]), val_losses=run["val_losses"],
+        best_step=run["best"][1], steps_run=run["done"], stop_reason=run["reason"],
+        seconds=seconds,
+    )  # fmt: skip
