@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._experiments.schema import resolve_config as resolve_config
 
     # Fitting: fit, train, least squares, metrics, costs.
+    from ._fitting.covariance import ParameterCovariance as ParameterCovariance
     from ._fitting.cost import (
         quadratic_cost as quadratic_cost,
         tracking_cost as tracking_cost,
@@ -72,7 +73,17 @@ if TYPE_CHECKING:
     )
 
     # System identification from input-output data.
+    from ._sysid.bands import (
+        pole_uncertainty as pole_uncertainty,
+        PoleUncertainty as PoleUncertainty,
+        static_gain_uncertainty as static_gain_uncertainty,
+        step_response_band as step_response_band,
+    )
     from ._sysid.initial_state import estimate_x0 as estimate_x0
+    from ._sysid.propagate import (
+        monte_carlo as monte_carlo,
+        propagate_std as propagate_std,
+    )
     from ._sysid.python_control import (
         from_control as from_control,
         to_control as to_control,
@@ -83,6 +94,10 @@ if TYPE_CHECKING:
         Modes as Modes,
         modes as modes,
         step_response as step_response,
+    )
+    from ._sysid.spectral import (
+        spectral_estimate as spectral_estimate,
+        SpectralEstimate as SpectralEstimate,
     )
     from ._sysid.subspace import (
         fit_subspace as fit_subspace,
