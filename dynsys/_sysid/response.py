@@ -65,7 +65,7 @@ def frequency_response(
     Complex, shape `(F, p, m)`: entry `[f, i, j]` is the gain and phase from input `j`
     to output `i` (magnitude `jnp.abs`, phase `jnp.angle`). With a `covariance`,
     `(response, magnitude_std)`, both `(F, p, m)`: the standard deviation of
-    $|H|$ by linearisation (a 95 % band is about $\pm 1.96$ of it).
+    $|H|$ by linearisation (a 95 % band is about $\\pm 1.96$ of it).
 
     **Raises:**
 

@@ -1,0 +1,276 @@
+"""Parameter covariance of fits and its propagation to poles, static gains and the
+frequency response: checked against a Monte Carlo of repeated fits on simulated
+data (200 noise realisations, fitted at once with `jax.vmap`), and for invariance
+to a change of state basis."""
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dynsys
+from dynsys._fitting import covariance as covariance_module
+from dynsys._fitting.covariance import (
+    fit_covariance,
+    gauss_newton_covariance,
+    ParameterCovariance,
+)
+from dynsys._fitting.losses import channel_weights, FitObjective
+
+
+NUM_REPS = 200
+T = 300
+NOISE = 0.3
+FREQUENCIES = jnp.array([0.1, 0.6, 1.5])
+
+
+def _true_system():
+    radius, angle = 0.85, 0.5
+    K = radius * jnp.array(
+        [[jnp.cos(angle), -jnp.sin(angle)], [jnp.sin(angle), jnp.cos(angle)]]
+    )
+    return dynsys.LinearSystem(
+        K=K, B=jnp.array([[1.0], [0.3]]), C=jnp.array([[0.6, -0.4]])
+    )
+
+
+def _objective(ys):
+    mask = jnp.ones(ys.shape[:2], bool)
+    return FitObjective("simulation", True, "closed_form", None, None,
+                        channel_weights(ys, mask))
+
+
+@functools.cache
+def _experiment():
+    """Inputs, the noise-free output, and `NUM_REPS` noisy outputs `(R, 1, T, 1)`."""
+    true = _true_system()
+    us = jax.random.normal(jax.random.key(1), (1, T, 1))
+    clean = dynsys.rollout(true, jnp.zeros((1, 2)), T, inputs=us).ys
+    noise = NOISE * jax.random.normal(jax.random.key(2), (NUM_REPS, 1, T, 1))
+    return us, clean, clean[None] + noise
+
+
+def _batch(ys, us):
+    return {"index": jnp.arange(1), "mask": jnp.ones((1, T), bool), "ys": ys, "us": us}
+
+
+@functools.cache
+def _monte_carlo_fits():
+    """Each realisation fitted by Gauss–Newton (minimum-norm steps, from the true
+    model) on `fit`'s residuals; returns the estimates `(R, P)`, the covariance of
+    each `(R, P, P)` and the flat-to-model function."""
+    us, _, noisy = _experiment()
+    flat, unravel = jax.flatten_util.ravel_pytree(_true_system())
+    params, static = eqx.partition(_true_system(), eqx.is_inexact_array)
+    flat, unravel = jax.flatten_util.ravel_pytree(params)
+
+    def rebuild(vector):
+        return eqx.combine(unravel(vector), static)
+
+    def one(ys):
+        objective = _objective(ys)
+        batch = _batch(ys, us)
+
+        def residuals(vector):
+            return objective.residuals((rebuild(vector), None), batch)
+
+        def gauss_newton(vector, _):
+            step = jnp.linalg.lstsq(
+                jax.jacfwd(residuals)(vector), residuals(vector), rcond=1e-10
+            )[0]
+            return vector - step, None
+
+        estimate, _ = jax.lax.scan(gauss_newton, flat, None, length=12)
+        matrix, _, _ = gauss_newton_covariance(
+            jax.jacfwd(residuals)(estimate), residuals(estimate), 1
+        )
+        return estimate, matrix
+
+    estimates, matrices = jax.jit(jax.vmap(one))(noisy)
+    return np.asarray(estimates), np.asarray(matrices), rebuild
+
+
+def _covariance(matrix, model):
+    mask = jax.tree.map(eqx.is_inexact_array, model)
+    return ParameterCovariance(np.asarray(matrix), model, mask, np.ones(1), 4, T)
+
+
+@functools.cache
+def _propagated():
+    """Per realisation: |G| at FREQUENCIES and its predicted std; poles' natural
+    frequency and damping and their predicted std; the static gain and its std."""
+    estimates, matrices, rebuild = _monte_carlo_fits()
+    rows = []
+    for estimate, matrix in zip(estimates, matrices):
+        model = rebuild(jnp.asarray(estimate))
+        cov = _covariance(matrix, model)
+        response, std = dynsys.frequency_response(model, FREQUENCIES, covariance=cov)
+        poles = dynsys.pole_uncertainty(cov)
+        gain, gain_std = dynsys.static_gain_uncertainty(cov)
+        rows.append(
+            (
+                np.abs(np.asarray(response))[:, 0, 0],
+                np.asarray(std)[:, 0, 0],
+                np.asarray(poles.natural_frequency)[0],
+                np.asarray(poles.natural_frequency_std)[0],
+                np.asarray(poles.damping_ratio)[0],
+                np.asarray(poles.damping_std)[0],
+                float(gain[0, 0]),
+                float(gain_std[0, 0]),
+            )
+        )
+    return [np.array(column) for column in zip(*rows)]
+
+
+def _within(predicted, spread, tolerance=0.25):
+    ratio = np.mean(predicted, axis=0) / spread
+    assert np.all(np.abs(ratio - 1.0) < tolerance), ratio
+
+
+def test_magnitude_std_matches_monte_carlo_spread():
+    magnitude, std, *_ = _propagated()
+    _within(std, np.std(magnitude, axis=0, ddof=1))
+
+
+def test_pole_std_matches_monte_carlo_spread():
+    _, _, frequency, frequency_std, damping, damping_std, _, _ = _propagated()
+    _within(frequency_std, np.std(frequency, ddof=1))
+    _within(damping_std, np.std(damping, ddof=1))
+
+
+def test_static_gain_std_matches_monte_carlo_spread():
+    *_, gain, gain_std = _propagated()
+    _within(gain_std, np.std(gain, ddof=1))
+
+
+def test_95_percent_band_covers_the_truth():
+    magnitude, std, *_ = _propagated()
+    truth = np.abs(np.asarray(dynsys.frequency_response(_true_system(), FREQUENCIES)))
+    covered = np.abs(magnitude - truth[:, 0, 0][None]) <= 1.96 * std
+    coverage = covered.mean(axis=0)
+    assert np.all((coverage >= 0.90) & (coverage <= 0.99)), coverage
+
+
+def test_pole_ellipse_matches_monte_carlo_spread():
+    estimates, matrices, rebuild = _monte_carlo_fits()
+    eigenvalues, ellipses = [], []
+    for estimate, matrix in zip(estimates[:100], matrices[:100]):
+        model = rebuild(jnp.asarray(estimate))
+        poles = dynsys.pole_uncertainty(_covariance(matrix, model))
+        upper = int(np.argmax(np.asarray(poles.eigenvalues).imag))
+        eigenvalues.append(np.asarray(poles.eigenvalues)[upper])
+        ellipses.append(np.asarray(poles.eigenvalue_covariance)[upper])
+    points = np.stack([np.real(eigenvalues), np.imag(eigenvalues)], axis=1)
+    spread = np.cov(points.T)
+    predicted = np.mean(ellipses, axis=0)
+    assert np.allclose(np.diag(predicted), np.diag(spread), rtol=0.35)
+
+
+def test_fit_covariance_matches_the_monte_carlo_estimator():
+    """`FitResult.covariance` on one realisation gives the same |G| std as the
+    Gauss–Newton covariance of the Monte Carlo's own fit of it."""
+    us, _, noisy = _experiment()
+    data = dynsys.Dataset(us=us, ys=noisy[0])
+    result = dynsys.fit(_true_system(), data, progress=False)
+    assert result.covariance_reason is None
+    _, std = dynsys.frequency_response(
+        result.model, FREQUENCIES, covariance=result.covariance
+    )
+    magnitude, predicted, *_ = _propagated()
+    np.testing.assert_allclose(np.asarray(std)[:, 0, 0], predicted[0], rtol=0.02)
+    assert result.covariance.rank == 4  # 8 entries less the 2 x 2 basis freedom
+
+
+def _transformed(model, T_matrix):
+    inverse = jnp.linalg.inv(T_matrix)
+    return dynsys.LinearSystem(
+        K=T_matrix @ model.K @ inverse, B=T_matrix @ model.B, C=model.C @ inverse
+    )
+
+
+def test_covariance_invariant_to_change_of_basis():
+    us, _, noisy = _experiment()
+    ys = noisy[1]
+    model = dynsys.fit(_true_system(), dynsys.Dataset(us=us, ys=ys),
+                       progress=False).model
+    other = _transformed(model, jnp.array([[2.0, 0.5], [-0.3, 0.7]]))
+    results = []
+    for system in (model, other):
+        cov, reason = fit_covariance(
+            _objective(ys), (system, None), _batch(ys, us), eqx.is_inexact_array, 1
+        )
+        assert reason is None
+        _, std = dynsys.frequency_response(system, FREQUENCIES, covariance=cov)
+        poles = dynsys.pole_uncertainty(cov)
+        _, gain_std = dynsys.static_gain_uncertainty(cov)
+        results.append(
+            np.concatenate(
+                [np.ravel(std), np.ravel(poles.natural_frequency_std),
+                 np.ravel(poles.damping_std), np.ravel(gain_std)]
+            )
+        )
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
+    # The raw entries' covariance is not invariant (a different basis).
+    assert not np.allclose(results[0], 0.0)
+
+
+def test_monte_carlo_agrees_with_linearisation(getkey):
+    estimates, matrices, rebuild = _monte_carlo_fits()
+    model = rebuild(jnp.asarray(estimates[0]))
+    cov = _covariance(matrices[0], model)
+
+    def fn(system):
+        return jnp.abs(dynsys.frequency_response(system, FREQUENCIES))
+
+    samples = dynsys.monte_carlo(fn, cov, 4000, key=getkey())
+    np.testing.assert_allclose(
+        np.std(np.asarray(samples), axis=0), dynsys.propagate_std(fn, cov), rtol=0.1
+    )
+
+
+def test_step_response_band_is_the_running_sum_of_impulse_std():
+    estimates, matrices, rebuild = _monte_carlo_fits()
+    model = rebuild(jnp.asarray(estimates[0]))
+    cov = _covariance(matrices[0], model)
+    response, std = dynsys.step_response_band(cov, 30)
+    np.testing.assert_allclose(response, dynsys.step_response(model, 30))
+    _, gain_std = dynsys.static_gain_uncertainty(cov)
+    assert std.shape == (30, 1, 1) and float(std[0, 0, 0]) == 0.0  # D = 0 fixed
+    # Far along, the step response settles to the static gain, and so does its std.
+    np.testing.assert_allclose(std[-1], gain_std, rtol=0.05)
+
+
+def test_sandwich_reduces_to_sigma_squared_inverse_hessian():
+    key1, key2 = jax.random.split(jax.random.key(3))
+    J = jax.random.normal(key1, (50, 4))
+    r = jax.random.normal(key2, (50,))
+    matrix, variance, rank = gauss_newton_covariance(J, r, 1)
+    expected_variance = float(jnp.sum(r**2)) / (50 - 4)
+    np.testing.assert_allclose(variance, [expected_variance], rtol=1e-12)
+    np.testing.assert_allclose(
+        matrix, expected_variance * np.linalg.inv(np.asarray(J.T @ J)), rtol=1e-9
+    )
+    assert int(rank) == 4
+
+
+def test_covariance_none_with_reason(monkeypatch):
+    us, _, noisy = _experiment()
+    data = dynsys.Dataset(us=us, ys=noisy[0])
+    result = dynsys.fit(_true_system(), data, progress=False, num_steps=2)
+    monkeypatch.setattr(covariance_module, "COVARIANCE_PARAMETER_LIMIT", 3)
+    assert result.covariance is None
+    assert "8 trained parameters" in result.covariance_reason
+
+
+def test_errors():
+    with pytest.raises(TypeError, match="covariance=.*ParameterCovariance"):
+        dynsys.frequency_response(_true_system(), FREQUENCIES, covariance=np.eye(8))
+    estimates, matrices, rebuild = _monte_carlo_fits()
+    cov = _covariance(matrices[0], rebuild(jnp.asarray(estimates[0])))
+    bigger = dynsys.LinearSystem(K=0.5 * jnp.eye(3), B=jnp.ones((3, 1)),
+                                 C=jnp.ones((1, 3)))
+    with pytest.raises(ValueError, match="15 trained parameters but the covariance"):
+        dynsys.frequency_response(bigger, FREQUENCIES, covariance=cov)
