@@ -117,7 +117,9 @@ def spectral_estimate(data, *, nperseg=None, window="hann") -> SpectralEstimate:
     Its spectra equal `scipy.signal.csd(u, y, fs, window, nperseg)` (defaults:
     half overlap, constant detrend, density scaling). Its variance falls as
     $1/S$ for $S$ segments: with `nperseg` fixed the error falls as the square
-    root of the record length.
+    root of the record length. The two lowest bins (`w[0]`, and `w[1]` with a
+    tapered window) are biased by each segment's mean removal: compare from
+    `w[2]` on.
 
     **Arguments:**
 
