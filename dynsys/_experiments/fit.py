@@ -19,6 +19,12 @@ from .config import ConfigError
 from .data_checks import run_data_checks
 from .fit_data import _columns, _from_file, _simulated, _split
 from .fit_figures import _output_figures, _state_figures
+from .fit_uncertainty import (
+    bode_references,
+    covariance_of,
+    uncertainty_metrics,
+    uncertainty_notes,
+)
 from .outcome import loss_history_lines, Outcome
 
 
@@ -426,6 +432,10 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         **_matrices(fitted),
         "timing": timing,
     }
+    covariance, reason = covariance_of(result)
+    uncertainty = uncertainty_metrics(covariance, reason)
+    metrics |= uncertainty
+    notes += uncertainty_notes(uncertainty, channels, list(report.input_names))
     figures = _output_figures(
         report,
         comparisons,
@@ -436,6 +446,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         residuals,
         result,
         which,
+        bode_references(report, covariance),
     )
     return _outcome(run, result, metrics, summary, figures, notes)
 

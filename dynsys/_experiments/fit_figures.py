@@ -24,8 +24,19 @@ ROLES = {"least squares": "estimate", "subspace": "estimate", "fitted": "fit"}
 
 
 def _output_figures(
-    report, comparisons, models, truth, singular_values, order, residuals, result, which
+    report,
+    comparisons,
+    models,
+    truth,
+    singular_values,
+    order,
+    residuals,
+    result,
+    which,
+    bode_extras=None,
 ):
+    """`bode_extras`: more keyword arguments of `plot.bode` (the data's spectral
+    estimate, the fitted model's confidence band)."""
     from .. import plot
 
     estimated = {k: v for k, v in models.items() if k != "true"}
@@ -64,7 +75,7 @@ def _output_figures(
         )
     return figures | {
         "singular_values.png": plot.singular_values(singular_values, order=order),
-        "bode.png": plot.bode(estimated, **responses),
+        "bode.png": plot.bode(estimated, **responses, **(bode_extras or {})),
         "step_response.png": plot.step_response(estimated, **responses),
         "residuals.png": plot.residuals(
             residuals, channels=None if p <= 8 else range(8)
