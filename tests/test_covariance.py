@@ -304,3 +304,34 @@ def test_errors():
                                  C=jnp.ones((1, 3)))
     with pytest.raises(ValueError, match="15 trained parameters but the covariance"):
         dynsys.frequency_response(bigger, FREQUENCIES, covariance=cov)
+
+
+def test_bode_draws_the_band_and_the_spectral_estimate():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    estimates, matrices, _, _, rebuild = _monte_carlo_fits()
+    model = rebuild(jnp.asarray(estimates[0]))
+    cov = _covariance(matrices[0], model)
+    us, _, noisy = _experiment()
+    estimate = dynsys.spectral_estimate(dynsys.Dataset(us=us, ys=noisy[0]), nperseg=32)
+    w = jnp.array([0.2, 0.6, 1.5])
+    fig = dynsys.plot.bode(
+        {"fitted": model}, w, spectral=estimate, confidence={"fitted": cov},
+        level=0.95,
+    )
+    magnitude = fig.get_axes()[0]
+    labels = [c.get_label() for c in magnitude.collections]
+    assert "fitted: 95 % confidence" in labels
+    band = magnitude.collections[labels.index("fitted: 95 % confidence")]
+    response, std = dynsys.frequency_response(model, w, covariance=cov)
+    upper = 20 * np.log10(np.abs(response[:, 0, 0]) + 1.959964 * std[:, 0, 0])
+    top = band.get_paths()[0].vertices[:, 1]
+    np.testing.assert_allclose(np.max(top), np.max(upper), rtol=1e-5)
+    dots = [ln for ln in magnitude.get_lines()
+            if ln.get_label() == "data: spectral estimate"][0]
+    np.testing.assert_allclose(
+        dots.get_ydata(), 20 * np.log10(np.abs(estimate.response[2:, 0, 0]))
+    )
+    with pytest.raises(ValueError, match="level=...\\): expected a level in"):
+        dynsys.plot.bode({"fitted": model}, w, confidence={"fitted": cov}, level=99)
