@@ -162,7 +162,7 @@ def bode(
     - `spectral`: optional `SpectralEstimate` of the data (`dynsys.spectral_estimate`),
         drawn as grey dots: a reference that needs no model.
     - `confidence`: optional mapping label → `ParameterCovariance`
-        (`FitResult.covariance`): a shaded band of $|H| \pm z\sigma$ around that
+        (`FitResult.covariance`): a shaded band of $|H| \\pm z\\sigma$ around that
         label's model (the covariance's own model), its level in the legend.
     - `level`: the bands' confidence level (default 0.99).
 
