@@ -33,13 +33,13 @@ if TYPE_CHECKING:
     from ._experiments.results import ExperimentResult as ExperimentResult
     from ._experiments.run import run_experiment as run_experiment
     from ._experiments.schema import resolve_config as resolve_config
-
-    # Fitting: fit, train, least squares, metrics, costs.
-    from ._fitting.covariance import ParameterCovariance as ParameterCovariance
     from ._fitting.cost import (
         quadratic_cost as quadratic_cost,
         tracking_cost as tracking_cost,
     )
+
+    # Fitting: fit, train, least squares, metrics, costs.
+    from ._fitting.covariance import ParameterCovariance as ParameterCovariance
     from ._fitting.fit import fit as fit, FitResult as FitResult
     from ._fitting.least_squares import fit_least_squares as fit_least_squares
     from ._fitting.losses import MultipleShooting as MultipleShooting

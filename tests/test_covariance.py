@@ -40,8 +40,14 @@ def _true_system():
 
 def _objective(ys):
     mask = jnp.ones(ys.shape[:2], bool)
-    return FitObjective("simulation", True, "closed_form", dynsys.Sequential(), None,
-                        channel_weights(ys, mask))
+    return FitObjective(
+        "simulation",
+        True,
+        "closed_form",
+        dynsys.Sequential(),
+        None,
+        channel_weights(ys, mask),
+    )
 
 
 @functools.cache
@@ -224,8 +230,9 @@ def _transformed(model, T_matrix):
 def test_covariance_invariant_to_change_of_basis():
     us, _, noisy = _experiment()
     ys = noisy[1]
-    model = dynsys.fit(_true_system(), dynsys.Dataset(us=us, ys=ys),
-                       progress=False).model
+    model = dynsys.fit(
+        _true_system(), dynsys.Dataset(us=us, ys=ys), progress=False
+    ).model
     other = _transformed(model, jnp.array([[2.0, 0.5], [-0.3, 0.7]]))
     results = []
     for system in (model, other):
@@ -238,8 +245,12 @@ def test_covariance_invariant_to_change_of_basis():
         _, gain_std = dynsys.static_gain_uncertainty(cov)
         results.append(
             np.concatenate(
-                [np.ravel(std), np.ravel(poles.natural_frequency_std),
-                 np.ravel(poles.damping_std), np.ravel(gain_std)]
+                [
+                    np.ravel(std),
+                    np.ravel(poles.natural_frequency_std),
+                    np.ravel(poles.damping_std),
+                    np.ravel(gain_std),
+                ]
             )
         )
     np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
@@ -300,8 +311,9 @@ def test_errors():
         dynsys.frequency_response(_true_system(), FREQUENCIES, covariance=np.eye(8))
     estimates, matrices, _, _, rebuild = _monte_carlo_fits()
     cov = _covariance(matrices[0], rebuild(jnp.asarray(estimates[0])))
-    bigger = dynsys.LinearSystem(K=0.5 * jnp.eye(3), B=jnp.ones((3, 1)),
-                                 C=jnp.ones((1, 3)))
+    bigger = dynsys.LinearSystem(
+        K=0.5 * jnp.eye(3), B=jnp.ones((3, 1)), C=jnp.ones((1, 3))
+    )
     with pytest.raises(ValueError, match="15 trained parameters but the covariance"):
         dynsys.frequency_response(bigger, FREQUENCIES, covariance=cov)
 
@@ -317,7 +329,10 @@ def test_bode_draws_the_band_and_the_spectral_estimate():
     estimate = dynsys.spectral_estimate(dynsys.Dataset(us=us, ys=noisy[0]), nperseg=32)
     w = jnp.array([0.2, 0.6, 1.5])
     fig = dynsys.plot.bode(
-        {"fitted": model}, w, spectral=estimate, confidence={"fitted": cov},
+        {"fitted": model},
+        w,
+        spectral=estimate,
+        confidence={"fitted": cov},
         level=0.95,
     )
     magnitude = fig.get_axes()[0]
@@ -328,8 +343,11 @@ def test_bode_draws_the_band_and_the_spectral_estimate():
     upper = 20 * np.log10(np.abs(response[:, 0, 0]) + 1.959964 * std[:, 0, 0])
     top = band.get_paths()[0].vertices[:, 1]
     np.testing.assert_allclose(np.max(top), np.max(upper), rtol=1e-5)
-    dots = [ln for ln in magnitude.get_lines()
-            if ln.get_label() == "data: spectral estimate"][0]
+    dots = [
+        ln
+        for ln in magnitude.get_lines()
+        if ln.get_label() == "data: spectral estimate"
+    ][0]
     np.testing.assert_allclose(
         dots.get_ydata(), 20 * np.log10(np.abs(estimate.response[2:, 0, 0]))
     )

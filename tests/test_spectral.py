@@ -32,7 +32,9 @@ def test_spectra_match_scipy(window, nperseg):
     u, y = np.asarray(data.us[0]), np.asarray(data.ys[0])
     for i in range(2):
         f, Pyy = scipy.signal.welch(y[:, i], window=window, nperseg=nperseg)
-        np.testing.assert_allclose(est.output_spectrum[:, i], Pyy, rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(
+            est.output_spectrum[:, i], Pyy, rtol=1e-10, atol=1e-14
+        )
         np.testing.assert_allclose(est.w, 2 * np.pi * f, rtol=1e-12)
         for j in range(2):
             _, Pxy = scipy.signal.csd(u[:, j], y[:, i], window=window, nperseg=nperseg)
@@ -87,7 +89,8 @@ def test_multiple_experiments_are_pooled():
         for i in range(3)
     ]
     np.testing.assert_allclose(
-        est.cross_spectrum, np.mean([s.cross_spectrum for s in single], axis=0),
+        est.cross_spectrum,
+        np.mean([s.cross_spectrum for s in single], axis=0),
         rtol=1e-12,
     )
     assert est.num_segments == 3 * single[0].num_segments == 3 * 15

@@ -5,6 +5,7 @@ estimate, the model's confidence band)."""
 
 import numpy as np
 
+
 # The confidence level of the run folder's bands.
 LEVEL = 0.99
 

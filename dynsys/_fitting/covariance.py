@@ -21,6 +21,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
+
 # The largest residual Jacobian (entries) and parameter count `fit` computes the
 # covariance for; past these it reports why it did not.
 COVARIANCE_JACOBIAN_LIMIT = 2**24
@@ -189,9 +190,7 @@ def fit_covariance(
     """
     model = params[0]
     mask = (trained_mask(model, filter_spec), trained_mask(params[1], True))
-    num_params = sum(
-        leaf.size for leaf in jax.tree.leaves(eqx.filter(params, mask))
-    )
+    num_params = sum(leaf.size for leaf in jax.tree.leaves(eqx.filter(params, mask)))
     num_residuals = objective.num_residuals(batch)
     if num_params > COVARIANCE_PARAMETER_LIMIT:
         return None, (

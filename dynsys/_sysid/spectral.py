@@ -8,6 +8,7 @@ import numpy as np
 
 from .signals import signals
 
+
 _WINDOWS = ("hann", "hamming", "boxcar")
 
 
@@ -172,6 +173,12 @@ def spectral_estimate(data, *, nperseg=None, window="hann") -> SpectralEstimate:
         coherence = np.where(output > 0, explained / output, 0.0)
     w = 2.0 * np.pi * np.fft.rfftfreq(nperseg, 1.0 / fs)
     return SpectralEstimate(
-        w, response, np.clip(coherence, 0.0, 1.0), input_spectrum, cross, output,
-        nperseg, len(U),
+        w,
+        response,
+        np.clip(coherence, 0.0, 1.0),
+        input_spectrum,
+        cross,
+        output,
+        nperseg,
+        len(U),
     )

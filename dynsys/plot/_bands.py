@@ -11,7 +11,9 @@ def quantile(level: float, call: str) -> float:
     """The two-sided normal quantile of a confidence `level` in (0, 1) (1.96 for
     0.95)."""
     if not 0.0 < level < 1.0:
-        raise ValueError(f"{call}(level=...): expected a level in (0, 1), got {level!r}.")
+        raise ValueError(
+            f"{call}(level=...): expected a level in (0, 1), got {level!r}."
+        )
     return statistics.NormalDist().inv_cdf(0.5 + level / 2.0)
 
 

@@ -209,7 +209,10 @@ def bode(
     x, unit, nyquist = _frequency_axis(w_sample, dt, hz)
     bands = _bands.magnitude_bands(confidence, w_sample, level, call)
     extras = (
-        _spectral_series(spectral, dt, hz), bands, _bands.quantile(level, call), level
+        _spectral_series(spectral, dt, hz),
+        bands,
+        _bands.quantile(level, call),
+        level,
     )
     fig, panels = _pair_axes(len(pairs), fig)
     for (mag, phase), pair in zip(panels, pairs):
