@@ -21,6 +21,7 @@ from .fit_data import _columns, _from_file, _simulated, _split
 from .fit_figures import _output_figures, _state_figures
 from .fit_uncertainty import (
     bode_references,
+    confidence_of,
     covariance_of,
     uncertainty_metrics,
     uncertainty_notes,
@@ -446,7 +447,11 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         residuals,
         result,
         which,
-        bode_references(report, covariance),
+        {
+            "bode.png": bode_references(report, covariance),
+            "step_response.png": confidence_of(covariance),
+            "eigenvalues.png": confidence_of(covariance),
+        },
     )
     return _outcome(run, result, metrics, summary, figures, notes)
 

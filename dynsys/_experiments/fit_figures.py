@@ -33,12 +33,13 @@ def _output_figures(
     residuals,
     result,
     which,
-    bode_extras=None,
+    extras=None,
 ):
-    """`bode_extras`: more keyword arguments of `plot.bode` (the data's spectral
-    estimate, the fitted model's confidence band)."""
+    """`extras`: figure file → more keyword arguments of its plot function (the
+    data's spectral estimate, the fitted model's confidence bands)."""
     from .. import plot
 
+    extras = extras or {}
     estimated = {k: v for k, v in models.items() if k != "true"}
     true_system = models.get("true")
     T0 = report.lengths[0]
@@ -75,13 +76,20 @@ def _output_figures(
         )
     return figures | {
         "singular_values.png": plot.singular_values(singular_values, order=order),
-        "bode.png": plot.bode(estimated, **responses, **(bode_extras or {})),
-        "step_response.png": plot.step_response(estimated, **responses),
+        "bode.png": plot.bode(estimated, **responses, **extras.get("bode.png", {})),
+        "step_response.png": plot.step_response(
+            estimated, **responses, **extras.get("step_response.png", {})
+        ),
         "residuals.png": plot.residuals(
             residuals, channels=None if p <= 8 else range(8)
         ),
         "eigenvalues.png": plot.eigenvalues(
-            estimated, truth=true_system, roles=ROLES, dt=dt, title="eigenvalues of K"
+            estimated,
+            truth=true_system,
+            roles=ROLES,
+            dt=dt,
+            title="eigenvalues of K",
+            **extras.get("eigenvalues.png", {}),
         ),
         "loss.png": _loss_figure(
             result,

@@ -92,6 +92,15 @@ def uncertainty_notes(section: dict, output_names, input_names) -> list[str]:
     return lines + [""]
 
 
+def confidence_of(covariance) -> dict:
+    """The keyword arguments of `plot.step_response` and `plot.eigenvalues` that
+    add the fitted model's confidence band or regions (none without a
+    covariance)."""
+    if covariance is None:
+        return {}
+    return {"confidence": {"fitted": covariance}, "level": LEVEL}
+
+
 def bode_references(data, covariance) -> dict:
     """The keyword arguments of `plot.bode` that add the data's spectral estimate
     (when the data allow one) and the fitted model's confidence band."""
