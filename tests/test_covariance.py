@@ -353,3 +353,42 @@ def test_bode_draws_the_band_and_the_spectral_estimate():
     )
     with pytest.raises(ValueError, match="level=...\\): expected a level in"):
         dynsys.plot.bode({"fitted": model}, w, confidence={"fitted": cov}, level=99)
+
+
+def test_step_and_eigenvalue_figures_draw_their_confidence():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    estimates, matrices, _, _, rebuild = _monte_carlo_fits()
+    model = dynsys.LinearSystem(
+        rebuild(jnp.asarray(estimates[0])).K,
+        rebuild(jnp.asarray(estimates[0])).B,
+        rebuild(jnp.asarray(estimates[0])).C,
+        dt=0.1,
+    )
+    cov = _covariance(matrices[0], model)
+    fig = dynsys.plot.step_response({"fitted": model}, 30, confidence={"fitted": cov})
+    band = [
+        c
+        for c in fig.get_axes()[0].collections
+        if c.get_label() == "fitted: 99 % confidence"
+    ]
+    _, std = dynsys.step_response_band(cov, 30)
+    top = band[0].get_paths()[0].vertices[:, 1]
+    response = np.asarray(dynsys.step_response(model, 30))[:, 0, 0]
+    expected = np.max(response + 2.5758293 * np.asarray(std)[:, 0, 0])
+    np.testing.assert_allclose(np.max(top), expected, rtol=1e-5)
+
+    fig = dynsys.plot.eigenvalues({"fitted": model}, confidence={"fitted": cov})
+    disc = fig.get_axes()[0]
+    ellipses = [p for p in disc.patches if p.get_label() == "fitted: 99 % confidence"]
+    assert len(ellipses) == 1  # one legend entry; both poles drawn
+    poles = dynsys.pole_uncertainty(cov)
+    upper = int(np.argmax(np.asarray(poles.eigenvalues).imag))
+    cov_upper = np.asarray(poles.eigenvalue_covariance)[upper]
+    # The ellipse's widest extent in Re is sqrt(-2 ln 0.01 * var(Re)).
+    x = ellipses[0].get_xy()[:, 0]
+    half_width = 0.5 * (np.max(x) - np.min(x))
+    np.testing.assert_allclose(
+        half_width, np.sqrt(-2 * np.log(0.01) * cov_upper[0, 0]), rtol=1e-3
+    )
