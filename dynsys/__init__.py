@@ -79,6 +79,10 @@ if TYPE_CHECKING:
         static_gain_uncertainty as static_gain_uncertainty,
         step_response_band as step_response_band,
     )
+    from ._sysid.impulse import (
+        impulse_estimate as impulse_estimate,
+        ImpulseEstimate as ImpulseEstimate,
+    )
     from ._sysid.initial_state import estimate_x0 as estimate_x0
     from ._sysid.propagate import (
         monte_carlo as monte_carlo,

@@ -130,3 +130,31 @@ def test_errors():
         dynsys.spectral_estimate(data, nperseg=32, window=np.ones(5))
     with pytest.raises(ValueError, match="no inputs"):
         dynsys.spectral_estimate(dynsys.Dataset(ys=data.ys))
+
+
+def test_impulse_estimate_exact_for_a_finite_impulse_response():
+    """A nilpotent K: the impulse response ends after n + 1 steps, so a FIR of 8
+    taps holds it exactly; without noise and ridge the estimate is exact."""
+    K = jnp.diag(jnp.ones(3), k=-1)  # shift: K^4 = 0
+    B = jnp.array([[1.0, 0.0], [0.5, -1.0], [0.0, 0.3], [0.2, 0.1]])
+    C = jnp.array([[1.0, -0.5, 0.3, 0.7]])
+    system = dynsys.LinearSystem(K=K, B=B, C=C, D=jnp.array([[0.4, -0.2]]))
+    us = jax.random.normal(jax.random.key(4), (2, 300, 2))
+    ys = dynsys.rollout(system, jnp.zeros((2, 4)), 300, inputs=us).ys
+    est = dynsys.impulse_estimate(dynsys.Dataset(us=us, ys=ys), 8, ridge=0.0)
+    np.testing.assert_allclose(
+        est.response, dynsys.impulse_response(system, 8), atol=1e-10
+    )
+    np.testing.assert_allclose(est.step, dynsys.step_response(system, 8), atol=1e-10)
+
+
+def test_impulse_estimate_std_matches_its_error():
+    system, data = _data(T=3000, noise=1.0)
+    est = dynsys.impulse_estimate(data, 30)
+    truth = np.asarray(dynsys.impulse_response(system, 30))
+    z = (est.response - truth) / est.std
+    assert 0.7 < np.std(z) < 1.3  # the error is as large as its std says
+    with pytest.raises(ValueError, match="too few samples"):
+        dynsys.impulse_estimate(data, 3000)
+    with pytest.raises(ValueError, match="ridge=...\\): expected a number"):
+        dynsys.impulse_estimate(data, 10, ridge=-1.0)

@@ -23,6 +23,7 @@ from .fit_uncertainty import (
     bode_references,
     confidence_of,
     covariance_of,
+    step_references,
     uncertainty_metrics,
     uncertainty_notes,
 )
@@ -449,7 +450,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         which,
         {
             "bode.png": bode_references(report, covariance),
-            "step_response.png": confidence_of(covariance),
+            "step_response.png": step_references(report, covariance),
             "eigenvalues.png": confidence_of(covariance),
         },
     )

@@ -101,6 +101,19 @@ def confidence_of(covariance) -> dict:
     return {"confidence": {"fitted": covariance}, "level": LEVEL}
 
 
+def step_references(data, covariance, num_steps: int = 50) -> dict:
+    """The keyword arguments of `plot.step_response`: the fitted model's band and
+    the step response of the data's FIR estimate (when the data allow one)."""
+    from .._sysid.impulse import impulse_estimate
+
+    extras = confidence_of(covariance)
+    try:
+        extras["impulse"] = impulse_estimate(data, num_steps)
+    except ValueError:
+        pass  # too short or without inputs: no reference
+    return extras
+
+
 def bode_references(data, covariance) -> dict:
     """The keyword arguments of `plot.bode` that add the data's spectral estimate
     (when the data allow one) and the fitted model's confidence band."""

@@ -152,3 +152,16 @@ def draw_step_band(a, times, pair, band, z: float, color, label: str):
         lw=0,
         label=label,
     )
+
+
+FIR_LABEL = "data: FIR estimate"
+
+
+def draw_step_estimate(a, times, pair, impulse):
+    """The step response implied by the data's FIR estimate of one pair (as many
+    steps as both have): small grey dots."""
+    i, j = pair
+    step = np.asarray(impulse.step)[:, i, j]
+    count = min(len(step), len(times))
+    a.plot(times[:count], step[:count], color="0.35", ls="none", marker=".", ms=3,
+           label=FIR_LABEL)  # fmt: skip

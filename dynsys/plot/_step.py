@@ -68,6 +68,7 @@ def step_response(
     fig: "Figure | None" = None,
     confidence: Mapping | None = None,
     level: float = 0.99,
+    impulse=None,
 ) -> "Figure":
     """Step responses: each output after a unit step on each input, from $x_0 = 0$.
 
@@ -92,6 +93,9 @@ def step_response(
         a shaded band of ± the `level` quantile of the step response's standard
         deviation around that label's model (the covariance's own model).
     - `level`: the bands' confidence level (default 0.99), stated in the legend.
+    - `impulse`: optional `ImpulseEstimate` of the data (`dynsys.impulse_estimate`):
+        the step response it implies, drawn as grey dots (a reference that needs
+        no model).
 
     **Returns:**
 
@@ -142,6 +146,8 @@ def step_response(
             text = _bands.level_label(label, level)
             z = _bands.quantile(level, call)
             _bands.draw_step_band(a, times, pair, band, z, color, text)
+        if impulse is not None:
+            _bands.draw_step_estimate(a, times, pair, impulse)
         _draw_pair(a, pair, responses, styles, times, out_names, in_names)
     for a in _layout.bottom_row(axes, len(axes)):
         a.set_xlabel(time_label)
