@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from ._sysid.bands import (
         pole_uncertainty as pole_uncertainty,
         PoleUncertainty as PoleUncertainty,
+        simulation_band as simulation_band,
         static_gain_uncertainty as static_gain_uncertainty,
         step_response_band as step_response_band,
     )

@@ -392,3 +392,28 @@ def test_step_and_eigenvalue_figures_draw_their_confidence():
     np.testing.assert_allclose(
         half_width, np.sqrt(-2 * np.log(0.01) * cov_upper[0, 0]), rtol=1e-3
     )
+
+
+def test_simulation_band_against_finite_differences():
+    """The free run's std by linearisation equals sqrt(diag(G S G^T)) with G from
+    central finite differences of `compare`'s predictions."""
+    estimates, matrices, _, _, rebuild = _monte_carlo_fits()
+    model = rebuild(jnp.asarray(estimates[0]))
+    cov = _covariance(matrices[0], model)
+    us, _, noisy = _experiment()
+    data = dynsys.Dataset(us=us[:, :60], ys=noisy[0][:, :60])
+    predicted, std = dynsys.simulation_band(cov, data)
+    flat = np.asarray(estimates[0])
+    step = 1e-6
+    columns = []
+    for k in range(flat.size):
+        up, down = flat.copy(), flat.copy()
+        up[k] += step
+        down[k] -= step
+        plus = dynsys.compare(rebuild(jnp.asarray(up)), data).predicted
+        minus = dynsys.compare(rebuild(jnp.asarray(down)), data).predicted
+        columns.append(np.ravel(plus - minus) / (2 * step))
+    G = np.stack(columns, axis=1)
+    expected = np.sqrt(np.einsum("ip,pq,iq->i", G, matrices[0], G))
+    np.testing.assert_allclose(np.ravel(std), expected, rtol=1e-4, atol=1e-10)
+    np.testing.assert_allclose(predicted, dynsys.compare(model, data).predicted)

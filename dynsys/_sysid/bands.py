@@ -10,6 +10,7 @@ from jaxtyping import Array
 
 from .propagate import _check_covariance, propagate_std
 from .response import _discrete, _frequency_response, step_response
+from .validation import compare
 
 
 class PoleUncertainty(eqx.Module):
@@ -139,3 +140,25 @@ def step_response_band(covariance, num_steps: int, model=None) -> tuple[Array, A
         lambda system: step_response(system, num_steps), covariance, rebuild(flat)
     )
     return step_response(rebuild(flat), num_steps), jnp.asarray(std)
+
+
+def simulation_band(covariance, data, model=None) -> tuple[Array, Array]:
+    """The free run of a fitted model on `data` (as `compare` predicts it, each
+    experiment's initial state estimated for each model) and its standard
+    deviation at each step, by linearisation.
+
+    **Arguments:**
+
+    - `covariance`, `model`: as for `pole_uncertainty`.
+    - `data`: a `Dataset` with the model's inputs and outputs.
+
+    **Returns:**
+
+    `(predicted, std)`, both `(N, T, p)`.
+    """
+    covariance = _check_covariance("simulation_band", covariance)
+    flat, rebuild = covariance.split(model)
+    std = propagate_std(
+        lambda system: compare(system, data).predicted, covariance, rebuild(flat)
+    )
+    return compare(rebuild(flat), data).predicted, jnp.asarray(std)
