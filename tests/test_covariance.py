@@ -417,3 +417,30 @@ def test_simulation_band_against_finite_differences():
     expected = np.sqrt(np.einsum("ip,pq,iq->i", G, matrices[0], G))
     np.testing.assert_allclose(np.ravel(std), expected, rtol=1e-4, atol=1e-10)
     np.testing.assert_allclose(predicted, dynsys.compare(model, data).predicted)
+
+
+def test_comparison_draws_the_free_run_band():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    estimates, matrices, _, _, rebuild = _monte_carlo_fits()
+    model = rebuild(jnp.asarray(estimates[0]))
+    cov = _covariance(matrices[0], model)
+    us, _, noisy = _experiment()
+    data = dynsys.Dataset(us=us[:, :60], ys=noisy[0][:, :60])
+    predicted, std = dynsys.simulation_band(cov, data)
+    fig = dynsys.plot.comparison(
+        {"fitted": dynsys.compare(model, data)}, bands={"fitted": std[0]}
+    )
+    band = [
+        c
+        for c in fig.get_axes()[0].collections
+        if c.get_label() == "fitted: 99 % confidence"
+    ]
+    top = band[0].get_paths()[0].vertices[:, 1]
+    expected = np.max(np.asarray(predicted)[0, :, 0] + 2.5758293 * std[0, :, 0])
+    np.testing.assert_allclose(np.max(top), expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="bands=...\\): 'other' is not one of"):
+        dynsys.plot.comparison(
+            {"fitted": dynsys.compare(model, data)}, bands={"other": std[0]}
+        )

@@ -21,6 +21,7 @@ from .fit_data import _columns, _from_file, _simulated, _split
 from .fit_figures import _output_figures, _state_figures
 from .fit_uncertainty import (
     bode_references,
+    comparison_band,
     confidence_of,
     covariance_of,
     step_references,
@@ -450,6 +451,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         which,
         {
             "bode.png": bode_references(report, covariance),
+            "comparison.png": comparison_band(report, covariance),
             "step_response.png": step_references(report, covariance),
             "eigenvalues.png": confidence_of(covariance),
         },

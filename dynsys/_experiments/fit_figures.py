@@ -73,6 +73,7 @@ def _output_figures(
             channels=page,
             dt=dt,
             title=f"{where}: free run from the estimated initial state{of}",
+            **extras.get("comparison.png", {}),
         )
     return figures | {
         "singular_values.png": plot.singular_values(singular_values, order=order),

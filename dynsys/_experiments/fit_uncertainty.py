@@ -114,6 +114,24 @@ def step_references(data, covariance, num_steps: int = 50) -> dict:
     return extras
 
 
+def comparison_band(data, covariance) -> dict:
+    """The keyword arguments of `plot.comparison` that add the fitted model's band
+    around its free run on `data` (not for a problem whose Jacobian would pass
+    2**24 entries)."""
+    from .._sysid.bands import simulation_band
+
+    if covariance is None:
+        return {}
+    size = data.num_trajectories * data.num_steps * data.output_size
+    if size * covariance.num_parameters > 2**24:
+        return {}
+    try:
+        _, std = simulation_band(covariance, data)
+    except (ArithmeticError, ValueError, TypeError, np.linalg.LinAlgError):
+        return {}
+    return {"bands": {"fitted": np.asarray(std)[0]}, "level": LEVEL}
+
+
 def bode_references(data, covariance) -> dict:
     """The keyword arguments of `plot.bode` that add the data's spectral estimate
     (when the data allow one) and the fitted model's confidence band."""
