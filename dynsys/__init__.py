@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         quadratic_cost as quadratic_cost,
         tracking_cost as tracking_cost,
     )
+    from ._fitting.covariance import ParameterCovariance as ParameterCovariance
     from ._fitting.encoder import StateEncoder as StateEncoder
     from ._fitting.fit import fit as fit, FitResult as FitResult
     from ._fitting.least_squares import fit_least_squares as fit_least_squares
@@ -75,11 +76,26 @@ if TYPE_CHECKING:
     )
 
     # System identification from input-output data.
+    from ._sysid.bands import (
+        pole_uncertainty as pole_uncertainty,
+        PoleUncertainty as PoleUncertainty,
+        simulation_band as simulation_band,
+        static_gain_uncertainty as static_gain_uncertainty,
+        step_response_band as step_response_band,
+    )
+    from ._sysid.impulse import (
+        impulse_estimate as impulse_estimate,
+        ImpulseEstimate as ImpulseEstimate,
+    )
     from ._sysid.initial_state import estimate_x0 as estimate_x0
     from ._sysid.neural import (
         fit_neural as fit_neural,
         neural_initial_state as neural_initial_state,
         NeuralFit as NeuralFit,
+    )
+    from ._sysid.propagate import (
+        monte_carlo as monte_carlo,
+        propagate_std as propagate_std,
     )
     from ._sysid.python_control import (
         from_control as from_control,
@@ -91,6 +107,10 @@ if TYPE_CHECKING:
         Modes as Modes,
         modes as modes,
         step_response as step_response,
+    )
+    from ._sysid.spectral import (
+        spectral_estimate as spectral_estimate,
+        SpectralEstimate as SpectralEstimate,
     )
     from ._sysid.subspace import (
         fit_subspace as fit_subspace,

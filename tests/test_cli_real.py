@@ -64,6 +64,12 @@ def test_real_file_as_received(name, tmp_path, capsys):
     np.testing.assert_allclose(reported, recomputed, rtol=1e-6, atol=1e-6)
     for line in metrics["warnings"]:
         assert f"dynsys fit: warning: {line}" in err
+    # The fitted model's uncertainty (docs/uncertainty.md): one pole entry per
+    # state, finite standard deviations, static gains (p, m).
+    uncertainty = metrics["uncertainty"]
+    assert len(uncertainty["poles"]) == metrics["order"]
+    assert all(np.isfinite(p["natural_frequency_std"]) for p in uncertainty["poles"])
+    assert np.shape(uncertainty["static_gain_std"]) == (len(outputs), len(inputs))
 
 
 def _fails(argv, capsys, tmp_path, match):

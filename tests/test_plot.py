@@ -413,7 +413,7 @@ def test_residuals_from_residual_analysis(getkey):
     np.testing.assert_allclose(markers[0].get_ydata(), result.autocorrelation[:, 0])
     np.testing.assert_allclose(markers[0].get_xdata(), np.arange(11))
     bounds = [line.get_ydata()[0] for line in cross.get_lines()
-              if line.get_label().startswith("confidence bound")]  # fmt: skip
+              if line.get_label().startswith("99 % confidence bound")]  # fmt: skip
     np.testing.assert_allclose(sorted(bounds), [-result.bound, result.bound])
     assert cross.get_xlim()[0] < -9  # lags -L..L
     with pytest.raises(ValueError, match=r"residuals\(result=...\): give"):

@@ -19,6 +19,15 @@ from .config import ConfigError
 from .data_checks import run_data_checks, split_overlap
 from .fit_data import _columns, _from_file, _simulated, _split
 from .fit_figures import _output_figures, _state_figures
+from .fit_uncertainty import (
+    bode_references,
+    comparison_band,
+    confidence_of,
+    covariance_of,
+    step_references,
+    uncertainty_metrics,
+    uncertainty_notes,
+)
 from .outcome import loss_history_lines, Outcome
 
 
@@ -426,6 +435,10 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         **_matrices(fitted),
         "timing": timing,
     }
+    covariance, reason = covariance_of(result)
+    uncertainty = uncertainty_metrics(covariance, reason)
+    metrics |= uncertainty
+    notes += uncertainty_notes(uncertainty, channels, list(report.input_names))
     figures = _output_figures(
         report,
         comparisons,
@@ -436,6 +449,12 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         residuals,
         result,
         which,
+        {
+            "bode.png": bode_references(report, covariance),
+            "comparison.png": comparison_band(report, covariance),
+            "step_response.png": step_references(report, covariance),
+            "eigenvalues.png": confidence_of(covariance),
+        },
     )
     outcome = _outcome(run, result, metrics, summary, figures, notes)
     if fit_cfg["model"] == "neural":

@@ -24,10 +24,22 @@ ROLES = {"least squares": "estimate", "subspace": "estimate", "fitted": "fit"}
 
 
 def _output_figures(
-    report, comparisons, models, truth, singular_values, order, residuals, result, which
+    report,
+    comparisons,
+    models,
+    truth,
+    singular_values,
+    order,
+    residuals,
+    result,
+    which,
+    extras=None,
 ):
+    """`extras`: figure file → more keyword arguments of its plot function (the
+    data's spectral estimate, the fitted model's confidence bands)."""
     from .. import plot
 
+    extras = extras or {}
     estimated = {k: v for k, v in models.items() if k != "true"}
     true_system = models.get("true")
     T0 = report.lengths[0]
@@ -61,16 +73,24 @@ def _output_figures(
             channels=page,
             dt=dt,
             title=f"{where}: free run from the estimated initial state{of}",
+            **extras.get("comparison.png", {}),
         )
     return figures | {
         "singular_values.png": plot.singular_values(singular_values, order=order),
-        "bode.png": plot.bode(estimated, **responses),
-        "step_response.png": plot.step_response(estimated, **responses),
+        "bode.png": plot.bode(estimated, **responses, **extras.get("bode.png", {})),
+        "step_response.png": plot.step_response(
+            estimated, **responses, **extras.get("step_response.png", {})
+        ),
         "residuals.png": plot.residuals(
             residuals, channels=None if p <= 8 else range(8)
         ),
         "eigenvalues.png": plot.eigenvalues(
-            estimated, truth=true_system, roles=ROLES, dt=dt, title="eigenvalues of K"
+            estimated,
+            truth=true_system,
+            roles=ROLES,
+            dt=dt,
+            title="eigenvalues of K",
+            **extras.get("eigenvalues.png", {}),
         ),
         "loss.png": _loss_figure(
             result,

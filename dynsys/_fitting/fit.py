@@ -22,6 +22,7 @@ from .._rollout.method import AbstractMethod
 from .._rollout.rollout import rollout
 from .._rollout.sharding import to_host
 from .._systems.system import AbstractSystem
+from .covariance import LazyCovariance, ParameterCovariance
 from .flat_loss import FLAT_STEPS
 from .least_squares import _check_data, step_mask
 from .losses import (
@@ -74,6 +75,10 @@ class FitResult:
         on the outputs for output data), `one_step_nrmse` (state data only), and
         `spectral_radius` for models with a transition matrix `K`.
     - `train_result`: the underlying `TrainResult`.
+    - `covariance` (computed on first access): the Gauss–Newton covariance of the
+        trained model parameters at the fit, a `ParameterCovariance`, or `None`
+        where it cannot be computed, with the reason in `covariance_reason`. Read
+        it through identifiable quantities (docs/uncertainty.md).
     """
 
     model: Any
@@ -87,6 +92,20 @@ class FitResult:
     converged: bool = False
     optimizer: str = ""
     steps_run: int = 0
+    uncertainty: LazyCovariance | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
+
+    @property
+    def covariance(self) -> ParameterCovariance | None:
+        return None if self.uncertainty is None else self.uncertainty.result()[0]
+
+    @property
+    def covariance_reason(self) -> str | None:
+        """Why `covariance` is `None` (else `None`)."""
+        if self.uncertainty is None:
+            return "not computed: no least-squares objective"
+        return self.uncertainty.result()[1]
 
 
 LossName = Literal["simulation", "one_step"]
@@ -451,10 +470,14 @@ def _warn_untrusted(stop_reason: str | None):
         warnings.warn(f"fit: {stop_reason}.", stacklevel=3)
 
 
-def _fit_result(result, objective, batch, evaluator, stop_reason) -> FitResult:
+def _fit_result(
+    result, objective, batch, evaluator, stop_reason, filter_spec
+) -> FitResult:
     """The `FitResult` of `optimise`'s `result`: the best model, its initial states
     and its metrics on the training (and validation) data."""
     best_model, best_x0s = result.model
+    width = (batch["ys"] if "ys" in batch else batch["xs"]).shape[-1]
+    uncertainty = LazyCovariance(objective, result.model, batch, filter_spec, width)
     if objective.x0 == "closed_form":
         best_x0s = _initial_states(objective, best_model, batch)
     metrics = {"train": _metrics(objective, best_model, best_x0s, batch)}
@@ -474,6 +497,7 @@ def _fit_result(result, objective, batch, evaluator, stop_reason) -> FitResult:
         converged=result.converged,
         optimizer=result.optimizer,
         steps_run=result.steps_run,
+        uncertainty=uncertainty,
     )
 
 
@@ -577,4 +601,4 @@ def fit(
     )
     stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
     _warn_untrusted(stop_reason)
-    return _fit_result(result, objective, batch, evaluator, stop_reason)
+    return _fit_result(result, objective, batch, evaluator, stop_reason, filter_spec)

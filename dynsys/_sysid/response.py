@@ -8,6 +8,7 @@ from jaxtyping import Array, ArrayLike, Complex, Float
 
 from .._systems.ode import LinearODE
 from .._systems.system import LinearSystem
+from .propagate import propagate_std
 from .signals import linear_of
 
 
@@ -40,8 +41,8 @@ def _output_matrix(C, n: int, dtype) -> Array:
 
 
 def frequency_response(
-    system, frequencies: Float[ArrayLike, " F"]
-) -> Complex[Array, "F p m"]:
+    system, frequencies: Float[ArrayLike, " F"], *, covariance=None
+) -> Complex[Array, "F p m"] | tuple[Complex[Array, "F p m"], Float[Array, "F p m"]]:
     """The frequency response $H(e^{i \\omega\\,dt}) = C (e^{i \\omega\\,dt} I - K)^{-1}
     B + D$ of a linear discrete-time system.
 
@@ -56,11 +57,15 @@ def frequency_response(
     - `system`: a `LinearSystem`, a system with `to_linear()` (`StableLinearSystem`,
         `Discretized`), or a `LinearODE`; it must have inputs.
     - `frequencies`: shape `(F,)`.
+    - `covariance`: optionally the `ParameterCovariance` of `system`'s trained
+        parameters (`FitResult.covariance`).
 
     **Returns:**
 
     Complex, shape `(F, p, m)`: entry `[f, i, j]` is the gain and phase from input `j`
-    to output `i` (magnitude `jnp.abs`, phase `jnp.angle`).
+    to output `i` (magnitude `jnp.abs`, phase `jnp.angle`). With a `covariance`,
+    `(response, magnitude_std)`, both `(F, p, m)`: the standard deviation of
+    $|H|$ by linearisation (a 95 % band is about $\\pm 1.96$ of it).
 
     **Raises:**
 
@@ -74,6 +79,18 @@ def frequency_response(
     dynsys.frequency_response(system, jnp.array([0.0]))  # [[[2+0j]]]: 1 / (1 - 0.5)
     ```
     """
+    response = _frequency_response(system, frequencies)
+    if covariance is None:
+        return response
+    std = propagate_std(
+        lambda model: jnp.abs(_frequency_response(model, frequencies)),
+        covariance,
+        system,
+    )
+    return response, jnp.asarray(std)
+
+
+def _frequency_response(system, frequencies) -> Array:
     call = "frequency_response"
     w = jnp.asarray(frequencies)
     if w.ndim != 1:

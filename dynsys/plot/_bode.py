@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _layout, _responses
+from . import _bands, _layout, _responses
 from ._style import line_style
 
 
@@ -73,6 +73,27 @@ def _pair_axes(count: int, fig):
     return fig, panels
 
 
+def _draw_references(mag, phase, pair, extras, styles, x):
+    """The data's spectral estimate and the models' confidence bands."""
+    spectral, bands, z, level = extras
+    if spectral is not None:
+        _bands.draw_spectral(mag, phase, spectral[0], pair, spectral[1])
+    for label, band in bands.items():
+        color = styles.get(label, {}).get("color", "C0")
+        label_text = _bands.level_label(label, level)
+        _bands.draw_magnitude_band(mag, x, pair, band, z, color, label_text)
+
+
+def _spectral_series(spectral, dt, hz: bool):
+    """`(x, response)` of a `SpectralEstimate` from its third bin (the two lowest
+    are biased by the segments' mean removal), or `None`."""
+    if spectral is None:
+        return None
+    w = np.asarray(spectral.w)[2:]
+    x, _, _ = _frequency_axis(w * dt if dt else w, dt, hz)
+    return x, np.asarray(spectral.response)[2:]
+
+
 def _draw_pair(mag, phase, pair, responses, styles, x, unit, nyquist):
     """Magnitude and phase of one (output, input) pair, with the Nyquist frequency
     marked when it is known."""
@@ -111,6 +132,9 @@ def bode(
     num: int = 200,
     title: str | None = None,
     fig: "Figure | None" = None,
+    spectral=None,
+    confidence: Mapping | None = None,
+    level: float = 0.99,
 ) -> "Figure":
     """Bode diagram: magnitude in dB and phase in degrees against frequency.
 
@@ -135,6 +159,12 @@ def bode(
     - `num`: the number of default frequencies.
     - `title`: the figure title.
     - `fig`: optional empty `Figure` (or `SubFigure`) to draw into.
+    - `spectral`: optional `SpectralEstimate` of the data (`dynsys.spectral_estimate`),
+        drawn as grey dots: a reference that needs no model.
+    - `confidence`: optional mapping label → `ParameterCovariance`
+        (`FitResult.covariance`): a shaded band of $|H| \\pm z\\sigma$ around that
+        label's model (the covariance's own model), its level in the legend.
+    - `level`: the bands' confidence level (default 0.99).
 
     **Returns:**
 
@@ -142,8 +172,9 @@ def bode(
 
     **Raises:**
 
-    `ValueError` for a system without `K`/`B`, a response of the wrong shape, or
-    `hz` without `dt`.
+    `ValueError` for a system without `K`/`B`, a response of the wrong shape,
+    `hz` without `dt`, or a level outside (0, 1); `TypeError` for a confidence
+    entry that is not a `ParameterCovariance`.
 
     **Example:**
 
@@ -176,8 +207,16 @@ def bode(
         call,
     )
     x, unit, nyquist = _frequency_axis(w_sample, dt, hz)
+    bands = _bands.magnitude_bands(confidence, w_sample, level, call)
+    extras = (
+        _spectral_series(spectral, dt, hz),
+        bands,
+        _bands.quantile(level, call),
+        level,
+    )
     fig, panels = _pair_axes(len(pairs), fig)
     for (mag, phase), pair in zip(panels, pairs):
+        _draw_references(mag, phase, pair, extras, styles, x)
         _draw_pair(mag, phase, pair, responses, styles, x, unit, nyquist)
         mag.set_title(_layout.pair_title(pair, out_names, in_names), fontsize="small")
     _layout.figure_legend(fig, [a for pair in panels for a in pair], created=True)

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _layout
+from . import _bands, _layout
 from ._style import line_style, model_styles, style
 
 
@@ -216,6 +216,8 @@ def comparison(
     title: str | None = None,
     ax: "Sequence[Axes] | None" = None,
     max_points: int | None = 2000,
+    bands: Mapping[str, np.ndarray] | None = None,
+    level: float = 0.99,
 ) -> "Figure":
     """Measured against predicted channels, one panel per channel, with fit %.
 
@@ -251,6 +253,11 @@ def comparison(
         the traces stay readable (the title says so; the fit % stay those of the
         whole record); `None` draws every sample.
 
+    - `bands`: optional label → standard deviation `(T, p)` of that label's
+        prediction (e.g. from `dynsys.simulation_band`, one experiment): a shaded
+        band of ± the `level` quantile around it, its level in the legend.
+    - `level`: the bands' confidence level (default 0.99).
+
     **Returns:**
 
     The matplotlib `Figure`.
@@ -279,9 +286,18 @@ def comparison(
     measured = _checked_measured(measured, ts, predictions, truth)
     T, p = measured.shape
     times, default_label = _layout.time_axis(T, ts=ts, dt=dt, call=call)
+    z = _bands.quantile(level, call)
     times, measured, predictions, truth, zoom = _zoomed(
         times, measured, predictions, truth, max_points
     )
+    shown = {}
+    for label, std in (bands or {}).items():
+        if label not in predictions:
+            raise ValueError(
+                f"comparison(bands=...): {label!r} is not one of the predictions "
+                f"{sorted(predictions)}."
+            )
+        shown[label] = np.asarray(std, float).reshape(-1, p)[:T][T - len(times) :]
     names = names if names is not None else state_names
     channel_names = _layout.names(names, "y", p, call, "names")
     chosen = _layout.select(channels, p, call)
@@ -290,6 +306,11 @@ def comparison(
     created = ax is None
     fig, axes = _channel_axes(ax, len(chosen), call)
     for a, i in zip(axes, chosen):
+        for label, std in shown.items():
+            centre = np.asarray(predictions[label], dtype=float).reshape(-1, p)[:, i]
+            a.fill_between(times, centre - z * std[:, i], centre + z * std[:, i],
+                           color=styles[label]["color"], alpha=0.2, lw=0,
+                           label=_bands.level_label(label, level))  # fmt: skip
         _draw_channel(a, i, times, measured, truth, predictions, styles, fits, chosen)
         a.set_ylabel(channel_names[i])
         a.grid(True, alpha=0.3)

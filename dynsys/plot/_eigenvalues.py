@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _layout
+from . import _bands, _layout
 from ._style import model_styles, style
 
 
@@ -125,6 +125,8 @@ def eigenvalues(
     bound: float = 1.0,
     title: str | None = None,
     ax: "Axes | None" = None,
+    confidence: Mapping | None = None,
+    level: float = 0.99,
 ) -> "Figure":
     """Eigenvalues of transition matrices against the unit circle, and their modes.
 
@@ -145,6 +147,10 @@ def eigenvalues(
     - `bound`: the radius of the circle drawn (1: the stability boundary).
     - `title`: the figure title.
     - `ax`: optional `Axes` to draw only the unit-disc panel into.
+    - `confidence`: optional label → `ParameterCovariance` (`FitResult.covariance`):
+        each of that model's eigenvalues gets its confidence ellipse, and its
+        modes error bars of natural frequency and damping, at `level`.
+    - `level`: their confidence level (default 0.99), stated in the legend.
 
     **Returns:**
 
@@ -177,10 +183,19 @@ def eigenvalues(
     markers = _markers(systems, truth, roles, call)
     created = ax is None
     fig, panels = _panels(ax, dt)
+    regions = _bands.pole_regions(confidence, level, call)
     for index, a in enumerate(panels[:2]):
         _draw_z_plane(a, values, markers, bound, close_up=index == 1)
+        for label, poles in regions.items():
+            color = markers.get(label, {}).get("color", "C0")
+            text = _bands.level_label(label, level)
+            _bands.draw_pole_ellipses(a, poles, level, color, text)
     if created and dt:
         _draw_modes(panels[2], found, markers, dt, hz)
+        for label, poles in regions.items():
+            color = markers.get(label, {}).get("color", "C0")
+            z = _bands.quantile(level, call)
+            _bands.draw_mode_bars(panels[2], poles, z, color, 0.5 / np.pi if hz else 1)
     _layout.figure_legend(fig, panels, created=created)
     _layout.suptitle(fig, title)
     return fig

@@ -34,6 +34,7 @@ def residuals(
     channels: Sequence[int] | None = None,
     title: str | None = None,
     fig: "Figure | None" = None,
+    level: float | None = None,
 ) -> "Figure":
     """Residual analysis: the auto-correlation of each output's residual (lags
     $0 \\dots L$) and its cross-correlation with the inputs (lags $-L \\dots L$),
@@ -53,6 +54,9 @@ def residuals(
     - `channels`: the outputs to draw (default: all).
     - `title`: the figure title.
     - `fig`: optional empty `Figure` (or `SubFigure`) to draw into.
+    - `level`: the bound's confidence level, stated in the legend (e.g. 0.99:
+        "99 % confidence bound"); default 0.99 for a `result` (its bound is the
+        99 % one), else not stated.
 
     **Returns:**
 
@@ -75,11 +79,14 @@ def residuals(
     """
     names_found = None
     if result is not None:
+        level = 0.99 if level is None and bound is None else level
         autocorrelation, cross_correlation, bound, names_found, input_names = (
             _from_result(result, bound, input_names)
         )
     auto, cross = _checked_arrays(autocorrelation, cross_correlation, bound)
     bound = float(np.max(np.asarray(bound, dtype=float)))
+    stated = "" if level is None else f"{100 * level:g} % "
+    bound_label = f"{stated}confidence bound ±{bound:.3g}"
     out_names, in_names = _channel_names(
         output_names, input_names, names_found, auto, cross
     )
@@ -87,8 +94,10 @@ def residuals(
     fig, grid, blocks = _blocks(len(chosen), cross is not None, fig)
     for i, block in zip(chosen, blocks):
         _draw_auto(block[0], auto[:, i], bound, out_names[i])
+        _draw_bound(block[0], bound, bound_label)
         if cross is not None:
             _draw_cross(block[1], cross[:, i], bound, out_names[i], in_names)
+            _draw_bound(block[1], bound, bound_label)
     used = [a for block in blocks for a in block]
     for cell in grid.ravel():
         if cell not in used:
@@ -176,7 +185,6 @@ def _draw_auto(a, values: np.ndarray, bound: float, name: str) -> None:
     _stems(a, lags, values, bound, color="tab:blue", ls="-", label="correlation",
            skip_zero=True)  # fmt: skip
     a.set_title(f"{name}: residual auto-correlation", fontsize="small")
-    _draw_bound(a, bound)
     a.set_xlabel("lag (steps)")
 
 
@@ -192,16 +200,15 @@ def _draw_cross(a, values: np.ndarray, bound: float, name: str, in_names) -> Non
                label=label)  # fmt: skip
     a.set_title(f"{name}: cross-correlation with the input"
                 + ("s" if m > 1 else f" {in_names[0]}"), fontsize="small")  # fmt: skip
-    _draw_bound(a, bound)
     a.set_xlabel("lag τ (steps): residual at t + τ, input at t")
 
 
-def _draw_bound(a, bound: float) -> None:
+def _draw_bound(a, bound: float, label: str) -> None:
     """The confidence band `±bound`, its two lines, the y label and the grid."""
     bound_style = style("bound")
     a.axhspan(-bound, bound, color=bound_style["color"], alpha=0.08, lw=0)
     for level in (-bound, bound):
         a.axhline(level, color=bound_style["color"], ls=bound_style["linestyle"],
-                  lw=1.0, label=f"confidence bound ±{bound:.3g}")  # fmt: skip
+                  lw=1.0, label=label)  # fmt: skip
     a.set_ylabel("correlation")
     a.grid(True, alpha=0.3)

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _layout, _responses
+from . import _bands, _layout, _responses
 from ._style import line_style
 
 
@@ -66,6 +66,9 @@ def step_response(
     input_names: Sequence[str] | None = None,
     title: str | None = None,
     fig: "Figure | None" = None,
+    confidence: Mapping | None = None,
+    level: float = 0.99,
+    impulse=None,
 ) -> "Figure":
     """Step responses: each output after a unit step on each input, from $x_0 = 0$.
 
@@ -86,6 +89,13 @@ def step_response(
     - `output_names`, `input_names`: labels with units (default `y0, ...`, `u0, ...`).
     - `title`: the figure title.
     - `fig`: optional empty `Figure` (or `SubFigure`) to draw into.
+    - `confidence`: optional label → `ParameterCovariance` (`FitResult.covariance`):
+        a shaded band of ± the `level` quantile of the step response's standard
+        deviation around that label's model (the covariance's own model).
+    - `level`: the bands' confidence level (default 0.99), stated in the legend.
+    - `impulse`: optional `ImpulseEstimate` of the data (`dynsys.impulse_estimate`):
+        the step response it implies, drawn as grey dots (a reference that needs
+        no model).
 
     **Returns:**
 
@@ -93,7 +103,9 @@ def step_response(
 
     **Raises:**
 
-    `ValueError` for a system without input or a response of the wrong shape.
+    `ValueError` for a system without input, a response of the wrong shape or a
+    level outside (0, 1); `TypeError` for a confidence entry that is not a
+    `ParameterCovariance`.
 
     **Example:**
 
@@ -126,8 +138,16 @@ def step_response(
         call,
     )
     times, time_label = _layout.time_axis(num_steps, dt=dt, call=call)
+    bands = _bands.step_bands(confidence, num_steps, level, call)
     fig, axes = _pair_axes(len(pairs), fig)
     for a, pair in zip(axes, pairs):
+        for label, band in bands.items():
+            color = styles.get(label, {}).get("color", "C0")
+            text = _bands.level_label(label, level)
+            z = _bands.quantile(level, call)
+            _bands.draw_step_band(a, times, pair, band, z, color, text)
+        if impulse is not None:
+            _bands.draw_step_estimate(a, times, pair, impulse)
         _draw_pair(a, pair, responses, styles, times, out_names, in_names)
     for a in _layout.bottom_row(axes, len(axes)):
         a.set_xlabel(time_label)

@@ -1,0 +1,242 @@
+"""The covariance of fitted parameters: Gauss–Newton at the optimum, from the
+residual Jacobian and the residual variance of each channel.
+
+A state-space model has a change-of-basis freedom (`K -> T K T^{-1}`, `B -> T B`,
+`C -> C T^{-1}` leaves every prediction unchanged), so `J^T J` is singular along
+those directions and the covariance of the raw matrix entries is not defined. The
+pseudo-inverse gives one covariance among many; what it predicts for an
+identifiable quantity (poles, static gains, the frequency response: functions the
+basis does not change, whose gradients lie in the row space of `J`) is the same
+for every generalised inverse, hence for every basis. Propagate it to such
+quantities (`dynsys._sysid.bands`) rather than reading the raw entries.
+"""
+
+import dataclasses
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from jaxtyping import Array, Float
+
+
+# The largest residual Jacobian (entries) and parameter count `fit` computes the
+# covariance for; past these it reports why it did not.
+COVARIANCE_JACOBIAN_LIMIT = 2**24
+COVARIANCE_PARAMETER_LIMIT = 4096
+
+
+def _rank_tolerance(dtype) -> float:
+    """Singular values of `J` below this fraction of the largest count as zero:
+    `eps ** 0.75` in float64 (1.8e-12), `eps ** 0.5` in float32 (3.5e-4), above the
+    round-off of the basis directions' zero singular values."""
+    eps = float(jnp.finfo(dtype).eps)
+    return eps ** (0.75 if jnp.dtype(dtype) == jnp.float64 else 0.5)
+
+
+def gauss_newton_covariance(
+    jacobian: Float[Array, "R P"], residuals: Float[Array, " R"], num_channels: int
+) -> tuple[Float[Array, "P P"], Float[Array, " c"], Array]:
+    """The Gauss–Newton covariance of least-squares parameters,
+    $\\Sigma = H^+ J^T S J H^+$ with $H = J^T J$ and $S$ the diagonal of each
+    residual's channel variance (a sandwich: the channels of a weighted loss may
+    have different noise levels; with one channel it is $\\sigma^2 H^+$).
+
+    Residual `k` belongs to channel `k % num_channels` (the channel axis is the
+    fastest, as in `fit`'s residual vectors). Rows whose residual and Jacobian are
+    all zero (padded steps) do not count. A channel's variance is its residuals'
+    sum of squares over its valid rows less its share of the identifiable
+    parameters (`rank / num_channels`). Traceable (`jit`, `vmap`).
+
+    **Arguments:**
+
+    - `jacobian`: `(R, P)`, the derivative of the residuals at the optimum.
+    - `residuals`: `(R,)`, the residuals there.
+    - `num_channels`: `c`, the number of channels.
+
+    **Returns:**
+
+    `(covariance (P, P), channel_variance (c,), rank)`: `rank` is the number of
+    identifiable parameter directions (`P` less the basis freedom).
+    """
+    left, singular, right_t = jnp.linalg.svd(jacobian, full_matrices=False)
+    tolerance = _rank_tolerance(jacobian.dtype) * jnp.max(singular)
+    kept = singular > tolerance
+    inverse = jnp.where(kept, 1.0 / jnp.where(kept, singular, 1.0), 0.0)
+    rank = jnp.sum(kept)
+    channel = jnp.arange(residuals.shape[0]) % num_channels
+    valid = (residuals != 0) | jnp.any(jacobian != 0, axis=1)
+    one_hot = (channel[:, None] == jnp.arange(num_channels)[None]) & valid[:, None]
+    squares = one_hot.T.astype(residuals.dtype) @ residuals**2
+    count = jnp.sum(one_hot, axis=0).astype(residuals.dtype)
+    dof = jnp.maximum(count - rank / num_channels, 1.0)
+    variance = squares / dof
+    # V S^-1 U^T S_r U S^-1 V^T, with S_r the residual variances.
+    row_variance = jnp.where(valid, variance[channel], 0.0)
+    middle = left.T @ (row_variance[:, None] * left)
+    scaled = right_t.T * inverse[None]
+    return scaled @ middle @ scaled.T, variance, rank
+
+
+@dataclasses.dataclass(frozen=True)
+class ParameterCovariance:
+    """The covariance of a fitted model's trained parameters (what
+    `FitResult.covariance` holds).
+
+    Its rows follow the flattened trained arrays of `model` (`eqx.filter(model,
+    trained)`, leaves in `jax.tree` order). Because of the change-of-basis freedom
+    of state-space models, read it through identifiable quantities:
+    `frequency_response(model, w, covariance=...)`, `pole_uncertainty`,
+    `static_gain_uncertainty`, `propagate`.
+
+    **Fields:**
+
+    - `matrix`: `(P, P)`, in the parameters' units squared.
+    - `model`: the model it belongs to (the fitted one).
+    - `trained`: a bool pytree shaped like `model` marking the trained arrays.
+    - `channel_variance`: `(c,)`, the residual variance of each channel (in the
+        units of `fit`'s normalised residuals).
+    - `rank`: the number of identifiable parameter directions.
+    - `num_residuals`: the number of valid residuals it rests on.
+    """
+
+    matrix: np.ndarray
+    model: Any
+    trained: Any
+    channel_variance: np.ndarray
+    rank: int
+    num_residuals: int
+
+    @property
+    def num_parameters(self) -> int:
+        return int(self.matrix.shape[0])
+
+    def split(self, model=None):
+        """`(flat (P,), rebuild)`: the trained parameters of `model` (default the
+        fitted one) as one vector, and `rebuild(flat) -> model`."""
+        model = self.model if model is None else model
+        params, static = eqx.partition(model, self.trained)
+        flat, unravel = ravel_pytree(params)
+        if flat.size != self.num_parameters:
+            raise ValueError(
+                "ParameterCovariance: the model has "
+                f"{flat.size} trained parameters but the covariance is for "
+                f"{self.num_parameters}; pass the model it was computed for."
+            )
+
+        def rebuild(vector):
+            return eqx.combine(unravel(vector), static)
+
+        return flat, rebuild
+
+
+def trained_mask(model, filter_spec) -> Any:
+    """The bool pytree (shaped like `model`) of its trained arrays: selected by
+    `filter_spec` and inexact, as `train` selects them."""
+    selected, _ = eqx.partition(model, filter_spec)
+    return jax.tree.map(eqx.is_inexact_array, selected, is_leaf=lambda x: x is None)
+
+
+def _residual_jacobian(objective, params, batch, mask):
+    """`(J (R, P), r (R,), P_model)` at `params = (model, x0s)`, float64 when JAX
+    has it enabled."""
+    trained, static = eqx.partition(params, mask)
+    flat, unravel = ravel_pytree(trained)
+    num_model = ravel_pytree(trained[0])[0].size
+    if jax.config.jax_enable_x64:
+        flat = flat.astype(jnp.float64)
+        batch = jax.tree.map(
+            lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x, batch
+        )
+        static = jax.tree.map(
+            lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x, static
+        )
+        objective = jax.tree.map(
+            lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
+            objective,
+        )
+
+    def residuals(vector):
+        return objective.residuals(eqx.combine(unravel(vector), static), batch)
+
+    return jax.jacfwd(residuals)(flat), residuals(flat), num_model
+
+
+@eqx.filter_jit
+def _covariance_parts(objective, params, batch, mask, num_channels: int):
+    jacobian, residuals, num_model = _residual_jacobian(objective, params, batch, mask)
+    matrix, variance, rank = gauss_newton_covariance(jacobian, residuals, num_channels)
+    valid = jnp.sum((residuals != 0) | jnp.any(jacobian != 0, axis=1))
+    return matrix[:num_model, :num_model], variance, rank, valid
+
+
+def fit_covariance(
+    objective, params, batch, filter_spec, num_channels: int
+) -> tuple[ParameterCovariance | None, str | None]:
+    """The covariance of the trained model parameters of a least-squares fit at
+    `params = (model, x0s)` (its optimum), or `None` and the reason. Trained
+    initial states count as parameters; the model's block is returned (their
+    marginal covariance).
+
+    **Arguments:**
+
+    - `objective`: a least-squares objective (`residuals(params, batch)`).
+    - `params`: `(model, x0s)`.
+    - `batch`: the data as the objective reads them.
+    - `filter_spec`: which parts of the model trained (as given to `fit`).
+    - `num_channels`: the width of the residuals' channel axis.
+    """
+    model = params[0]
+    mask = (trained_mask(model, filter_spec), trained_mask(params[1], True))
+    num_params = sum(leaf.size for leaf in jax.tree.leaves(eqx.filter(params, mask)))
+    num_residuals = objective.num_residuals(batch)
+    if num_params > COVARIANCE_PARAMETER_LIMIT:
+        return None, (
+            f"not computed: {num_params} trained parameters (more than "
+            f"{COVARIANCE_PARAMETER_LIMIT})"
+        )
+    if num_params * num_residuals > COVARIANCE_JACOBIAN_LIMIT:
+        return None, (
+            f"not computed: the residual Jacobian ({num_residuals} x {num_params}) "
+            f"is larger than {COVARIANCE_JACOBIAN_LIMIT} entries"
+        )
+    matrix, variance, rank, valid = _covariance_parts(
+        objective, params, batch, mask, num_channels
+    )
+    matrix = np.asarray(matrix, np.float64)
+    if not np.all(np.isfinite(matrix)):
+        return None, "not computed: the residual Jacobian is not finite at the fit"
+    if int(valid) <= int(rank):
+        return None, (
+            f"not computed: {int(valid)} residuals for {int(rank)} identifiable "
+            "parameters leave no degrees of freedom for the noise variance"
+        )
+    covariance = ParameterCovariance(
+        matrix=matrix,
+        model=model,
+        trained=mask[0],
+        channel_variance=np.asarray(variance, np.float64),
+        rank=int(rank),
+        num_residuals=int(valid),
+    )
+    return covariance, None
+
+
+class LazyCovariance:
+    """`fit_covariance` computed on first request and kept (a fit does not pay for
+    the Jacobian unless its covariance is read)."""
+
+    def __init__(self, objective, params, batch, filter_spec, num_channels: int):
+        self._arguments = (objective, params, batch, filter_spec, num_channels)
+        self._result: tuple[ParameterCovariance | None, str | None] | None = None
+
+    def result(self) -> tuple[ParameterCovariance | None, str | None]:
+        if self._result is None:
+            try:
+                self._result = fit_covariance(*self._arguments)
+            except (TypeError, ValueError) as error:
+                self._result = (None, f"not computed: {error}")
+            self._arguments = None
+        return self._result

@@ -1,0 +1,164 @@
+"""Uncertainty of the identifiable quantities of a fitted linear model: poles
+(natural frequency, damping, confidence ellipses), static gains, step responses;
+propagated from a `ParameterCovariance` by linearisation."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from .propagate import _check_covariance, propagate_std
+from .response import _discrete, _frequency_response, step_response
+from .validation import compare
+
+
+class PoleUncertainty(eqx.Module):
+    """The poles of a fitted linear model with their standard deviations (from
+    `pole_uncertainty`), sorted as `modes` sorts them (by natural frequency).
+
+    **Fields:**
+
+    - `eigenvalues`: complex, `(n,)`, of `K`.
+    - `eigenvalue_covariance`: `(n, 2, 2)`, the covariance of each eigenvalue's
+        (real, imaginary) parts: the confidence ellipse in the complex plane.
+    - `natural_frequency`, `natural_frequency_std`: `(n,)`, as in `modes` (rad/s
+        with a `dt`, else rad per sample).
+    - `damping_ratio`, `damping_std`: `(n,)`.
+    """
+
+    eigenvalues: Array
+    eigenvalue_covariance: Array
+    natural_frequency: Array
+    natural_frequency_std: Array
+    damping_ratio: Array
+    damping_std: Array
+
+
+def _eigenvalue_gradients(K: np.ndarray, dK: np.ndarray):
+    """`(eigenvalues (n,), d eigenvalue / d theta (n, P) complex)` by first-order
+    perturbation: $d\\lambda = w^H dK\\, v / (w^H v)$ with the left and right
+    eigenvectors $w$, $v$ (simple eigenvalues)."""
+    eigenvalues, right = np.linalg.eig(K)
+    left = np.linalg.inv(right).conj().T  # columns: left eigenvectors, w^H v = 1
+    gradients = np.einsum("ji,jkp,ki->ip", left.conj(), dK, right)
+    return eigenvalues, gradients
+
+
+def _std(rows: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.maximum(np.einsum("ip,pq,iq->i", rows, matrix, rows), 0.0))
+
+
+def pole_uncertainty(covariance, model=None) -> PoleUncertainty:
+    """The poles of a fitted linear model, their confidence ellipses and the
+    standard deviations of their natural frequencies and damping ratios, by
+    linearisation (first-order eigenvalue perturbation through $K(\\theta)$).
+    Unchanged by a change of state basis.
+
+    **Arguments:**
+
+    - `covariance`: a `ParameterCovariance` (`FitResult.covariance`).
+    - `model`: the model (default: the one the covariance belongs to); a
+        `LinearSystem` or a system with `to_linear()`.
+
+    **Returns:**
+
+    A `PoleUncertainty`.
+
+    **Example:**
+
+    ```python
+    result = dynsys.fit(dynsys.fit_subspace(data, 2), data, progress=False)
+    poles = dynsys.pole_uncertainty(result.covariance)
+    poles.natural_frequency, poles.natural_frequency_std
+    ```
+    """
+    covariance = _check_covariance("pole_uncertainty", covariance)
+    flat, rebuild = covariance.split(model)
+    linear = _discrete("pole_uncertainty", rebuild(flat))
+    dK = jax.jacfwd(lambda v: _discrete("pole_uncertainty", rebuild(v)).K)(flat)
+    K = np.asarray(linear.K, np.float64)
+    eigenvalues, gradients = _eigenvalue_gradients(K, np.asarray(dK, np.float64))
+    dt = 1.0 if linear.dt is None else linear.dt
+    with np.errstate(divide="ignore", invalid="ignore"):
+        poles = np.log(eigenvalues.astype(np.complex128)) / dt
+        pole_gradients = gradients / (eigenvalues[:, None] * dt)
+        frequency = np.abs(poles)
+        damping = -poles.real / frequency
+        d_frequency = (poles.conj()[:, None] * pole_gradients).real / frequency[:, None]
+        d_damping = (
+            -pole_gradients.real / frequency[:, None]
+            + poles.real[:, None] * d_frequency / frequency[:, None] ** 2
+        )
+    parts = np.stack([gradients.real, gradients.imag], axis=1)  # (n, 2, P)
+    ellipses = np.einsum("iap,pq,ibq->iab", parts, covariance.matrix, parts)
+    order = np.lexsort((eigenvalues.imag, frequency))
+    return PoleUncertainty(
+        jnp.asarray(eigenvalues[order]),
+        jnp.asarray(ellipses[order]),
+        jnp.asarray(frequency[order]),
+        jnp.asarray(_std(d_frequency, covariance.matrix)[order]),
+        jnp.asarray(damping[order]),
+        jnp.asarray(_std(d_damping, covariance.matrix)[order]),
+    )
+
+
+def static_gain_uncertainty(covariance, model=None) -> tuple[Array, Array]:
+    """The static (DC) gain $C (I - K)^{-1} B + D$ of a fitted linear model and
+    its standard deviation, by linearisation.
+
+    **Arguments:**
+
+    - `covariance`, `model`: as for `pole_uncertainty`.
+
+    **Returns:**
+
+    `(gain, std)`, both `(p, m)`.
+    """
+    covariance = _check_covariance("static_gain_uncertainty", covariance)
+    flat, rebuild = covariance.split(model)
+    zero = jnp.zeros((1,), flat.dtype)
+
+    def gain(system):
+        return jnp.real(_frequency_response(system, zero)[0])
+
+    std = propagate_std(gain, covariance, rebuild(flat))
+    return gain(rebuild(flat)), jnp.asarray(std)
+
+
+def step_response_band(covariance, num_steps: int, model=None) -> tuple[Array, Array]:
+    """The step response of a fitted linear model and its standard deviation at
+    each step, by linearisation.
+
+    **Returns:**
+
+    `(response, std)`, both `(num_steps, p, m)`.
+    """
+    covariance = _check_covariance("step_response_band", covariance)
+    flat, rebuild = covariance.split(model)
+    std = propagate_std(
+        lambda system: step_response(system, num_steps), covariance, rebuild(flat)
+    )
+    return step_response(rebuild(flat), num_steps), jnp.asarray(std)
+
+
+def simulation_band(covariance, data, model=None) -> tuple[Array, Array]:
+    """The free run of a fitted model on `data` (as `compare` predicts it, each
+    experiment's initial state estimated for each model) and its standard
+    deviation at each step, by linearisation.
+
+    **Arguments:**
+
+    - `covariance`, `model`: as for `pole_uncertainty`.
+    - `data`: a `Dataset` with the model's inputs and outputs.
+
+    **Returns:**
+
+    `(predicted, std)`, both `(N, T, p)`.
+    """
+    covariance = _check_covariance("simulation_band", covariance)
+    flat, rebuild = covariance.split(model)
+    std = propagate_std(
+        lambda system: compare(system, data).predicted, covariance, rebuild(flat)
+    )
+    return compare(rebuild(flat), data).predicted, jnp.asarray(std)
