@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from ._sysid.validation import (
         compare as compare,
         Comparison as Comparison,
+        predict as predict,
         residual_analysis as residual_analysis,
         Residuals as Residuals,
     )
@@ -115,6 +116,7 @@ if TYPE_CHECKING:
         LinearODE as LinearODE,
         Sampled as Sampled,
     )
+    from ._systems.innovation import InnovationSystem as InnovationSystem
     from ._systems.stable import StableLinearSystem as StableLinearSystem
     from ._systems.system import (
         AbstractSystem as AbstractSystem,

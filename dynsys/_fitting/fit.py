@@ -31,8 +31,10 @@ from .losses import (
     materialise,
     MultipleShooting,
     one_step_predictions,
+    PredictionError,
 )
 from .metrics import no_variance, spectral_radius
+from .prediction_checks import predictor_radius, prediction_loss, warn_after_fit
 from .solvers import (
     DEFAULT_MAX_STEPS,
     default_strategy,
@@ -71,8 +73,9 @@ class FitResult:
     - `metrics`: `{"train": {...}, "validation": {...}}` (the latter only with
         `val_data`), each with `loss`, `simulation_nrmse` and `fit_percent` (free
         run over all steps, from the measured, fitted or estimated initial states,
-        on the outputs for output data), `one_step_nrmse` (state data only), and
-        `spectral_radius` for models with a transition matrix `K`.
+        on the outputs for output data), `one_step_nrmse` (state data only),
+        `prediction_nrmse`, `prediction_fit_percent` and
+        `predictor_spectral_radius` (loss `"prediction"`), and `spectral_radius` for models with a transition matrix `K`.
     - `train_result`: the underlying `TrainResult`.
     """
 
@@ -89,7 +92,7 @@ class FitResult:
     steps_run: int = 0
 
 
-LossName = Literal["simulation", "one_step"]
+LossName = Literal["simulation", "one_step", "prediction"]
 
 
 def _has_outputs(data) -> bool:
@@ -105,9 +108,11 @@ def _check_loss(loss, data: Dataset):
                 f"horizon <= {data.num_steps}."
             )
         return loss
+    if isinstance(loss, PredictionError):
+        return loss
     if loss not in ("simulation", "one_step"):
         raise ValueError(
-            "fit(loss=...): expected 'simulation', 'one_step' or "
+            "fit(loss=...): expected 'simulation', 'one_step', 'prediction' or "
             f"MultipleShooting(horizon), got {loss!r}."
         )
     if loss == "one_step" and _has_outputs(data):
@@ -335,6 +340,35 @@ def _predict(objective: FitObjective, model, x0s, batch):
 
 
 @eqx.filter_jit
+def _kalman_outputs(objective: FitObjective, model, batch):
+    """The Kalman predictor's `horizon`-step predictions `(N, T, p)` (initial state
+    estimated)."""
+    mask = batch["mask"]
+    us = batch.get("us")
+    if us is not None:
+        us = jnp.where(mask[..., None], us, 0.0)
+    ys = jnp.where(mask[..., None], batch["ys"], 0.0)
+    G, forced, x0 = objective._prediction_closed_form(model, ys, us, mask)
+    return forced + jnp.einsum("tpn,in->itp", G, x0)
+
+
+def _with_innovation_covariance(objective: FitObjective, model, batch):
+    """`model` with `innovation_covariance` the sample covariance of its one-step
+    prediction errors (its innovations) over the valid steps."""
+    errors = batch["ys"] - _kalman_outputs(objective, model, batch)
+    valid = batch["mask"][..., None]
+    errors = jnp.where(valid, errors, 0.0).reshape(-1, errors.shape[-1])
+    count = jnp.maximum(jnp.sum(batch["mask"]), 1)
+    covariance = errors.T @ errors / count
+    return eqx.tree_at(
+        lambda m: m.innovation_covariance,
+        model,
+        covariance.astype(model.K.dtype),
+        is_leaf=lambda leaf: leaf is None,
+    )
+
+
+@eqx.filter_jit
 def _initial_states(objective: FitObjective, model, batch):
     return objective.initial_states(model, batch)
 
@@ -367,12 +401,18 @@ def _metrics(objective, model, x0s, batch) -> dict[str, float]:
     }
     if one_step is not None:
         metrics["one_step_nrmse"] = _masked_nrmse(target, one_step, mask)
+    if isinstance(objective.kind, PredictionError):
+        predicted = _kalman_outputs(objective, model, batch)
+        prediction = _masked_nrmse(target, predicted, mask)
+        metrics["prediction_nrmse"] = prediction
+        metrics["prediction_fit_percent"] = 100.0 * (1.0 - prediction)
+        metrics["predictor_spectral_radius"] = predictor_radius(model)
     if hasattr(model, "K"):
         metrics["spectral_radius"] = spectral_radius(model.K)
     return metrics
 
 
-def _checked(model, data, loss, val_data, fit_x0, num_steps):
+def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
     """`fit`'s checks of its arguments (one-line errors naming each); returns the
     checked `(data, loss, val_data)`."""
     if not isinstance(model, AbstractSystem):
@@ -381,7 +421,7 @@ def _checked(model, data, loss, val_data, fit_x0, num_steps):
         )
     data = _check_data("fit", data)
     _check_compatible("fit", model, data, "data")
-    loss = _check_loss(loss, data)
+    loss = _check_loss(prediction_loss(model, data, loss, horizon), data)
     outputs = _has_outputs(data)
     if val_data is not None:
         val_data = _check_data("fit", val_data)
@@ -454,6 +494,8 @@ def _fit_result(result, objective, batch, evaluator, stop_reason) -> FitResult:
     """The `FitResult` of `optimise`'s `result`: the best model, its initial states
     and its metrics on the training (and validation) data."""
     best_model, best_x0s = result.model
+    if isinstance(objective.kind, PredictionError) and objective.kind.horizon == 1:
+        best_model = _with_innovation_covariance(objective, best_model, batch)
     if objective.x0 == "closed_form":
         best_x0s = _initial_states(objective, best_model, batch)
     metrics = {"train": _metrics(objective, best_model, best_x0s, batch)}
@@ -481,6 +523,7 @@ def fit(
     data: Dataset,
     *,
     loss: LossName | MultipleShooting = "simulation",
+    horizon: int = 1,
     optimizer: optax.GradientTransformation | None = None,
     num_steps: int | None = None,
     batch_size: int | None = None,
@@ -507,7 +550,13 @@ def fit(
         states, `fit_subspace(data)` on outputs).
     - `data`: a `Dataset`; with outputs its `output_size` must match the model's,
         else its `state_size`; its inputs the model's `input_size`.
-    - `loss`: `"simulation"`, `"one_step"` or a `MultipleShooting`.
+    - `loss`: `"simulation"`, `"one_step"`, `"prediction"` or a `MultipleShooting`.
+        `"prediction"` (output data, an `InnovationSystem`) minimises the error of
+        the `horizon`-step-ahead predictions of the model's Kalman predictor
+        (`horizon=1`: the prediction-error method), which fits integrating and
+        unstable plants that free-run simulation cannot: docs/noise-models.md.
+    - `horizon`: the prediction horizon `k` of `loss="prediction"` (from 1 to the
+        data's `T`).
     - `optimizer`: `None` (Levenberg–Marquardt, or L-BFGS for large problems) or
         an optax transform (`optax.adam(1e-3)`, `optax.lbfgs()`, ...).
     - `num_steps`: the maximum number of optimiser steps (`None`: its default).
@@ -547,7 +596,9 @@ def fit(
     result.optimizer, result.metrics["train"]["fit_percent"]  # LM, close to 100
     ```
     """
-    data, loss, val_data = _checked(model, data, loss, val_data, fit_x0, num_steps)
+    data, loss, val_data = _checked(
+        model, data, loss, val_data, fit_x0, num_steps, horizon
+    )
     use_compile_cache(keep_current=True)  # docs/performance.md, "Compile once"
     warn_findings("fit", check_data(data, order=model.state_size))
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
@@ -576,4 +627,5 @@ def fit(
     )
     stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
     _warn_untrusted(stop_reason)
+    warn_after_fit(model, result.model[0], loss, objective.outputs)
     return _fit_result(result, objective, batch, evaluator, stop_reason)
