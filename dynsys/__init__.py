@@ -102,6 +102,7 @@ if TYPE_CHECKING:
         LinearFeedback as LinearFeedback,
         MLPController as MLPController,
     )
+    from ._systems.innovation import InnovationSystem as InnovationSystem
     from ._systems.layered import (
         AbstractContextLayer as AbstractContextLayer,
         AbstractLayeredController as AbstractLayeredController,
@@ -116,7 +117,6 @@ if TYPE_CHECKING:
         LinearODE as LinearODE,
         Sampled as Sampled,
     )
-    from ._systems.innovation import InnovationSystem as InnovationSystem
     from ._systems.stable import StableLinearSystem as StableLinearSystem
     from ._systems.system import (
         AbstractSystem as AbstractSystem,

@@ -34,7 +34,7 @@ from .losses import (
     PredictionError,
 )
 from .metrics import no_variance, spectral_radius
-from .prediction_checks import predictor_radius, prediction_loss, warn_after_fit
+from .prediction_checks import prediction_loss, predictor_radius, warn_after_fit
 from .solvers import (
     DEFAULT_MAX_STEPS,
     default_strategy,
@@ -75,7 +75,8 @@ class FitResult:
         run over all steps, from the measured, fitted or estimated initial states,
         on the outputs for output data), `one_step_nrmse` (state data only),
         `prediction_nrmse`, `prediction_fit_percent` and
-        `predictor_spectral_radius` (loss `"prediction"`), and `spectral_radius` for models with a transition matrix `K`.
+        `predictor_spectral_radius` (loss `"prediction"`), and `spectral_radius`
+        for models with a transition matrix `K`.
     - `train_result`: the underlying `TrainResult`.
     """
 

@@ -325,10 +325,10 @@ def fit_subspace(
 
     **Returns:**
 
-    A `LinearSystem(K, B, C, D)` (an `InnovationSystem` with `noise_model`) with `K (n, n)`, `B (n, m)` (`None` without inputs),
-    `C (p, n)`, `D (p, m)` or `None`, `input_level (m,)` and `output_level (p,)`
-    with `offset` (else `None`), and `dt` from the data's times when they are
-    uniform.
+    A `LinearSystem(K, B, C, D)` (an `InnovationSystem` with `noise_model`) with
+    `K (n, n)`, `B (n, m)` (`None` without inputs), `C (p, n)`, `D (p, m)` or
+    `None`, `input_level (m,)` and `output_level (p,)` with `offset` (else `None`),
+    and `dt` from the data's times when they are uniform.
 
     **Raises:**
 

@@ -9,8 +9,8 @@ from jaxtyping import Array, ArrayLike, Float
 from .._custom_types import Input, Output, State, Time
 from .system import (
     _as_float_arrays,
-    affine_map,
     AbstractSystem,
+    affine_map,
     check_levels,
     check_state_space_shapes,
     level_output,
