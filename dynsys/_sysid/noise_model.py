@@ -124,7 +124,7 @@ def _residuals(K, B, C, D, c, xs, valid, s: Signals, horizon: int):
         if D is not None:
             v = v - u @ D.T
     if c is not None:
-        v = v - c
+        v = v - c[None, None]
     return np.asarray(w)[pair], np.asarray(v)[pair]
 
 
@@ -163,7 +163,7 @@ def _predictor_inputs(K, C, L, c, s: Signals, feedthrough: bool):
     \\sum_{j<t} C \\bar K^{t-1-j} (B - L D) u_j + D u_t + e_t$ is linear in
     $B - L D$, $D$ and $x_0$: least squares as `input_matrices`, whose regressors
     now decay (powers of $\\bar K$) instead of growing."""
-    ys = s.ys if c is None else s.ys - c
+    ys = s.ys if c is None else s.ys - c[None, None]
     A = K - L @ C
     N, T = ys.shape[:2]
     filtered = forced_outputs(LinearSystem(A, L, C), ys, T, N)

@@ -1,6 +1,7 @@
 """k-step-ahead prediction of measured outputs by the Kalman predictor of a model
 with a noise model (`InnovationSystem`), its initial state estimated."""
 
+import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
@@ -36,6 +37,14 @@ def kalman_prediction(
 ) -> tuple[Float[Array, "N T p"], Float[Array, "N n"]]:
     """`(predictions, x0)`: the `horizon`-step predictions of `model`'s Kalman
     predictor on the data `s` from `x0` (default `predictor_x0`)."""
+    arrays = (s.ys, s.us, s.mask)
+    return _kalman_prediction(model, arrays, x0, horizon)
+
+
+@eqx.filter_jit
+def _kalman_prediction(model, arrays, x0, horizon: int):
+    ys, us, mask = arrays
+    s = Signals(ys, us, mask, (), None, False, (), None)
     if x0 is None:
         x0 = predictor_x0(model, s, horizon)
     weight = s.mask.astype(s.ys.dtype)[..., None]

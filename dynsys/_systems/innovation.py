@@ -285,11 +285,13 @@ def kalman_predictions(
     `(N, T, p)` in the data's units (levels included).
     """
     if model.output_level is not None:
-        ys = ys - model.output_level
+        ys = ys - model.output_level[None, None]
     if us is not None and model.input_level is not None:
-        us = us - model.input_level
+        us = us - model.input_level[None, None]
     y_hat = _deviation_predictions(model, x0, ys, us, horizon)
-    return y_hat if model.output_level is None else y_hat + model.output_level
+    if model.output_level is None:
+        return y_hat
+    return y_hat + model.output_level[None, None]
 
 
 def prediction_free_response(
