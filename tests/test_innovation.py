@@ -221,9 +221,13 @@ def test_bad_input_is_one_line():
             innovation_covariance=jnp.ones(2),
         )
     with pytest.raises(ValueError, match="offset"):
-        dynsys.InnovationSystem.from_linear(dynsys.LinearSystem(jnp.eye(2), offset=[1.0, 0]))
+        dynsys.InnovationSystem.from_linear(
+            dynsys.LinearSystem(jnp.eye(2), offset=[1.0, 0])
+        )
     data = dynsys.Dataset(ys=np.zeros((1, 10, 2)), us=np.zeros((1, 10, 2)))
-    with pytest.raises(ValueError, match=r"predict\(horizon=11\).*largest possible is 10"):
+    with pytest.raises(
+        ValueError, match=r"predict\(horizon=11\).*largest possible is 10"
+    ):
         dynsys.predict(model, data, horizon=11)
     with pytest.raises(ValueError, match="horizon must be a positive int"):
         dynsys.predict(model, data, horizon=0)

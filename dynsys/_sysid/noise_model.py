@@ -153,6 +153,9 @@ def kalman_gain_from_residuals(K, C, w, v) -> tuple[np.ndarray, np.ndarray]:
     return L, (innovation + innovation.T) / 2
 
 
+_MARGINAL = 0.999  # spectral radius from which K counts as marginal
+
+
 def _radius(A) -> float:
     return float(np.max(np.abs(np.linalg.eigvals(np.asarray(A, np.float64)))))
 
@@ -177,18 +180,23 @@ def noise_model(
 ) -> NoiseModel:
     """The noise model of the subspace estimate `K`, `C`, `B`, `D`, `c`: state
     estimates from the windows (`window_states`), then the Kalman gain and
-    innovation covariance from their residuals (`kalman_gain_from_residuals`). When
-    `K` is unstable or marginal (spectral radius at least 1) or `B`, `D` are not
-    finite, `B`, `D`, `c` are re-estimated from the states and then through the
+    innovation covariance from their residuals (`kalman_gain_from_residuals`), and
+    the constant output term `c` as their mean. When `K` is unstable or marginal
+    (spectral radius at least 0.999) or `B`, `D` are not finite, `B`, `D`, `c` are re-estimated from the states and then through the
     stable predictor (`_predictor_inputs`)."""
     xs, valid = window_states(
         s.ys, s.us, jnp.asarray(s.lengths), horizon, constant, gamma
     )
     finite = all(a is None or bool(jnp.all(jnp.isfinite(a))) for a in (B, D, c))
-    unstable = not _radius(K) < 1.0 or not finite
+    unstable = not _radius(K) < _MARGINAL or not finite
     if unstable:
         B, D, c = _state_regression(K, C, xs, valid, s, horizon, feedthrough, constant)
-    w, v = _residuals(K, B, C, D, c, xs, valid, s, horizon)
+    w, v = _residuals(K, B, C, D, None, xs, valid, s, horizon)
+    if constant:
+        # the constant output term that goes with the state estimates (the joint
+        # least squares with x0 trades it against a marginal state direction)
+        c = jnp.asarray(v.mean(axis=0), K.dtype)
+        v = v - v.mean(axis=0)
     L, innovation = kalman_gain_from_residuals(K, C, w, v)
     L = jnp.asarray(L, K.dtype)
     if unstable and s.us is not None:

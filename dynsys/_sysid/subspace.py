@@ -318,8 +318,8 @@ def fit_subspace(
         from the covariances of the state and output residuals through the
         filter's Riccati equation (docs/noise-models.md).
 
-    When the estimated `K` is unstable or marginal (spectral radius at least 1),
-    `B` and `D` are estimated from those state estimates and then through the
+    When the estimated `K` is unstable or marginal (spectral radius at least
+    0.999), `B` and `D` are estimated from those state estimates and then through the
     (stable) Kalman predictor, whose regressors decay instead of growing like
     $K^t$, with or without `noise_model`.
 
@@ -374,13 +374,13 @@ def fit_subspace(
 
 def _needs_noise_model(K: Array, B: Array | None, D: Array | None) -> bool:
     """Whether `B`, `D` are to be re-estimated through the predictor: `K` unstable
-    or marginal, or `B`, `D` not finite."""
+    or marginal (spectral radius at least 0.999), or `B`, `D` not finite."""
     values = np.asarray(K, np.float64)
     if not np.all(np.isfinite(values)):
         return False
     radius = float(np.max(np.abs(np.linalg.eigvals(values))))
     finite = all(a is None or bool(jnp.all(jnp.isfinite(a))) for a in (B, D))
-    return radius >= 1.0 or not finite
+    return radius >= 0.999 or not finite
 
 
 @functools.partial(jax.jit, static_argnums=(5, 6, 7))
