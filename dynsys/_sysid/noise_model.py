@@ -182,8 +182,9 @@ def noise_model(
     estimates from the windows (`window_states`), then the Kalman gain and
     innovation covariance from their residuals (`kalman_gain_from_residuals`), and
     the constant output term `c` as their mean. When `K` is unstable or marginal
-    (spectral radius at least 0.999) or `B`, `D` are not finite, `B`, `D`, `c` are re-estimated from the states and then through the
-    stable predictor (`_predictor_inputs`)."""
+    (spectral radius at least 0.999) or `B`, `D` are not finite, `B`, `D`, `c` are
+    re-estimated from the states and then through the stable predictor
+    (`_predictor_inputs`)."""
     xs, valid = window_states(
         s.ys, s.us, jnp.asarray(s.lengths), horizon, constant, gamma
     )

@@ -387,8 +387,9 @@ def residual_analysis(
     window=window)`'s: free run by default, but for a model with a noise model (an
     `InnovationSystem`) the Kalman predictor's one-step predictions (`horizon=1`),
     so the residuals are its innovations, white when the model and its noise model
-    are right (pass `model.to_linear()` for its free-run residuals). Sums run over every experiment's valid
-    steps, pairs never crossing from one experiment to another; no mean is removed.
+    are right (pass `model.to_linear()` for its free-run residuals). Sums run over
+    every experiment's valid steps, pairs never crossing from one experiment to
+    another; no mean is removed.
     With $N_s$ the number of valid samples:
 
     - auto-correlation of channel $i$: $r_i(\\tau) = \\sum_t e_{i,t+\\tau}
