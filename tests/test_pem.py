@@ -134,8 +134,8 @@ def _integrating(T: int, seed: int):
 
 
 def test_pem_fits_an_integrating_plant():
-    estimation, true = _integrating(1500, 1)
-    validation, _ = _integrating(1500, 2)
+    estimation, true = _integrating(1000, 1)
+    validation, _ = _integrating(1000, 2)
     start = dynsys.fit_subspace(estimation, 2, noise_model=True)
     result = dynsys.fit(start, estimation, loss="prediction", progress=False)
     truth = float(dynsys.compare(true, validation, horizon=1).fit_percent[0])
@@ -148,7 +148,7 @@ def test_pem_fits_an_integrating_plant():
 
 
 def test_output_error_on_an_integrating_plant_warns():
-    estimation, _ = _integrating(1500, 1)
+    estimation, _ = _integrating(1000, 1)
     start = dynsys.fit_subspace(estimation, 2)
     with pytest.warns(UserWarning, match="unstable or marginal.*loss='prediction'"):
         dynsys.fit(start, estimation, progress=False, num_steps=2)
@@ -177,9 +177,10 @@ def test_subspace_input_matrices_do_not_collapse_when_k_is_unstable():
     np.testing.assert_allclose(np.abs(ours), np.abs(theirs), rtol=0.1)
 
 
+@pytest.mark.slow
 def test_k_step_prediction_loss():
-    estimation, true = _integrating(600, 1)
-    validation, _ = _integrating(600, 2)
+    estimation, true = _integrating(1000, 1)
+    validation, _ = _integrating(1000, 2)
     start = dynsys.fit_subspace(estimation, 2, noise_model=True)
     result = dynsys.fit(start, estimation, loss="prediction", horizon=3, progress=False)
     truth = float(dynsys.compare(true, validation, horizon=3).fit_percent[0])
