@@ -238,3 +238,17 @@ def test_bad_input_is_one_line():
             warnings.simplefilter("error")
             with pytest.raises(error, match=r"x0 must have shape \(N, n\)"):
                 dynsys.predict(model, data, x0=np.zeros((1, 2)))
+
+
+def test_save_and_load_round_trip(tmp_path):
+    model = eqx.tree_at(
+        lambda m: m.innovation_covariance,
+        _model(),
+        jnp.eye(2),
+        is_leaf=lambda leaf: leaf is None,
+    )
+    dynsys.save(tmp_path / "model.dynsys", model)
+    back = dynsys.load(tmp_path / "model.dynsys")
+    assert isinstance(back, dynsys.InnovationSystem)
+    for name in ("K", "B", "C", "D", "kalman_gain", "innovation_covariance"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(model, name))
