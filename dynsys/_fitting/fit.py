@@ -586,7 +586,15 @@ def fit(
     `ValueError` naming the argument: widths that do not match the model's, an
     unknown loss, the one-step loss on output data, a shooting horizon too long for
     the data (or too short for a window's state), `fit_x0` with `"one_step"`,
-    `batch_size` with the default optimiser.
+    `batch_size` with the default optimiser; for `"prediction"`: a model that is
+    not an `InnovationSystem`, a Kalman predictor that is not finite and stable, a
+    `horizon` below 1 or beyond the data (and a `horizon` with another loss).
+
+    **Warns:**
+
+    When the fitted Kalman predictor is unstable, and when an output-error fit
+    (`"simulation"` on output data) starts from or ends at a model with spectral
+    radius at least 0.999 (use `"prediction"`).
 
     **Example:**
 
