@@ -85,7 +85,6 @@ def _state_regression(
     """`(B, D, c)` from the state estimates: least squares of
     $[\\hat x_{t+1} - K \\hat x_t;\\ y_t - C \\hat x_t]$ on $u_t$ (and the constant):
     no powers of `K`, so well conditioned whatever its spectral radius."""
-    n, p = K.shape[0], C.shape[0]
     W = xs.shape[1]
     t = horizon + np.arange(W - 1)
     pair = valid[:, :-1] & valid[:, 1:]
@@ -106,7 +105,6 @@ def _state_regression(
             D = output_fit[:m].T
     if constant:
         c = output_fit[-1]
-    del n, p
     return B, D, c
 
 
