@@ -238,3 +238,25 @@ def test_bad_input_is_one_line():
         warnings.simplefilter("ignore")
         with pytest.raises(ValueError, match="loss=.*'prediction'"):
             dynsys.fit(true, data, loss="pem")
+
+
+def test_time_series_without_inputs():
+    """No inputs: an ARMA-like output; the noise model's one-step predictions match
+    the true predictor's."""
+    K, C = np.array([[0.95]]), np.array([[1.0]])
+    L, covariance = _riccati(K, C, np.array([[0.1]]), np.array([[0.1]]))
+    rng = np.random.default_rng(7)
+    e = rng.standard_normal(1600) * np.sqrt(covariance[0, 0])
+    x, ys = 0.0, []
+    for t in range(1600):
+        ys.append(C[0, 0] * x + e[t])
+        x = K[0, 0] * x + L[0, 0] * e[t]
+    ys = np.array(ys)[:, None]
+    estimation = dynsys.Dataset(ys=ys[None, :800])
+    validation = dynsys.Dataset(ys=ys[None, 800:])
+    model = dynsys.fit_subspace(estimation, 1, noise_model=True)
+    assert model.B is None
+    true = dynsys.InnovationSystem(K, C=C, kalman_gain=L)
+    truth = float(dynsys.compare(true, validation, horizon=1).fit_percent[0])
+    ours = float(dynsys.compare(model, validation, horizon=1).fit_percent[0])
+    assert ours > truth - 2.0
