@@ -34,7 +34,13 @@ from .losses import (
     PredictionError,
 )
 from .metrics import no_variance, spectral_radius
-from .prediction_checks import prediction_loss, predictor_radius, warn_after_fit
+from .prediction_fit import (
+    kalman_outputs,
+    prediction_loss,
+    predictor_radius,
+    warn_after_fit,
+    with_innovation_covariance,
+)
 from .solvers import (
     DEFAULT_MAX_STEPS,
     default_strategy,
@@ -341,35 +347,6 @@ def _predict(objective: FitObjective, model, x0s, batch):
 
 
 @eqx.filter_jit
-def _kalman_outputs(objective: FitObjective, model, batch):
-    """The Kalman predictor's `horizon`-step predictions `(N, T, p)` (initial state
-    estimated)."""
-    mask = batch["mask"]
-    us = batch.get("us")
-    if us is not None:
-        us = jnp.where(mask[..., None], us, 0.0)
-    ys = jnp.where(mask[..., None], batch["ys"], 0.0)
-    G, forced, x0 = objective._prediction_closed_form(model, ys, us, mask)
-    return forced + jnp.einsum("tpn,in->itp", G, x0)
-
-
-def _with_innovation_covariance(objective: FitObjective, model, batch):
-    """`model` with `innovation_covariance` the sample covariance of its one-step
-    prediction errors (its innovations) over the valid steps."""
-    errors = batch["ys"] - _kalman_outputs(objective, model, batch)
-    valid = batch["mask"][..., None]
-    errors = jnp.where(valid, errors, 0.0).reshape(-1, errors.shape[-1])
-    count = jnp.maximum(jnp.sum(batch["mask"]), 1)
-    covariance = errors.T @ errors / count
-    return eqx.tree_at(
-        lambda m: m.innovation_covariance,
-        model,
-        covariance.astype(model.K.dtype),
-        is_leaf=lambda leaf: leaf is None,
-    )
-
-
-@eqx.filter_jit
 def _initial_states(objective: FitObjective, model, batch):
     return objective.initial_states(model, batch)
 
@@ -403,7 +380,7 @@ def _metrics(objective, model, x0s, batch) -> dict[str, float]:
     if one_step is not None:
         metrics["one_step_nrmse"] = _masked_nrmse(target, one_step, mask)
     if isinstance(objective.kind, PredictionError):
-        predicted = _kalman_outputs(objective, model, batch)
+        predicted = kalman_outputs(objective, model, batch)
         prediction = _masked_nrmse(target, predicted, mask)
         metrics["prediction_nrmse"] = prediction
         metrics["prediction_fit_percent"] = 100.0 * (1.0 - prediction)
@@ -496,7 +473,7 @@ def _fit_result(result, objective, batch, evaluator, stop_reason) -> FitResult:
     and its metrics on the training (and validation) data."""
     best_model, best_x0s = result.model
     if isinstance(objective.kind, PredictionError) and objective.kind.horizon == 1:
-        best_model = _with_innovation_covariance(objective, best_model, batch)
+        best_model = with_innovation_covariance(objective, best_model, batch)
     if objective.x0 == "closed_form":
         best_x0s = _initial_states(objective, best_model, batch)
     metrics = {"train": _metrics(objective, best_model, best_x0s, batch)}

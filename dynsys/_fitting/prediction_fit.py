@@ -1,12 +1,15 @@
-"""`fit`'s checks around prediction-error fitting: the `"prediction"` loss and its
-`horizon`, a stable Kalman predictor, and output error on unstable models."""
+"""`fit`'s parts for prediction-error fitting: the checks of the `"prediction"` loss
+and its `horizon` and of a stable Kalman predictor, the warning on output error of
+unstable models, and the fitted predictor's outputs and innovation covariance."""
 
 import warnings
 
+import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
 
 from .._systems.innovation import InnovationSystem
-from .losses import is_linear, materialise, PredictionError
+from .losses import FitObjective, is_linear, materialise, PredictionError
 
 
 def predictor_radius(model: InnovationSystem) -> float:
@@ -99,3 +102,32 @@ def warn_after_fit(start, model, loss, outputs: bool) -> None:
             "fit(fit_subspace(data, noise_model=True), data, loss='prediction').",
             stacklevel=3,
         )
+
+
+@eqx.filter_jit
+def kalman_outputs(objective: FitObjective, model, batch):
+    """The Kalman predictor's `horizon`-step predictions `(N, T, p)` (initial state
+    estimated)."""
+    mask = batch["mask"]
+    us = batch.get("us")
+    if us is not None:
+        us = jnp.where(mask[..., None], us, 0.0)
+    ys = jnp.where(mask[..., None], batch["ys"], 0.0)
+    G, forced, x0 = objective._prediction_closed_form(model, ys, us, mask)
+    return forced + jnp.einsum("tpn,in->itp", G, x0)
+
+
+def with_innovation_covariance(objective: FitObjective, model, batch):
+    """`model` with `innovation_covariance` the sample covariance of its one-step
+    prediction errors (its innovations) over the valid steps."""
+    errors = batch["ys"] - kalman_outputs(objective, model, batch)
+    valid = batch["mask"][..., None]
+    errors = jnp.where(valid, errors, 0.0).reshape(-1, errors.shape[-1])
+    count = jnp.maximum(jnp.sum(batch["mask"]), 1)
+    covariance = errors.T @ errors / count
+    return eqx.tree_at(
+        lambda m: m.innovation_covariance,
+        model,
+        covariance.astype(model.K.dtype),
+        is_leaf=lambda leaf: leaf is None,
+    )
