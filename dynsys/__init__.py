@@ -119,6 +119,7 @@ if TYPE_CHECKING:
     from ._sysid.validation import (
         compare as compare,
         Comparison as Comparison,
+        predict as predict,
         residual_analysis as residual_analysis,
         Residuals as Residuals,
     )
@@ -129,6 +130,7 @@ if TYPE_CHECKING:
         LinearFeedback as LinearFeedback,
         MLPController as MLPController,
     )
+    from ._systems.innovation import InnovationSystem as InnovationSystem
     from ._systems.layered import (
         AbstractContextLayer as AbstractContextLayer,
         AbstractLayeredController as AbstractLayeredController,

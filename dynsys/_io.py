@@ -21,6 +21,7 @@ import numpy as np
 from jaxtyping import PyTree
 
 from ._data.files import write_atomic as _write_atomic
+from ._systems.innovation import InnovationSystem
 from ._systems.stable import StableLinearSystem
 from ._systems.system import LinearSystem
 
@@ -31,6 +32,7 @@ _FORMAT_VERSION = 1
 _BUILTIN = {
     "dynsys.LinearSystem": LinearSystem,
     "dynsys.StableLinearSystem": StableLinearSystem,
+    "dynsys.InnovationSystem": InnovationSystem,
 }
 
 

@@ -32,8 +32,16 @@ from .losses import (
     materialise,
     MultipleShooting,
     one_step_predictions,
+    PredictionError,
 )
 from .metrics import no_variance, spectral_radius
+from .prediction_fit import (
+    kalman_outputs,
+    prediction_loss,
+    predictor_radius,
+    warn_after_fit,
+    with_innovation_covariance,
+)
 from .solvers import (
     DEFAULT_MAX_STEPS,
     default_strategy,
@@ -72,8 +80,10 @@ class FitResult:
     - `metrics`: `{"train": {...}, "validation": {...}}` (the latter only with
         `val_data`), each with `loss`, `simulation_nrmse` and `fit_percent` (free
         run over all steps, from the measured, fitted or estimated initial states,
-        on the outputs for output data), `one_step_nrmse` (state data only), and
-        `spectral_radius` for models with a transition matrix `K`.
+        on the outputs for output data), `one_step_nrmse` (state data only),
+        `prediction_nrmse`, `prediction_fit_percent` and
+        `predictor_spectral_radius` (loss `"prediction"`), and `spectral_radius`
+        for models with a transition matrix `K`.
     - `train_result`: the underlying `TrainResult`.
     - `covariance` (computed on first access): the Gauss–Newton covariance of the
         trained model parameters at the fit, a `ParameterCovariance`, or `None`
@@ -108,7 +118,7 @@ class FitResult:
         return self.uncertainty.result()[1]
 
 
-LossName = Literal["simulation", "one_step"]
+LossName = Literal["simulation", "one_step", "prediction"]
 
 
 def _has_outputs(data) -> bool:
@@ -124,9 +134,11 @@ def _check_loss(loss, data: Dataset):
                 f"horizon <= {data.num_steps}."
             )
         return loss
+    if isinstance(loss, PredictionError):
+        return loss
     if loss not in ("simulation", "one_step"):
         raise ValueError(
-            "fit(loss=...): expected 'simulation', 'one_step' or "
+            "fit(loss=...): expected 'simulation', 'one_step', 'prediction' or "
             f"MultipleShooting(horizon), got {loss!r}."
         )
     if loss == "one_step" and _has_outputs(data):
@@ -387,12 +399,18 @@ def _metrics(objective, model, x0s, batch) -> dict[str, float]:
     }
     if one_step is not None:
         metrics["one_step_nrmse"] = _masked_nrmse(target, one_step, mask)
+    if isinstance(objective.kind, PredictionError):
+        predicted = kalman_outputs(objective, model, batch)
+        prediction = _masked_nrmse(target, predicted, mask)
+        metrics["prediction_nrmse"] = prediction
+        metrics["prediction_fit_percent"] = 100.0 * (1.0 - prediction)
+        metrics["predictor_spectral_radius"] = predictor_radius(model)
     if hasattr(model, "K"):
         metrics["spectral_radius"] = spectral_radius(model.K)
     return metrics
 
 
-def _checked(model, data, loss, val_data, fit_x0, num_steps):
+def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
     """`fit`'s checks of its arguments (one-line errors naming each); returns the
     checked `(data, loss, val_data)`."""
     if not isinstance(model, AbstractSystem):
@@ -401,7 +419,7 @@ def _checked(model, data, loss, val_data, fit_x0, num_steps):
         )
     data = _check_data("fit", data)
     _check_compatible("fit", model, data, "data")
-    loss = _check_loss(loss, data)
+    loss = _check_loss(prediction_loss(model, data, loss, horizon), data)
     outputs = _has_outputs(data)
     if val_data is not None:
         val_data = _check_data("fit", val_data)
@@ -478,6 +496,8 @@ def _fit_result(
     best_model, best_x0s = result.model
     width = (batch["ys"] if "ys" in batch else batch["xs"]).shape[-1]
     uncertainty = LazyCovariance(objective, result.model, batch, filter_spec, width)
+    if isinstance(objective.kind, PredictionError) and objective.kind.horizon == 1:
+        best_model = with_innovation_covariance(objective, best_model, batch)
     if objective.x0 == "closed_form":
         best_x0s = _initial_states(objective, best_model, batch)
     metrics = {"train": _metrics(objective, best_model, best_x0s, batch)}
@@ -506,6 +526,7 @@ def fit(
     data: Dataset,
     *,
     loss: LossName | MultipleShooting = "simulation",
+    horizon: int = 1,
     optimizer: optax.GradientTransformation | None = None,
     num_steps: int | None = None,
     batch_size: int | None = None,
@@ -532,7 +553,13 @@ def fit(
         states, `fit_subspace(data)` on outputs).
     - `data`: a `Dataset`; with outputs its `output_size` must match the model's,
         else its `state_size`; its inputs the model's `input_size`.
-    - `loss`: `"simulation"`, `"one_step"` or a `MultipleShooting`.
+    - `loss`: `"simulation"`, `"one_step"`, `"prediction"` or a `MultipleShooting`.
+        `"prediction"` (output data, an `InnovationSystem`) minimises the error of
+        the `horizon`-step-ahead predictions of the model's Kalman predictor
+        (`horizon=1`: the prediction-error method), which fits integrating and
+        unstable plants that free-run simulation cannot: docs/noise-models.md.
+    - `horizon`: the prediction horizon `k` of `loss="prediction"` (from 1 to the
+        data's `T`).
     - `optimizer`: `None` (Levenberg–Marquardt, or L-BFGS for large problems) or
         an optax transform (`optax.adam(1e-3)`, `optax.lbfgs()`, ...).
     - `num_steps`: the maximum number of optimiser steps (`None`: its default).
@@ -561,7 +588,15 @@ def fit(
     `ValueError` naming the argument: widths that do not match the model's, an
     unknown loss, the one-step loss on output data, a shooting horizon too long for
     the data (or too short for a window's state), `fit_x0` with `"one_step"`,
-    `batch_size` with the default optimiser.
+    `batch_size` with the default optimiser; for `"prediction"`: a model that is
+    not an `InnovationSystem`, a Kalman predictor that is not finite and stable, a
+    `horizon` below 1 or beyond the data (and a `horizon` with another loss).
+
+    **Warns:**
+
+    When the fitted Kalman predictor is unstable, and when an output-error fit
+    (`"simulation"` on output data) starts from or ends at a model with spectral
+    radius at least 0.999 (use `"prediction"`).
 
     **Example:**
 
@@ -572,7 +607,9 @@ def fit(
     result.optimizer, result.metrics["train"]["fit_percent"]  # LM, close to 100
     ```
     """
-    data, loss, val_data = _checked(model, data, loss, val_data, fit_x0, num_steps)
+    data, loss, val_data = _checked(
+        model, data, loss, val_data, fit_x0, num_steps, horizon
+    )
     use_compile_cache(keep_current=True)  # docs/performance.md, "Compile once"
     warn_findings("fit", check_data(data, order=model.state_size))
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
@@ -601,4 +638,5 @@ def fit(
     )
     stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
     _warn_untrusted(stop_reason)
+    warn_after_fit(model, result.model[0], loss, objective.outputs)
     return _fit_result(result, objective, batch, evaluator, stop_reason, filter_spec)

@@ -12,6 +12,11 @@ from jaxtyping import Array, Bool, Float
 
 from .._rollout.adjoint import Autodiff
 from .._rollout.rollout import _times, rollout
+from .._systems.innovation import (
+    InnovationSystem,
+    kalman_predictions,
+    prediction_free_response,
+)
 from .._systems.ode import Discretized
 from .._systems.stable import StableLinearSystem
 from .._systems.system import LinearSystem
@@ -63,6 +68,15 @@ class MultipleShooting(eqx.Module):
         return np.arange(0, num_steps - self.horizon + 1, self.stride)
 
 
+class PredictionError(eqx.Module):
+    """The prediction-error loss (`fit(..., loss="prediction", horizon=k)`): the
+    error of the `horizon`-step-ahead predictions of an `InnovationSystem`'s Kalman
+    predictor, its initial state estimated in closed form (the predictions are
+    affine in it)."""
+
+    horizon: int = eqx.field(static=True)
+
+
 def materialise(model):
     """Compute derived matrices once per loss evaluation, not once per step.
 
@@ -77,7 +91,9 @@ def materialise(model):
 
 def is_linear(model) -> bool:
     """Whether the initial state can be estimated in closed form for `model`."""
-    return isinstance(model, LinearSystem | StableLinearSystem | Discretized)
+    return isinstance(
+        model, LinearSystem | StableLinearSystem | Discretized | InnovationSystem
+    )
 
 
 def channel_weights(
@@ -207,7 +223,8 @@ class FitObjective(AbstractObjective):
     data there are replaced by zeros before use.
     """
 
-    kind: Any = eqx.field(static=True)  # "simulation", "one_step", MultipleShooting
+    # "simulation", "one_step", MultipleShooting, PredictionError
+    kind: Any = eqx.field(static=True)
     outputs: bool = eqx.field(static=True)
     x0: str = eqx.field(static=True)  # "data", "fitted", "closed_form", "trained"
     method: Any = eqx.field(static=True)
@@ -336,6 +353,10 @@ class FitObjective(AbstractObjective):
                 x0s = x0s.reshape(N * W, -1)
             predicted = self._predict_outputs(model, x0s, y_w, u_w, m_w, t0s)
             errors, valid = predicted - y_w, m_w
+        elif isinstance(self.kind, PredictionError):
+            G, forced, x0 = self._prediction_closed_form(model, ys, us, mask)
+            predicted = forced + jnp.einsum("tpn,in->itp", G, x0)
+            errors, valid = predicted - ys, mask
         else:
             predicted = self._predict_outputs(model, x0s, ys, us, mask, None)
             errors, valid = predicted - ys, mask
@@ -374,6 +395,18 @@ class FitObjective(AbstractObjective):
         x0 = solve_x0(G, ys - forced, mask, self.weights)
         return G, forced, x0
 
+    def _prediction_closed_form(self, model, ys, us, mask):
+        """As `_closed_form`, for the Kalman predictor's `horizon`-step predictions:
+        `G (T, p, n)`, the predictions from $\\hat x_0 = 0$ `(N, T, p)` and the
+        weighted least-squares $\\hat x_0$ `(N, n)`."""
+        N, T = ys.shape[:2]
+        horizon = self.kind.horizon
+        G = prediction_free_response(model, T, horizon)
+        zeros = jnp.zeros((N, model.state_size), model.K.dtype)
+        forced = kalman_predictions(model, zeros, ys, us, horizon)
+        x0 = solve_x0(G, ys - forced, mask, self.weights)
+        return G, forced, x0
+
     def initial_states(self, model, batch):
         """The initial states the loss uses for `model` on `batch` when they are
         estimated in closed form: `(N, n)`, or `(N, W, n)` for multiple shooting."""
@@ -384,6 +417,8 @@ class FitObjective(AbstractObjective):
             us = jnp.where(mask[..., None], us, 0.0)
         ys = jnp.where(mask[..., None], batch["ys"], 0.0)
         N, T, p = ys.shape
+        if isinstance(self.kind, PredictionError):
+            return self._prediction_closed_form(model, ys, us, mask)[2]
         if isinstance(self.kind, MultipleShooting):
             starts, offsets = _window_index(self.kind, T)
             index = starts[:, None] + offsets

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 
+from .._systems.innovation import InnovationSystem
 from .._systems.ode import LinearODE
 from .._systems.system import LinearSystem
 from .signals import linear_of
@@ -42,6 +43,7 @@ def to_control(
     *,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
+    noise_inputs: bool = False,
 ):
     """The python-control state-space system (`control.StateSpace`) of a linear
     system.
@@ -63,6 +65,10 @@ def to_control(
     - `system`: a `LinearSystem`, a system with `to_linear()`, or a `LinearODE`.
     - `input_names`, `output_names`: the channels' names (e.g. a `Dataset`'s
         `input_names`, `output_names`), kept as python-control's signal labels.
+    - `noise_inputs`: for an `InnovationSystem`, also its noise channels: the
+        inputs become $[u; e]$ with `B = [B, L]` and `D = [D, I]` (MATLAB's
+        `ss(sys, 'augmented')` without the noise scaling); by default only the
+        measured inputs (the noise-free model), as for any linear system.
 
     **Returns:**
 
@@ -72,7 +78,8 @@ def to_control(
 
     `ImportError` when python-control is not installed; `TypeError` for a system that
     is not linear; `ValueError` for a system with an `offset` (python-control has no
-    affine term) or names that do not match its channels.
+    affine term) or names that do not match its channels, or `noise_inputs` for a
+    system without a noise model.
 
     **Example:**
 
@@ -84,6 +91,8 @@ def to_control(
     """
     call = "to_control"
     control = _import_control(call)
+    if noise_inputs:
+        return _augmented_control(control, system, input_names, output_names)
     if isinstance(system, LinearODE):
         square, B, C, D, dt, offset = (system.A, system.B, system.C, system.D, 0, None)
     else:
@@ -116,7 +125,30 @@ def to_control(
     return control.ss(A, B, C, D, dt, **labels)
 
 
-def from_control(sys) -> LinearSystem | LinearODE:
+def _augmented_control(control, system, input_names, output_names):
+    """`to_control(system, noise_inputs=True)`: inputs $[u; e]$."""
+    call = "to_control"
+    if not isinstance(system, InnovationSystem):
+        raise ValueError(
+            f"{call}(noise_inputs=True): expected an InnovationSystem (a model with a "
+            f"noise model), got {type(system).__name__}."
+        )
+    A = np.asarray(system.K, dtype=np.float64)
+    C = np.asarray(system.C, dtype=np.float64)
+    n, p = A.shape[0], C.shape[0]
+    B = np.zeros((n, 0)) if system.B is None else np.asarray(system.B, np.float64)
+    D = np.zeros((p, B.shape[1])) if system.D is None else np.asarray(system.D)
+    B = np.concatenate([B, np.asarray(system.kalman_gain, np.float64)], axis=1)
+    D = np.concatenate([np.asarray(D, np.float64), np.eye(p)], axis=1)
+    labels = _labels(call, "input_names", input_names, B.shape[1])
+    labels |= _labels(call, "output_names", output_names, p)
+    dt = True if system.dt is None else system.dt
+    return control.ss(A, B, C, D, dt, **labels)
+
+
+def from_control(
+    sys, *, noise_inputs: int = 0
+) -> LinearSystem | LinearODE | InnovationSystem:
     """The dynsys system of a python-control system.
 
     A discrete-time `control.StateSpace` (or anything `control.ss` accepts, such as a
@@ -128,15 +160,21 @@ def from_control(sys) -> LinearSystem | LinearODE:
     **Arguments:**
 
     - `sys`: a python-control system.
+    - `noise_inputs`: the number of its last inputs that are noise channels $e_t$
+        (as `to_control(..., noise_inputs=True)` writes them; must equal its
+        number of outputs): the result is then an `InnovationSystem` whose
+        `kalman_gain` is their columns of `B` (their columns of `D` must be the
+        identity).
 
     **Returns:**
 
-    A `LinearSystem` (discrete time) or a `LinearODE` (continuous time).
+    A `LinearSystem` (discrete time) or a `LinearODE` (continuous time); an
+    `InnovationSystem` with `noise_inputs`.
 
     **Raises:**
 
     `ImportError` when python-control is not installed; `TypeError` when `sys` is not
-    a python-control system.
+    a python-control system; `ValueError` for `noise_inputs` that do not fit it.
 
     **Example:**
 
@@ -153,9 +191,43 @@ def from_control(sys) -> LinearSystem | LinearODE:
         )
     sys = control.ss(sys)
     A, B, C, D = (np.asarray(a, dtype=np.float64) for a in (sys.A, sys.B, sys.C, sys.D))
+    if noise_inputs:
+        return _innovation_of(call, sys, A, B, C, D, noise_inputs)
     B_or_none = None if B.shape[1] == 0 else jnp.asarray(B)
     D_or_none = None if B_or_none is None or not np.any(D) else jnp.asarray(D)
     if sys.dt == 0 or sys.dt is None:
         return LinearODE(jnp.asarray(A), B_or_none, jnp.asarray(C), D_or_none)
     dt = None if sys.dt is True else float(sys.dt)
     return LinearSystem(jnp.asarray(A), B_or_none, jnp.asarray(C), D_or_none, dt=dt)
+
+
+def _innovation_of(call, sys, A, B, C, D, noise_inputs) -> InnovationSystem:
+    """`from_control(sys, noise_inputs=p)`: the last `p` inputs are the noise."""
+    p = C.shape[0]
+    if noise_inputs != p or B.shape[1] < p:
+        raise ValueError(
+            f"{call}(noise_inputs=...): expected the number of outputs p = {p} (and "
+            f"at most the {B.shape[1]} inputs), got {noise_inputs!r}."
+        )
+    if sys.dt == 0 or sys.dt is None:
+        raise ValueError(
+            f"{call}(noise_inputs=...): an innovation-form model is discrete time, "
+            "but the system is continuous time (dt = 0)."
+        )
+    if not np.allclose(D[:, -p:], np.eye(p)):
+        raise ValueError(
+            f"{call}(noise_inputs={p}): the noise columns of D must be the identity "
+            f"(y = C x + D u + e), got {D[:, -p:].tolist()}."
+        )
+    m = B.shape[1] - p
+    B_u = None if m == 0 else jnp.asarray(B[:, :m])
+    D_u = None if m == 0 or not np.any(D[:, :m]) else jnp.asarray(D[:, :m])
+    dt = None if sys.dt is True else float(sys.dt)
+    return InnovationSystem(
+        jnp.asarray(A),
+        B_u,
+        jnp.asarray(C),
+        D_u,
+        kalman_gain=jnp.asarray(B[:, m:]),
+        dt=dt,
+    )

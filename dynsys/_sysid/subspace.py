@@ -10,8 +10,10 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._data.checks import check_data, warn_findings
+from .._systems.innovation import InnovationSystem
 from .._systems.system import LinearSystem
 from .input_matrices import input_matrices
+from .noise_model import noise_model as estimate_noise_model
 from .operating_point import data_levels, deviations
 from .signals import Signals, signals
 
@@ -273,7 +275,8 @@ def fit_subspace(
     horizon: int | None = None,
     feedthrough: bool = False,
     offset: bool = True,
-) -> LinearSystem:
+    noise_model: bool = False,
+) -> LinearSystem | InnovationSystem:
     """A linear state-space model identified from input-output data by a subspace
     method (PO-MOESP), from all experiments at once.
 
@@ -308,13 +311,24 @@ def fit_subspace(
     - `offset`: estimate the operating point (above); `False` fits
         $y_t = C x_t + D u_t$ to the raw data. Data with states but no outputs are
         always fitted raw.
+    - `noise_model`: also estimate the noise model and return an
+        `InnovationSystem`: the state of each data window is estimated (the part of
+        its future outputs that its past explains, mapped through the
+        observability matrix), and the Kalman gain and innovation covariance come
+        from the covariances of the state and output residuals through the
+        filter's Riccati equation (docs/noise-models.md).
+
+    When the estimated `K` is unstable or marginal (spectral radius at least
+    0.999), `B` and `D` are estimated from those state estimates and then through the
+    (stable) Kalman predictor, whose regressors decay instead of growing like
+    $K^t$, with or without `noise_model`.
 
     **Returns:**
 
-    A `LinearSystem(K, B, C, D)` with `K (n, n)`, `B (n, m)` (`None` without inputs),
-    `C (p, n)`, `D (p, m)` or `None`, `input_level (m,)` and `output_level (p,)`
-    with `offset` (else `None`), and `dt` from the data's times when they are
-    uniform.
+    A `LinearSystem(K, B, C, D)` (an `InnovationSystem` with `noise_model`) with
+    `K (n, n)`, `B (n, m)` (`None` without inputs), `C (p, n)`, `D (p, m)` or
+    `None`, `input_level (m,)` and `output_level (p,)` with `offset` (else `None`),
+    and `dt` from the data's times when they are uniform.
 
     **Raises:**
 
@@ -338,11 +352,35 @@ def fit_subspace(
     U, S = _projected_singular_values(call, s, horizon, constant)
     if order is None:
         order = max(1, select_order(S, max_order))
+    if not isinstance(noise_model, bool):
+        raise ValueError(
+            f"{call}(noise_model=...): expected True or False, got {noise_model!r}."
+        )
     K, B, C, D, c = _realisation(U, S, s.ys, s.us, s.mask, order, feedthrough, constant)
+    L = covariance = None
+    if noise_model or _needs_noise_model(K, B, D):
+        gamma = U[:, :order] * jnp.sqrt(S[:order])[None, :]
+        B, D, c, L, covariance = estimate_noise_model(
+            K, C, B, D, c, gamma, s, horizon, feedthrough, constant
+        )
     output_level = None if c is None else y_bar + c
-    return LinearSystem(
+    linear = LinearSystem(
         K, B, C, D, dt=s.dt, input_level=u_bar, output_level=output_level
     )
+    if not noise_model:
+        return linear
+    return InnovationSystem.from_linear(linear, L, covariance)
+
+
+def _needs_noise_model(K: Array, B: Array | None, D: Array | None) -> bool:
+    """Whether `B`, `D` are to be re-estimated through the predictor: `K` unstable
+    or marginal (spectral radius at least 0.999), or `B`, `D` not finite."""
+    values = np.asarray(K, np.float64)
+    if not np.all(np.isfinite(values)):
+        return False
+    radius = float(np.max(np.abs(np.linalg.eigvals(values))))
+    finite = all(a is None or bool(jnp.all(jnp.isfinite(a))) for a in (B, D))
+    return radius >= 0.999 or not finite
 
 
 @functools.partial(jax.jit, static_argnums=(5, 6, 7))

@@ -8,8 +8,10 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._fitting.metrics import no_variance
 from .._rollout.rollout import rollout
+from .._systems.innovation import InnovationSystem
 from .._systems.system import AbstractSystem, LinearSystem
 from .initial_state import estimate_x0, forced_outputs, observability_rows
+from .prediction import kalman_prediction
 from .signals import check_model_matches, linear_of, Signals, signals
 
 
@@ -61,10 +63,30 @@ def _check_horizon(call: str, horizon) -> None:
         )
 
 
-def _initial_states(call: str, model, data, s: Signals, x0) -> Array:
-    N = s.ys.shape[0]
+def _check_horizon_length(call: str, horizon: int, s: Signals) -> None:
+    """A Kalman prediction's `horizon` must not exceed the longest experiment."""
+    T = s.ys.shape[1]
+    if horizon > T:
+        raise ValueError(
+            f"{call}(horizon={horizon}): the horizon is beyond the data (the longest "
+            f"experiment has {T} steps); the largest possible is {T}."
+        )
+
+
+def _uses_kalman(model, s: Signals, horizon) -> bool:
+    """Whether the prediction runs the model's Kalman predictor: a model with a
+    noise model, data with outputs, and a horizon."""
+    return (
+        horizon is not None
+        and isinstance(model, InnovationSystem)
+        and not (s.from_states)
+    )
+
+
+def _checked_x0(call: str, model, s: Signals, x0) -> Array | None:
     if x0 is None:
-        return estimate_x0(model, data)
+        return None
+    N = s.ys.shape[0]
     x0 = jnp.asarray(x0)
     if x0.shape != (N, model.state_size):
         raise ValueError(
@@ -72,6 +94,12 @@ def _initial_states(call: str, model, data, s: Signals, x0) -> Array:
             f"got {tuple(x0.shape)}."
         )
     return x0
+
+
+def _initial_states(call: str, model, data, s: Signals, x0) -> Array:
+    if x0 is None:
+        return estimate_x0(model, data)
+    return _checked_x0(call, model, s, x0)
 
 
 def _linear_prediction(
@@ -198,7 +226,13 @@ def compare(
     - data with states only (any model): the model runs $k$ steps from the measured
       state $x_{t-k}$; the first $k$ steps are the free run.
 
-    On noise-free data of the model itself both are exact (100 %).
+    - data with outputs, a model with a noise model (`InnovationSystem`): its
+      Kalman predictor (`predict`), as MATLAB's `compare` for a model with a
+      disturbance model; `x0` is then the predictor's initial state, estimated by
+      least squares on the predictions by default, and `horizon` at most the
+      longest experiment.
+
+    On noise-free data of the model itself all are exact (100 %).
 
     **Arguments:**
 
@@ -240,9 +274,62 @@ def compare(
     check_model_matches(call, model, s)
     _check_horizon(call, horizon)
     window = _window(call, model, window)
+    if _uses_kalman(model, s, horizon):
+        _check_horizon_length(call, horizon, s)
+        x0 = _checked_x0(call, model, s, x0)
+        predicted, x0 = kalman_prediction(model, s, x0, horizon)
+        return _comparison(s, predicted, x0, horizon)
     x0 = _initial_states(call, model, data, s, x0)
     predicted = _prediction(call, model, s, x0, horizon, window)
     return _comparison(s, predicted, x0, horizon)
+
+
+def predict(
+    model: AbstractSystem,
+    data,
+    *,
+    horizon: int | None = 1,
+    x0: Float[ArrayLike, "N n"] | None = None,
+    window: int | None = None,
+) -> Float[Array, "N T p"]:
+    """The `horizon`-step-ahead predictions $\\hat y_{t|t-k}$ of the data's outputs.
+
+    For a model with a noise model (`InnovationSystem`, e.g. from
+    `fit_subspace(..., noise_model=True)` or `fit(..., loss="prediction")`) they are
+    its Kalman predictor's: $\\hat x_{t+1} = (K - L C) \\hat x_t + (B - L D) u_t +
+    L y_t$ runs on the measurements up to $y_{t-k}$, then the model runs the last
+    $k - 1$ steps with the measured inputs (the first $k - 1$ steps of each
+    experiment are the free run). For other models they are `compare`'s (the state
+    re-estimated from a window of past outputs); `horizon=None` is the free run.
+
+    **Arguments:**
+
+    - `model`, `data`, `window`: as for `compare`.
+    - `horizon`: `k`, from 1 to the longest experiment's length (default 1: the
+        one-step prediction), or `None` (free run).
+    - `x0`: the initial states `(N, n)` (of the predictor, for an
+        `InnovationSystem`); default: least squares on the predictions.
+
+    **Returns:**
+
+    The predicted outputs, shape `(N, T, p)`, zero after each experiment's end.
+
+    **Raises:**
+
+    As `compare`; `ValueError` when `horizon` is beyond the data.
+
+    **Example:**
+
+    ```python
+    model = dynsys.fit_subspace(data, order=2, noise_model=True)
+    y_hat = dynsys.predict(model, data, horizon=5)   # (N, T, p)
+    ```
+    """
+    call = "predict"
+    _check_horizon(call, horizon)
+    if horizon is not None:
+        _check_horizon_length(call, horizon, signals(data, call))
+    return compare(model, data, horizon=horizon, x0=x0, window=window).predicted
 
 
 class Residuals(eqx.Module):
@@ -297,8 +384,12 @@ def residual_analysis(
     """Whiteness and independence tests of the residuals $e_t = y_t - \\hat y_t$.
 
     The predictions are `compare(model, data, horizon=horizon, x0=x0,
-    window=window)`'s (free run by default). Sums run over every experiment's valid
-    steps, pairs never crossing from one experiment to another; no mean is removed.
+    window=window)`'s: free run by default, but for a model with a noise model (an
+    `InnovationSystem`) the Kalman predictor's one-step predictions (`horizon=1`),
+    so the residuals are its innovations, white when the model and its noise model
+    are right (pass `model.to_linear()` for its free-run residuals). Sums run over
+    every experiment's valid steps, pairs never crossing from one experiment to
+    another; no mean is removed.
     With $N_s$ the number of valid samples:
 
     - auto-correlation of channel $i$: $r_i(\\tau) = \\sum_t e_{i,t+\\tau}
@@ -334,6 +425,8 @@ def residual_analysis(
     ```
     """
     call = "residual_analysis"
+    if horizon is None and isinstance(model, InnovationSystem):
+        horizon = 1  # the innovations: white for a right model and noise model
     comparison = compare(model, data, horizon=horizon, x0=x0, window=window)
     T = comparison.measured.shape[1]
     if (

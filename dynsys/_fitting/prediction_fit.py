@@ -1,0 +1,133 @@
+"""`fit`'s parts for prediction-error fitting: the checks of the `"prediction"` loss
+and its `horizon` and of a stable Kalman predictor, the warning on output error of
+unstable models, and the fitted predictor's outputs and innovation covariance."""
+
+import warnings
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+
+from .._systems.innovation import InnovationSystem
+from .losses import FitObjective, is_linear, materialise, PredictionError
+
+
+def predictor_radius(model: InnovationSystem) -> float:
+    """The spectral radius of the Kalman predictor's transition matrix $K - L C$
+    (`nan` when it is not finite)."""
+    A = np.asarray(model.K - model.kalman_gain @ model.C, dtype=np.float64)
+    if not np.all(np.isfinite(A)):
+        return float("nan")
+    return float(np.max(np.abs(np.linalg.eigvals(A))))
+
+
+def _check_horizon(horizon, num_steps: int) -> None:
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+        raise ValueError(
+            f"fit(horizon=...): horizon must be a positive integer, got {horizon!r}."
+        )
+    if horizon > num_steps:
+        raise ValueError(
+            f"fit(horizon={horizon}): the horizon is longer than the data "
+            f"({num_steps} steps); the largest possible is {num_steps}."
+        )
+
+
+def prediction_loss(model, data, loss, horizon):
+    """`loss` as `fit` uses it: `PredictionError(horizon)` for `"prediction"`
+    (checked: output data, an `InnovationSystem` with a finite, stable predictor,
+    `1 <= horizon <= T`), else `loss` itself (and `horizon` must be 1)."""
+    if loss != "prediction":
+        if horizon != 1:
+            raise ValueError(
+                f"fit(horizon={horizon!r}): horizon applies to loss='prediction' only, "
+                f"got loss={loss!r}."
+            )
+        return loss
+    if getattr(data, "ys", None) is None:
+        raise ValueError(
+            "fit(loss='prediction'): the prediction-error loss compares predicted "
+            "with measured outputs, but the data have no outputs (ys)."
+        )
+    if not isinstance(model, InnovationSystem):
+        raise ValueError(
+            "fit(loss='prediction'): expected an InnovationSystem (a model with a "
+            f"Kalman gain), got {type(model).__name__}; start from "
+            "fit_subspace(data, noise_model=True) or InnovationSystem.from_linear."
+        )
+    _check_horizon(horizon, data.num_steps)
+    radius = predictor_radius(model)
+    if not radius < 1.0:
+        raise ValueError(
+            "fit(model=...): the model's Kalman predictor K - L C must be stable "
+            f"(spectral radius < 1), got {radius:.4g}; start from "
+            "fit_subspace(data, noise_model=True)."
+        )
+    return PredictionError(horizon)
+
+
+_MARGINAL = 0.999  # a spectral radius this close to 1 counts as marginal
+
+
+def _radius(model) -> float:
+    K = np.asarray(materialise(model).K, dtype=np.float64)
+    if not np.all(np.isfinite(K)):
+        return float("nan")
+    return float(np.max(np.abs(np.linalg.eigvals(K))))
+
+
+def warn_after_fit(start, model, loss, outputs: bool) -> None:
+    """Warn when a fitted model is not to be trusted for its loss: a prediction-error
+    fit whose predictor became unstable, or an output-error fit (free-run
+    simulation) of a model that is unstable or marginal, which free-run simulation
+    cannot fit reliably (the start's or the result's spectral radius at least
+    0.999)."""
+    if isinstance(loss, PredictionError):
+        radius = predictor_radius(model)
+        if not radius < 1.0:
+            warnings.warn(
+                f"fit: the fitted Kalman predictor is unstable (spectral radius of "
+                f"K - L C: {radius:.4g}); its predictions diverge.",
+                stacklevel=3,
+            )
+        return
+    if loss != "simulation" or not outputs or not is_linear(model):
+        return
+    radius = np.nanmax([_radius(start), _radius(model)])
+    if radius >= _MARGINAL:
+        warnings.warn(
+            f"fit: the model is unstable or marginal (spectral radius of K: "
+            f"{radius:.4g}), which an output-error (free-run) fit cannot identify "
+            "reliably; fit the Kalman predictor instead: "
+            "fit(fit_subspace(data, noise_model=True), data, loss='prediction').",
+            stacklevel=3,
+        )
+
+
+@eqx.filter_jit
+def kalman_outputs(objective: FitObjective, model, batch):
+    """The Kalman predictor's `horizon`-step predictions `(N, T, p)` (initial state
+    estimated)."""
+    mask = batch["mask"]
+    us = batch.get("us")
+    if us is not None:
+        us = jnp.where(mask[..., None], us, 0.0)
+    ys = jnp.where(mask[..., None], batch["ys"], 0.0)
+    G, forced, x0 = objective._prediction_closed_form(model, ys, us, mask)
+    return forced + jnp.einsum("tpn,in->itp", G, x0)
+
+
+def with_innovation_covariance(objective: FitObjective, model, batch):
+    """`model` with `innovation_covariance` the sample covariance of its one-step
+    prediction errors (its innovations) over the valid steps."""
+    errors = batch["ys"] - kalman_outputs(objective, model, batch)
+    valid = batch["mask"][..., None]
+    errors = jnp.where(valid, errors, 0.0).reshape(-1, errors.shape[-1])
+    count = jnp.maximum(jnp.sum(batch["mask"]), 1)
+    covariance = errors.T @ errors / count
+    return eqx.tree_at(
+        lambda m: m.innovation_covariance,
+        model,
+        covariance.astype(model.K.dtype),
+        is_leaf=lambda leaf: leaf is None,
+    )
