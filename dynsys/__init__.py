@@ -77,6 +77,13 @@ if TYPE_CHECKING:
         from_control as from_control,
         to_control as to_control,
     )
+    from ._sysid.arx import fit_arx as fit_arx
+    from ._sysid.order import (
+        information_criteria as information_criteria,
+        OrderCandidate as OrderCandidate,
+        OrderSelection as OrderSelection,
+        select_order as select_order,
+    )
     from ._sysid.response import (
         frequency_response as frequency_response,
         impulse_response as impulse_response,
