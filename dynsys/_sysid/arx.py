@@ -51,7 +51,9 @@ def _check_orders(call: str, s: Signals, na, nb, nk, constant: bool) -> None:
     p = s.ys.shape[-1]
     m = 0 if s.us is None else s.us.shape[-1]
     if nb > 0 and m == 0:
-        raise ValueError(f"{call}(nb=...): the data has no inputs, so nb must be 0, got {nb}.")
+        raise ValueError(
+            f"{call}(nb=...): the data has no inputs, so nb must be 0, got {nb}."
+        )
     if _lags(na, nb, nk) == 0:
         raise ValueError(
             f"{call}(na=..., nb=...): the model needs na >= 1 or nb >= 1 with "
@@ -97,7 +99,8 @@ def arx_regression(
 
     Row `t` of `Phi` is `[-y_{t-1}, ..., -y_{t-na}, u_{t-nk}, ..., u_{t-nk-nb+1}]`
     (then `1` with `constant`), and of `Y` is `y_t`: so that
-    $y_t = \\Theta \\phi_t$ with $\\Theta = [A_1 \\dots A_{na}, B_0 \\dots B_{nb-1}, c]$.
+    $y_t = \\Theta \\phi_t$ with
+    $\\Theta = [A_1 \\dots A_{na}, B_0 \\dots B_{nb-1}, c]$.
     """
     L = _lags(na, nb, nk)
     rows, targets = [], []
@@ -153,7 +156,9 @@ def arx_to_state_space(A, Bs, nk: int):
     return K, B, C, (D if nk == 0 else None)
 
 
-def fit_arx(data, na: int, nb: int, nk: int = 1, *, offset: bool = True) -> LinearSystem:
+def fit_arx(
+    data, na: int, nb: int, nk: int = 1, *, offset: bool = True
+) -> LinearSystem:
     """An ARX model fitted by linear least squares over every experiment, returned
     as a state-space `LinearSystem`.
 

@@ -8,9 +8,9 @@ import time
 import numpy as np
 
 from .._systems.system import LinearSystem
+from .free_run import fit_percent as channel_fit, free_run
 from .signals import linear_of, signals
 from .subspace import fit_subspace, largest_order
-from .validation import compare
 
 
 _DEFAULT_MAX_ORDER = 10
@@ -149,7 +149,9 @@ def _check_choices(call, s, feedthrough, method, criterion, val_data):
             )
         feedthrough = (False,)
     if method not in _METHODS:
-        raise ValueError(f"{call}(method=...): expected one of {_METHODS}, got {method!r}.")
+        raise ValueError(
+            f"{call}(method=...): expected one of {_METHODS}, got {method!r}."
+        )
     if criterion is None:
         criterion = "validation" if val_data is not None else "aic"
     if criterion not in _CRITERIA:
@@ -170,10 +172,22 @@ def information_criteria(model, data, parameters: int) -> tuple[float, float, fl
     $\\Sigma = \\frac1N \\sum_t e_t e_t^\\top$ `(p, p)` and $d$ = `parameters`:
     AIC $= N \\log\\det\\Sigma + 2d + N p (\\log 2\\pi + 1)$, BIC the same with
     $d \\log N$ for $2d$, FPE $= \\det\\Sigma\\,(1 + d/N) / (1 - d/N)$ (infinite when
-    $d \\ge N$), as MATLAB's `aic`, `fpe`."""
-    c = compare(model, data)
-    mask = np.asarray(signals(data, "information_criteria").mask)
-    residuals = (np.asarray(c.measured) - np.asarray(c.predicted))[mask]
+    $d \\ge N$), as MATLAB's `aic`, `fpe`.
+
+    **Arguments:**
+
+    - `model`: a `LinearSystem` (or a model with `to_linear()`).
+    - `data`: a `Dataset` with outputs (the estimation data).
+    - `parameters`: the model's number of free parameters $d$.
+
+    **Returns:**
+
+    `(aic, bic, fpe)` as floats.
+    """
+    s = signals(data, "information_criteria")
+    model = linear_of(model) or model
+    mask = np.asarray(s.mask)
+    residuals = (np.asarray(s.ys, dtype=np.float64) - free_run(model, s))[mask]
     count, p = residuals.shape
     sigma = residuals.T @ residuals / count
     sign, logdet = np.linalg.slogdet(sigma)
@@ -183,7 +197,7 @@ def information_criteria(model, data, parameters: int) -> tuple[float, float, fl
     aic = count * logdet + 2 * parameters + constant
     bic = count * logdet + parameters * math.log(count) + constant
     ratio = parameters / count
-    fpe = math.exp(logdet) * (1 + ratio) / (1 - ratio) if ratio < 1 else math.inf
+    fpe = float(np.exp(logdet)) * (1 + ratio) / (1 - ratio) if ratio < 1 else math.inf
     return float(aic), float(bic), float(fpe)
 
 
@@ -194,7 +208,8 @@ def _score(model, data, val_data, order, feedthrough, refined, started):
     parameters = order * (m + p) + (p * m if feedthrough else 0)
     fit_percent = mean = None
     if val_data is not None:
-        values = np.asarray(compare(model, val_data).fit_percent, dtype=float)
+        val_signals = signals(val_data, "select_order")
+        values = channel_fit(val_signals, free_run(model, val_signals))
         values = np.where(np.isfinite(values), values, -np.inf)
         fit_percent = tuple(float(v) for v in values)
         mean = float(np.mean(values))
@@ -290,7 +305,7 @@ def select_order(
     The choice: with `criterion="validation"` (the default when `val_data` is
     given) the best mean validation fit % wins, except that among the candidates
     within `tolerance` points of it the one with the fewest parameters
-    $n(m+p) + pm\,[D]$ is taken (a simpler model that validates as well); with
+    $n(m+p) + pm\\,[D]$ is taken (a simpler model that validates as well); with
     `"aic"` (the default without `val_data`), `"bic"` or `"fpe"` the lowest value.
     Unlike the singular-value rule of `fit_subspace(order=None)`, a lightly damped
     mode with a small singular value is kept when it improves the validation fit.
@@ -338,9 +353,15 @@ def select_order(
         call, s, feedthrough, method, criterion, val_data
     )
     if not isinstance(tolerance, (int, float)) or not tolerance >= 0:
-        raise ValueError(f"{call}(tolerance=...): expected a number >= 0, got {tolerance!r}.")
-    if refine is not None and (isinstance(refine, bool) or not isinstance(refine, int) or refine < 1):
-        raise ValueError(f"{call}(refine=...): expected a positive integer or None, got {refine!r}.")
+        raise ValueError(
+            f"{call}(tolerance=...): expected a number >= 0, got {tolerance!r}."
+        )
+    if refine is not None and (
+        isinstance(refine, bool) or not isinstance(refine, int) or refine < 1
+    ):
+        raise ValueError(
+            f"{call}(refine=...): expected a positive integer or None, got {refine!r}."
+        )
     options = {"horizon": horizon, "offset": offset, "fit": dict(fit_options or {})}
     rows, models = [], []
     for n in candidate_orders:

@@ -83,10 +83,10 @@ def order_scan(
     for k, feedthrough in enumerate(options):
         rows = [r for r in scan.candidates if r.feedthrough == feedthrough]
         s = MODEL_CYCLE[k % len(MODEL_CYCLE)]
+        label = "with feedthrough D" if feedthrough else "no feedthrough (D = 0)"
         ax.plot([r.order for r in rows], _values(scan, criterion, rows),
                 color=s["color"], ls=s["linestyle"], marker=s["marker"], mfc="none",
-                ms=7, lw=1.2,
-                label="with feedthrough D" if feedthrough else "no feedthrough (D = 0)")  # fmt: skip
+                ms=7, lw=1.2, label=label)  # fmt: skip
     chosen = scan.chosen
     ax.plot([chosen.order], _values(scan, criterion, [chosen]), ls="none",
             marker="o", ms=16, mfc="none", mec="black", mew=1.8,
