@@ -72,17 +72,17 @@ if TYPE_CHECKING:
     )
 
     # System identification from input-output data.
-    from ._sysid.initial_state import estimate_x0 as estimate_x0
-    from ._sysid.python_control import (
-        from_control as from_control,
-        to_control as to_control,
-    )
     from ._sysid.arx import fit_arx as fit_arx
+    from ._sysid.initial_state import estimate_x0 as estimate_x0
     from ._sysid.order import (
         information_criteria as information_criteria,
         OrderCandidate as OrderCandidate,
         OrderSelection as OrderSelection,
         select_order as select_order,
+    )
+    from ._sysid.python_control import (
+        from_control as from_control,
+        to_control as to_control,
     )
     from ._sysid.response import (
         frequency_response as frequency_response,

@@ -270,6 +270,26 @@ def _choose(rows, criterion: str, tolerance: float) -> int:
     return min(near, key=lambda i: (rows[i].parameters, rows[i].order))
 
 
+def _stalled(rows, criterion: str, tolerance: float, count: int) -> bool:
+    """Whether the last `count` orders scanned all failed to beat the best score
+    of the orders before them."""
+    orders = sorted({r.order for r in rows})
+    if len(orders) <= count:
+        return False
+
+    def score(order):  # higher is better
+        values = [
+            r.mean_fit if criterion == "validation" else -getattr(r, criterion)
+            for r in rows
+            if r.order == order
+        ]
+        return max(values)
+
+    earlier = max(score(n) for n in orders[:-count])
+    margin = tolerance if criterion == "validation" else 0.0
+    return all(not score(n) > earlier + margin for n in orders[-count:])
+
+
 def _ranking(rows, criterion: str) -> list[int]:
     """Row indices from best to worst by the criterion (higher fit, lower others)."""
     if criterion == "validation":
@@ -287,6 +307,7 @@ def select_order(
     val_data=None,
     tolerance: float = 0.2,
     refine: int | None = None,
+    stop_after: int | None = None,
     horizon: int | None = None,
     offset: bool = True,
     fit_options: dict | None = None,
@@ -324,6 +345,9 @@ def select_order(
     - `tolerance`: fit-% points (above), `>= 0`.
     - `refine`: with `method="fit"`, how many of the best subspace candidates are
         refined (`None`: all).
+    - `stop_after`: stop the scan (orders ascending) once this many successive
+        orders have not beaten the best score so far (mean validation fit by more
+        than `tolerance`, or the criterion); `None` scans every order.
     - `horizon`, `offset`: passed to `fit_subspace`.
     - `fit_options`: keyword arguments for `fit` (e.g. `{"num_steps": 100}`).
 
@@ -356,6 +380,15 @@ def select_order(
         raise ValueError(
             f"{call}(tolerance=...): expected a number >= 0, got {tolerance!r}."
         )
+    if stop_after is not None and (
+        isinstance(stop_after, bool)
+        or not isinstance(stop_after, int)
+        or stop_after < 1
+    ):
+        raise ValueError(
+            f"{call}(stop_after=...): expected a positive integer or None, got "
+            f"{stop_after!r}."
+        )
     if refine is not None and (
         isinstance(refine, bool) or not isinstance(refine, int) or refine < 1
     ):
@@ -369,6 +402,8 @@ def select_order(
             row, model = _subspace_candidate(data, val_data, n, f, options)
             rows.append(row)
             models.append(model)
+        if stop_after is not None and _stalled(rows, criterion, tolerance, stop_after):
+            break
     if method == "fit":
         for i in _ranking(rows, criterion)[: refine or len(rows)]:
             rows[i], models[i] = _refined_candidate(
