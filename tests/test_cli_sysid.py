@@ -20,6 +20,7 @@ FIGURES = {
     "step_response.png",
     "eigenvalues.png",
     "loss.png",
+    "order_scan.png",
 }
 
 

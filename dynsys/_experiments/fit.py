@@ -19,7 +19,13 @@ from .config import ConfigError
 from .data_checks import run_data_checks
 from .fit_data import _columns, _from_file, _simulated, _split
 from .fit_figures import _output_figures, _state_figures
-from .fit_order import scan_metrics, scan_notes, scan_structure, wants_scan
+from .fit_order import (
+    scan_figure,
+    scan_metrics,
+    scan_notes,
+    scan_structure,
+    wants_scan,
+)
 from .outcome import loss_history_lines, Outcome
 
 
@@ -458,6 +464,8 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         result,
         which,
     )
+    if scan is not None:
+        figures |= scan_figure(scan[0], held_out=val is not None)
     return _outcome(run, result, metrics, summary, figures, notes)
 
 

@@ -82,6 +82,18 @@ def scan_notes(scan, seconds: float, held_out: bool) -> list[str]:
     ]
 
 
+def scan_figure(scan, held_out: bool) -> dict:
+    """`{"order_scan.png": figure}` of the scan."""
+    from .. import plot
+
+    title = "structure scan: " + (
+        "held-out fit % of each subspace candidate"
+        if held_out
+        else "AIC of each subspace candidate"
+    )
+    return {"order_scan.png": plot.order_scan(scan, title=title)}
+
+
 def scan_metrics(scan, seconds: float) -> dict:
     """The scan's entry in metrics.json."""
     return {
