@@ -150,6 +150,7 @@ def test_errors(lightly_damped):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:fit. no better than the start")
 def test_refined_by_fit():
     system = _modal_system([(0.5, 0.2)])
     train, val = _data(system, 300, 5, noise=0.05), _data(system, 200, 6)
