@@ -26,7 +26,7 @@ def main() -> None:
     data = dynsys.load_dataset(
         ROOT / "data/real/cd_player_arm.csv", inputs=["u1", "u2"], outputs=["y1", "y2"]
     )
-    train, val = data.split_time(2 / 3)
+    train, val = data.split_time(1 / 3)
     started = time.perf_counter()
     scan = dynsys.select_order(train, orders=range(1, 11), val_data=val)
     print(f"scan: {time.perf_counter() - started:.1f} s")

@@ -140,7 +140,7 @@ def test_real_heating_record():
     data = dynsys.load_dataset(
         "data/real/heating.csv", inputs=["drive_V"], outputs=["temp_C"], time="t_s"
     )
-    train, val = data.split_time(2 / 3)
+    train, val = data.split_time(1 / 3)
     model = dynsys.fit_arx(train, 2, 2, 1)
     assert model.state_size == 2 and model.dt == 2.0
     A, Bs = _coefficients(model, 1, 2, 2, 1)
