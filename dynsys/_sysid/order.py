@@ -290,6 +290,23 @@ def _stalled(rows, criterion: str, tolerance: float, count: int) -> bool:
     return all(not score(n) > earlier + margin for n in orders[-count:])
 
 
+def _check_numbers(call: str, tolerance, stop_after, refine) -> None:
+    """One-line errors for a negative `tolerance`, or a `stop_after` or `refine`
+    that is not a positive integer or `None`."""
+    if not isinstance(tolerance, (int, float)) or not tolerance >= 0:
+        raise ValueError(
+            f"{call}(tolerance=...): expected a number >= 0, got {tolerance!r}."
+        )
+    for name, value in (("stop_after", stop_after), ("refine", refine)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(
+                f"{call}({name}=...): expected a positive integer or None, got "
+                f"{value!r}."
+            )
+
+
 def _ranking(rows, criterion: str) -> list[int]:
     """Row indices from best to worst by the criterion (higher fit, lower others)."""
     if criterion == "validation":
@@ -316,27 +333,24 @@ def select_order(
     every candidate structure and scoring it, as MATLAB's `n4sid(data, 1:10)` with
     validation data, or SIPPY's information-criterion order choice.
 
-    Each candidate `(order, feedthrough)` is fitted by `fit_subspace` (fast; one
-    LQ factorisation and SVD each); with `method="fit"` the best `refine` of them
-    (all by default) are then refined by `fit` (output error) and scored again.
-    Every row gets its free-run fit % per channel on `val_data`, the AIC, BIC and
-    FPE of its free-run residuals on `data` (`information_criteria`), and its
-    spectral radius.
+    Each candidate `(order, feedthrough)` is fitted by `fit_subspace`; with
+    `method="fit"` the best `refine` (default all) are then refined by `fit` and
+    scored again. Each row: free-run fit % per channel on `val_data`, AIC, BIC, FPE
+    on `data` (`information_criteria`), spectral radius.
 
     The choice: with `criterion="validation"` (the default when `val_data` is
     given) the best mean validation fit % wins, except that among the candidates
     within `tolerance` points of it the one with the fewest parameters
     $n(m+p) + pm\\,[D]$ is taken (a simpler model that validates as well); with
     `"aic"` (the default without `val_data`), `"bic"` or `"fpe"` the lowest value.
-    Unlike the singular-value rule of `fit_subspace(order=None)`, a lightly damped
-    mode with a small singular value is kept when it improves the validation fit.
+    Unlike `fit_subspace(order=None)`'s singular-value rule, this keeps a lightly
+    damped mode with a small singular value when it improves the validation fit.
 
     **Arguments:**
 
     - `data`: the estimation `Dataset` (outputs `ys`, inputs `us` or none).
     - `orders`: the candidate orders (an int or a sequence of positive ints);
-        default `1 .. min(10, largest)`, `largest` the largest order the data allow
-        (`fit_subspace`'s limit).
+        default `1 .. min(10, the largest the data allow)`.
     - `feedthrough`: the feedthrough options to try, `(False, True)` by default
         (only `False` when the data has no inputs).
     - `method`: `"subspace"` or `"fit"` (subspace, then refined by `fit`).
@@ -376,25 +390,7 @@ def select_order(
     options_ft, criterion = _check_choices(
         call, s, feedthrough, method, criterion, val_data
     )
-    if not isinstance(tolerance, (int, float)) or not tolerance >= 0:
-        raise ValueError(
-            f"{call}(tolerance=...): expected a number >= 0, got {tolerance!r}."
-        )
-    if stop_after is not None and (
-        isinstance(stop_after, bool)
-        or not isinstance(stop_after, int)
-        or stop_after < 1
-    ):
-        raise ValueError(
-            f"{call}(stop_after=...): expected a positive integer or None, got "
-            f"{stop_after!r}."
-        )
-    if refine is not None and (
-        isinstance(refine, bool) or not isinstance(refine, int) or refine < 1
-    ):
-        raise ValueError(
-            f"{call}(refine=...): expected a positive integer or None, got {refine!r}."
-        )
+    _check_numbers(call, tolerance, stop_after, refine)
     options = {"horizon": horizon, "offset": offset, "fit": dict(fit_options or {})}
     rows, models = [], []
     for n in candidate_orders:
