@@ -363,8 +363,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     )
     order = start.state_size
     first_notes = _levels_note(start, echo)
-    if scan is not None:
-        first_notes += scan_notes(*scan, held_out=val is not None)
+    first_notes += scan_notes(scan, held_out=val is not None)
     begin, stabilised = _stabilised_if_needed(fit_cfg, start, train, found, echo)
     first_notes += stabilised
     fit_checks.model_warnings("subspace start", begin, train, found)
@@ -425,9 +424,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         "model": fit_cfg["model"],
         "order": order,
         "order_chosen": fit_cfg["order"] is None,
-        "feedthrough": start.D is not None,
-        "feedthrough_chosen": fit_cfg["feedthrough"] is None,
-        "structure_scan": None if scan is None else scan_metrics(*scan),
+        **scan_metrics(scan, start, fit_cfg),
         "singular_values": singular_values.tolist(),
         "loss": fit_cfg["loss"],
         "optimizer": optimizer,
@@ -464,8 +461,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         result,
         which,
     )
-    if scan is not None:
-        figures |= scan_figure(scan[0], held_out=val is not None)
+    figures |= scan_figure(scan, held_out=val is not None)
     return _outcome(run, result, metrics, summary, figures, notes)
 
 

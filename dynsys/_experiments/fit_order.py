@@ -64,8 +64,12 @@ def scan_structure(fit_cfg: dict, train, val, echo):
     return scan, seconds
 
 
-def scan_notes(scan, seconds: float, held_out: bool) -> list[str]:
-    """The lines of summary.md that show the scan's table."""
+def scan_notes(scanned, held_out: bool) -> list[str]:
+    """The lines of summary.md that show the scan's table (none without a scan);
+    `scanned`: `(scan, seconds)` or `None`."""
+    if scanned is None:
+        return []
+    scan, seconds = scanned
     if held_out:
         rule = (
             "the best mean held-out fit %, or the fewest parameters within "
@@ -82,10 +86,13 @@ def scan_notes(scan, seconds: float, held_out: bool) -> list[str]:
     ]
 
 
-def scan_figure(scan, held_out: bool) -> dict:
-    """`{"order_scan.png": figure}` of the scan."""
+def scan_figure(scanned, held_out: bool) -> dict:
+    """`{"order_scan.png": figure}` of the scan (`{}` without one)."""
     from .. import plot
 
+    if scanned is None:
+        return {}
+    scan = scanned[0]
     title = "structure scan: " + (
         "held-out fit % of each subspace candidate"
         if held_out
@@ -94,9 +101,18 @@ def scan_figure(scan, held_out: bool) -> dict:
     return {"order_scan.png": plot.order_scan(scan, title=title)}
 
 
-def scan_metrics(scan, seconds: float) -> dict:
-    """The scan's entry in metrics.json."""
-    return {
+def scan_metrics(scanned, start, fit_cfg: dict) -> dict:
+    """The keys of metrics.json about the structure: whether the start has `D`,
+    whether it was chosen, and the scan (`None` without one)."""
+    entries = {
+        "feedthrough": start.D is not None,
+        "feedthrough_chosen": fit_cfg["feedthrough"] is None,
+        "structure_scan": None,
+    }
+    if scanned is None:
+        return entries
+    scan, seconds = scanned
+    entries["structure_scan"] = {
         "criterion": scan.criterion,
         "tolerance": scan.tolerance,
         "order": scan.order,
@@ -105,3 +121,4 @@ def scan_metrics(scan, seconds: float) -> dict:
         "channels": list(scan.channels),
         "table": scan.table(),
     }
+    return entries
