@@ -261,6 +261,12 @@ def _subspace_start(fit_cfg: dict, train, val, echo):
             key = "fit.subspace_horizon" if "(horizon=" in str(error) else "fit.order"
             raise ConfigError(f"config key '{key}': {error}") from None
         chosen = "given"
+    if start.state_size > singular_values.size - train.output_size:
+        # a scanned order above what the default horizon shows: a longer horizon
+        horizon = -(-start.state_size // train.output_size) + 1
+        singular_values = np.asarray(
+            subspace_singular_values(train, horizon=horizon, offset=offset)
+        )
     seconds = time.perf_counter() - started
     echo(f"  subspace start: order {start.state_size} ({chosen}), {seconds:.2f} s")
     return start, singular_values, seconds, chosen, scan

@@ -29,11 +29,10 @@ def scan_structure(fit_cfg: dict, train, val, echo):
     from .._sysid.subspace import largest_order
 
     order = fit_cfg["order"]
-    orders = (
-        range(1, min(SCAN_MAX_ORDER, largest_order(train)) + 1)
-        if order is None
-        else (order,)
-    )
+    # Held-out experiments must keep more samples than the order (x0's unknowns).
+    shortest = min(val.lengths) - 1 if val is not None else SCAN_MAX_ORDER
+    top = max(1, min(SCAN_MAX_ORDER, largest_order(train), shortest))
+    orders = range(1, top + 1) if order is None else (order,)
     given = fit_cfg["feedthrough"]
     feedthrough = (False, True) if given is None else (given,)
     if train.us is None:
