@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     )
 
     # System identification from input-output data.
+    from ._sysid.arx import fit_arx as fit_arx
     from ._sysid.bands import (
         pole_uncertainty as pole_uncertainty,
         PoleUncertainty as PoleUncertainty,
@@ -92,6 +93,12 @@ if TYPE_CHECKING:
         fit_neural as fit_neural,
         neural_initial_state as neural_initial_state,
         NeuralFit as NeuralFit,
+    )
+    from ._sysid.order import (
+        information_criteria as information_criteria,
+        OrderCandidate as OrderCandidate,
+        OrderSelection as OrderSelection,
+        select_order as select_order,
     )
     from ._sysid.propagate import (
         monte_carlo as monte_carlo,

@@ -200,7 +200,6 @@ def _fit(args: argparse.Namespace) -> int:
             "optimizer": args.optimizer,
             "lr": args.lr,
             "ridge": args.ridge,
-            "feedthrough": args.feedthrough,
             "offset": not args.no_offset,
             "stabilise": not args.no_stabilise,
         },
@@ -212,6 +211,8 @@ def _fit(args: argparse.Namespace) -> int:
             config["fit"][key] = getattr(args, key)
     if args.order is not None:
         config["fit"]["order"] = args.order
+    if args.feedthrough is not None:
+        config["fit"]["feedthrough"] = args.feedthrough
     _check_fit_config(config, args.out)
 
     import dynsys
@@ -460,7 +461,9 @@ def _add_fit_parser(commands) -> None:
         "trajectories simulated from the mass_spring_damper zoo model and compares "
         "with the truth. With measured states: the one-step least-squares estimate, "
         "refined by fitting the free run. With outputs (--outputs, or y* columns): "
-        "a subspace estimate (order from the singular values unless --order), "
+        "a subspace estimate (order and feedthrough chosen by a scan of orders "
+        "1..10 with and without D, scored on the held-out data, unless --order / "
+        "--feedthrough / --no-feedthrough), "
         "refined by an output-error fit, then compared on held-out experiments "
         "with residual analysis and a Bode plot. Writes a run folder: config.toml, "
         "model.dynsys, metrics.json, history.csv, PNG figures and summary.md (the "
@@ -502,7 +505,8 @@ def _add_fit_parser(commands) -> None:
         "--order",
         type=int,
         default=None,
-        help="model order for output data (default: from the singular values)",
+        help="model order for output data (default: a scan of orders 1..10 "
+        "scored on the held-out data)",
     )
     fit.add_argument(
         "--measure",
@@ -550,7 +554,18 @@ def _add_validation_options(fit: argparse.ArgumentParser) -> None:
     fit.add_argument(
         "--dt", type=float, help="sample time in s, for a file without a time column"
     )
-    fit.add_argument("--feedthrough", action="store_true", help="fit D (y = C x + D u)")
+    fit.add_argument(
+        "--feedthrough",
+        action="store_true",
+        default=None,
+        help="fit D (y = C x + D u) (default: the scan decides)",
+    )
+    fit.add_argument(
+        "--no-feedthrough",
+        dest="feedthrough",
+        action="store_false",
+        help="no D (y = C x)",
+    )
     fit.add_argument(
         "--no-offset",
         action="store_true",

@@ -20,6 +20,7 @@ FIGURES = {
     "step_response.png",
     "eigenvalues.png",
     "loss.png",
+    "order_scan.png",
 }
 
 
@@ -69,17 +70,31 @@ def test_fit_input_output_csv(tmp_path, capsys):
     argv = ["fit", str(path), "--inputs", "force", "--outputs", "pos_a,pos_b"]
     assert cli.main([*argv, "--no-progress", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "subspace start: order 4 (chosen from the singular values)" in printed
+    assert (
+        "subspace start: order 4 (chosen by a structure scan on the held-out data)"
+        in printed
+    )
     assert "2 outputs (pos_a, pos_b)" in printed
     assert FIGURES <= {p.name for p in out.iterdir()}
     for name in FIGURES:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["order"] == 4 and metrics["order_chosen"]
+    # The scan's table: every candidate, the chosen one without D (the truth has
+    # none), and its row's held-out fit % that of the subspace start.
+    scan = metrics["structure_scan"]
+    assert metrics["feedthrough"] is False and metrics["feedthrough_chosen"]
+    assert (scan["order"], scan["feedthrough"]) == (4, False)
+    chosen = [r for r in scan["table"] if (r["order"], r["feedthrough"]) == (4, False)]
+    assert [r["order"] for r in scan["table"]][:2] == [1, 1]
+    assert "| order | D |" in (out / "summary.md").read_text()
     assert metrics["fit_percent_channels"] == ["pos_a", "pos_b"]
     held_out = metrics["fit_percent"]["held-out fit % vs measurements"]
     assert set(held_out) == {"subspace", "fitted"}
     assert all(len(v) == 2 for v in held_out.values())
+    np.testing.assert_allclose(
+        chosen[0]["fit_percent"], held_out["subspace"], atol=1e-6
+    )
     # The fitted model explains the held-out outputs as well as the true system
     # does (within a point per channel), and is no worse than the subspace start.
     held = dynsys.load_dataset(path, inputs=["force"], outputs=["pos_a", "pos_b"])

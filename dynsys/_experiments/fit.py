@@ -19,6 +19,13 @@ from .config import ConfigError
 from .data_checks import run_data_checks, split_overlap
 from .fit_data import _columns, _from_file, _simulated, _split
 from .fit_figures import _output_figures, _state_figures
+from .fit_order import (
+    scan_figure,
+    scan_metrics,
+    scan_notes,
+    scan_structure,
+    wants_scan,
+)
 from .fit_uncertainty import (
     bode_references,
     comparison_band,
@@ -225,9 +232,10 @@ def _check_order(config: dict, train, val) -> None:
         )
 
 
-def _subspace_start(fit_cfg: dict, train, echo):
-    """The subspace estimate, its singular values, the time it took and how its
-    order was chosen."""
+def _subspace_start(fit_cfg: dict, train, val, echo):
+    """The subspace estimate, its singular values, the time it took, how its order
+    was chosen and the structure scan (`None` when order and feedthrough are given;
+    `fit_order.py`)."""
     from .._sysid.subspace import fit_subspace, subspace_singular_values
 
     started = time.perf_counter()
@@ -237,20 +245,40 @@ def _subspace_start(fit_cfg: dict, train, echo):
         singular_values = np.asarray(
             subspace_singular_values(train, horizon=horizon, offset=offset)
         )
-        start = fit_subspace(
-            train,
-            fit_cfg["order"],
-            horizon=horizon,
-            feedthrough=fit_cfg["feedthrough"],
-            offset=offset,
-        )
     except ValueError as error:
         key = "fit.subspace_horizon" if "(horizon=" in str(error) else "fit.order"
         raise ConfigError(f"config key '{key}': {error}") from None
+    scan = None
+    if wants_scan(fit_cfg):
+        scan, scan_seconds = scan_structure(fit_cfg, train, val, echo)
+        start = scan.model
+        scan = (scan, scan_seconds)
+        by = "the held-out data" if val is not None else "AIC"
+        chosen = f"chosen by a structure scan on {by}"
+        if fit_cfg["order"] is not None:
+            chosen = f"given; feedthrough chosen by a scan on {by}"
+    else:
+        try:
+            start = fit_subspace(
+                train,
+                fit_cfg["order"],
+                horizon=horizon,
+                feedthrough=fit_cfg["feedthrough"],
+                offset=offset,
+            )
+        except ValueError as error:
+            key = "fit.subspace_horizon" if "(horizon=" in str(error) else "fit.order"
+            raise ConfigError(f"config key '{key}': {error}") from None
+        chosen = "given"
+    if start.state_size > singular_values.size - train.output_size:
+        # a scanned order above what the default horizon shows: a longer horizon
+        horizon = -(-start.state_size // train.output_size) + 1
+        singular_values = np.asarray(
+            subspace_singular_values(train, horizon=horizon, offset=offset)
+        )
     seconds = time.perf_counter() - started
-    chosen = "chosen from the singular values" if fit_cfg["order"] is None else "given"
     echo(f"  subspace start: order {start.state_size} ({chosen}), {seconds:.2f} s")
-    return start, singular_values, seconds, chosen
+    return start, singular_values, seconds, chosen, scan
 
 
 def _levels_note(start, echo) -> list[str]:
@@ -345,11 +373,12 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     fit_cfg = config["fit"]
     found: list[str] = []  # the run's warnings
     _check_order(config, train, val)
-    start, singular_values, subspace_seconds, chosen = _subspace_start(
-        fit_cfg, train, echo
+    start, singular_values, subspace_seconds, chosen, scan = _subspace_start(
+        fit_cfg, train, val, echo
     )
     order = start.state_size
     first_notes = _levels_note(start, echo)
+    first_notes += scan_notes(scan, held_out=val is not None)
     begin, stabilised = _stabilised_if_needed(fit_cfg, start, train, found, echo)
     first_notes += stabilised
     fit_checks.model_warnings("subspace start", begin, train, found)
@@ -410,6 +439,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         "model": fit_cfg["model"],
         "order": order,
         "order_chosen": fit_cfg["order"] is None,
+        **scan_metrics(scan, start, fit_cfg),
         "singular_values": singular_values.tolist(),
         "loss": fit_cfg["loss"],
         "optimizer": optimizer,
@@ -456,6 +486,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
             "eigenvalues.png": confidence_of(covariance),
         },
     )
+    figures |= scan_figure(scan, held_out=val is not None)
     outcome = _outcome(run, result, metrics, summary, figures, notes)
     if fit_cfg["model"] == "neural":
         from .fit_neural import add_neural_stage

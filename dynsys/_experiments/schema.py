@@ -115,9 +115,13 @@ def _schema(kind: str, models: tuple[str, ...] | None = None) -> Schema:
             "lr": Option((float,), 3e-3, low=0, help="Adam's learning rate"),
             "batch_size": Option((int,), None, low=1),
             "ridge": Option((float,), 0.0, low=0),
-            "order": Option((int,), None, low=1, help="default: from the data"),
+            "order": Option(
+                (int,), None, low=1, help="default: chosen by a structure scan"
+            ),
             "subspace_horizon": Option((int,), None, low=1),
-            "feedthrough": Option((bool,), False, help="fit D (y = C x + D u)"),
+            "feedthrough": Option(
+                (bool,), None, help="fit D (y = C x + D u); default: from the data"
+            ),
             "offset": Option(
                 (bool,), True, help="remove the data's means; the model keeps them"
             ),

@@ -18,6 +18,7 @@ from ._comparison import comparison as comparison
 from ._eigenvalues import eigenvalues as eigenvalues
 from ._layout import pages as pages
 from ._loss import loss_history as loss_history
+from ._order import order_scan as order_scan
 from ._phase import phase_portrait as phase_portrait
 from ._residuals import residuals as residuals
 from ._singular_values import singular_values as singular_values

@@ -1,0 +1,123 @@
+"""The structure scan of the `fit` experiment: when the order (or feedthrough) is
+not given, `select_order` chooses it before the output-error fit.
+
+The budget: subspace fits only (no refinement in the scan), orders
+`1 .. min(10, the largest the data allow)`, each with and without `D` unless
+`fit.feedthrough` is given; scored on the held-out data (or by AIC without them);
+the scan stops once three successive orders have not improved the best mean
+validation fit by more than 0.2 points. Only the chosen structure is refined.
+"""
+
+import time
+
+from .config import ConfigError
+
+
+SCAN_MAX_ORDER = 10
+SCAN_STOP_AFTER = 3
+SCAN_TOLERANCE = 0.2
+
+
+def wants_scan(fit_cfg: dict) -> bool:
+    """Whether the structure is left to the data (order or feedthrough not given)."""
+    return fit_cfg["order"] is None or fit_cfg["feedthrough"] is None
+
+
+def scan_structure(fit_cfg: dict, train, val, echo):
+    """`select_order` over the candidates the config leaves open: `(scan, seconds)`."""
+    from .._sysid.order import select_order
+    from .._sysid.subspace import largest_order
+
+    order = fit_cfg["order"]
+    # Held-out experiments must keep more samples than the order (x0's unknowns).
+    shortest = min(val.lengths) - 1 if val is not None else SCAN_MAX_ORDER
+    top = max(1, min(SCAN_MAX_ORDER, largest_order(train), shortest))
+    orders = range(1, top + 1) if order is None else (order,)
+    given = fit_cfg["feedthrough"]
+    feedthrough = (False, True) if given is None else (given,)
+    if train.us is None:
+        feedthrough = (False,)
+    started = time.perf_counter()
+    try:
+        scan = select_order(
+            train,
+            orders,
+            feedthrough=feedthrough,
+            criterion="validation" if val is not None else "aic",
+            val_data=val,
+            tolerance=SCAN_TOLERANCE,
+            stop_after=SCAN_STOP_AFTER if order is None else None,
+            horizon=fit_cfg["subspace_horizon"],
+            offset=fit_cfg["offset"],
+        )
+    except ValueError as error:
+        key = "fit.subspace_horizon" if "(horizon=" in str(error) else "fit.order"
+        raise ConfigError(f"config key '{key}': {error}") from None
+    seconds = time.perf_counter() - started
+    scored = "held-out fit %" if val is not None else "AIC on the estimation data"
+    echo(
+        f"  structure scan: {len(scan.candidates)} subspace candidates scored by "
+        f"{scored}, {seconds:.1f} s; chosen order {scan.order}, "
+        f"{'with' if scan.feedthrough else 'no'} feedthrough D"
+    )
+    return scan, seconds
+
+
+def scan_notes(scanned, held_out: bool) -> list[str]:
+    """The lines of summary.md that show the scan's table (none without a scan);
+    `scanned`: `(scan, seconds)` or `None`."""
+    if scanned is None:
+        return []
+    scan, seconds = scanned
+    if held_out:
+        rule = (
+            "the best mean held-out fit %, or the fewest parameters within "
+            f"{scan.tolerance:g} points of it"
+        )
+    else:
+        rule = "the lowest AIC on the estimation data (no held-out data)"
+    return [
+        "Structure scan (subspace estimates; the output-error fit refines only the "
+        f"chosen one), {seconds:.1f} s; chosen by {rule}:",
+        "",
+        scan.markdown(),
+        "",
+    ]
+
+
+def scan_figure(scanned, held_out: bool) -> dict:
+    """`{"order_scan.png": figure}` of the scan (`{}` without one)."""
+    from .. import plot
+
+    if scanned is None:
+        return {}
+    scan = scanned[0]
+    title = "structure scan: " + (
+        "held-out fit % of each subspace candidate"
+        if held_out
+        else "AIC of each subspace candidate"
+    )
+    return {"order_scan.png": plot.order_scan(scan, title=title)}
+
+
+def scan_metrics(scanned, start, fit_cfg: dict) -> dict:
+    """The keys of metrics.json about the structure: whether the start has `D`,
+    whether it was chosen, and the scan (`None` without one)."""
+    entries = {
+        "feedthrough": start.D is not None,
+        "feedthrough_chosen": fit_cfg["feedthrough"] is None,
+        "structure_scan": None,
+    }
+    if scanned is None:
+        return entries
+    scan, seconds = scanned
+    entries["structure_scan"] = {
+        "criterion": scan.criterion,
+        "tolerance": scan.tolerance,
+        "order": scan.order,
+        "feedthrough": scan.feedthrough,
+        "seconds": seconds,
+        "channels": list(scan.channels),
+        "table": scan.table(),
+    }
+    return entries

@@ -1,0 +1,417 @@
+"""Structure selection: the model order and feedthrough chosen by fitting each
+candidate and scoring it on validation data (or by AIC / BIC / FPE)."""
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from .._systems.system import LinearSystem
+from .free_run import fit_percent as channel_fit, free_run
+from .signals import linear_of, signals
+from .subspace import fit_subspace, largest_order
+
+
+_DEFAULT_MAX_ORDER = 10
+_CRITERIA = ("validation", "aic", "bic", "fpe")
+_METHODS = ("subspace", "fit")
+
+
+@dataclasses.dataclass(frozen=True)
+class OrderCandidate:
+    """One row of an order scan.
+
+    - `order`, `feedthrough`: the structure; `parameters`: its count
+        $d = n(m + p) + pm$ (the last term only with feedthrough).
+    - `fit_percent`: the free-run fit % per output channel on the validation data
+        (`None` without validation data); `mean_fit`: their mean.
+    - `aic`, `bic`, `fpe`: from the free-run residuals on the estimation data.
+    - `spectral_radius`, `stable` (spectral radius < 1); `refined`: fitted by `fit`
+        after the subspace start; `seconds`: the time its fit and scores took.
+    """
+
+    order: int
+    feedthrough: bool
+    parameters: int
+    fit_percent: tuple[float, ...] | None
+    mean_fit: float | None
+    aic: float
+    bic: float
+    fpe: float
+    spectral_radius: float
+    stable: bool
+    refined: bool
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class OrderSelection:
+    """The result of `select_order`: every candidate and the chosen structure.
+
+    - `candidates`: the `OrderCandidate` rows, by order then feedthrough.
+    - `order`, `feedthrough`, `model`: the chosen structure and its fitted model.
+    - `criterion`: what chose it (`"validation"`, `"aic"`, `"bic"`, `"fpe"`);
+        `tolerance`: with `"validation"`, the fit-% points below the best within
+        which the candidate with the fewest parameters wins.
+    - `channels`: the output channels' names.
+    """
+
+    candidates: tuple[OrderCandidate, ...]
+    order: int
+    feedthrough: bool
+    model: LinearSystem
+    criterion: str
+    tolerance: float
+    channels: tuple[str, ...]
+
+    @property
+    def chosen(self) -> OrderCandidate:
+        """The chosen candidate's row."""
+        return next(
+            c
+            for c in self.candidates
+            if c.order == self.order and c.feedthrough == self.feedthrough
+        )
+
+    def table(self) -> list[dict]:
+        """The rows as plain dicts (JSON-ready; NaN and infinities as `None`)."""
+
+        def clean(value):
+            if isinstance(value, float) and not math.isfinite(value):
+                return None
+            if isinstance(value, tuple):
+                return [clean(v) for v in value]
+            return value
+
+        return [
+            {k: clean(v) for k, v in dataclasses.asdict(c).items()}
+            for c in self.candidates
+        ]
+
+    def markdown(self) -> str:
+        """The table as Markdown, the chosen row marked."""
+        channels = list(self.channels) if self.candidates[0].fit_percent else []
+        head = ["order", "D", *[f"fit % {c}" for c in channels]]
+        head += ["mean fit %", "AIC", "BIC", "FPE", "max abs eig", "chosen"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for c in self.candidates:
+            cells = [str(c.order), "yes" if c.feedthrough else "no"]
+            cells += [f"{v:.1f}" for v in c.fit_percent or ()]
+            cells += ["" if c.mean_fit is None else f"{c.mean_fit:.1f}"]
+            cells += [f"{c.aic:.5g}", f"{c.bic:.5g}", f"{c.fpe:.4g}"]
+            cells += [f"{c.spectral_radius:.4f}", "**yes**" if c is self.chosen else ""]
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+
+def _check_orders(call: str, data, orders) -> tuple[int, ...]:
+    """The candidate orders (default `1 .. min(10, largest)`), each checked against
+    the largest order the data allow."""
+    largest = largest_order(data)
+    if orders is None:
+        return tuple(range(1, min(_DEFAULT_MAX_ORDER, largest) + 1))
+    if isinstance(orders, int) and not isinstance(orders, bool):
+        orders = (orders,)
+    orders = tuple(orders)
+    if not orders:
+        raise ValueError(
+            f"{call}(orders=...): the order list is empty; give orders between 1 "
+            f"and {largest} (the largest the data allow)."
+        )
+    for n in orders:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(
+                f"{call}(orders=...): orders must be positive integers, got {n!r}."
+            )
+        if n > largest:
+            raise ValueError(
+                f"{call}(orders=...): the data allow at most order {largest}, got {n}."
+            )
+    return tuple(sorted(set(int(n) for n in orders)))
+
+
+def _check_choices(call, s, feedthrough, method, criterion, val_data):
+    """The feedthrough options (without inputs: only `False`), method and criterion."""
+    if isinstance(feedthrough, bool):
+        feedthrough = (feedthrough,)
+    feedthrough = tuple(dict.fromkeys(feedthrough))
+    if not feedthrough or not all(isinstance(f, bool) for f in feedthrough):
+        raise ValueError(
+            f"{call}(feedthrough=...): expected a non-empty tuple of True/False, got "
+            f"{feedthrough!r}."
+        )
+    if s.us is None:
+        if feedthrough == (True,):
+            raise ValueError(
+                f"{call}(feedthrough=...): the data has no inputs, so there is no D "
+                "to estimate; use (False,)."
+            )
+        feedthrough = (False,)
+    if method not in _METHODS:
+        raise ValueError(
+            f"{call}(method=...): expected one of {_METHODS}, got {method!r}."
+        )
+    if criterion is None:
+        criterion = "validation" if val_data is not None else "aic"
+    if criterion not in _CRITERIA:
+        raise ValueError(
+            f"{call}(criterion=...): expected one of {_CRITERIA}, got {criterion!r}."
+        )
+    if criterion == "validation" and val_data is None:
+        raise ValueError(
+            f"{call}(criterion='validation'): needs val_data (held-out data); or use "
+            "criterion='aic', 'bic' or 'fpe'."
+        )
+    return feedthrough, criterion
+
+
+def information_criteria(model, data, parameters: int) -> tuple[float, float, float]:
+    """`(AIC, BIC, FPE)` of `model`'s free-run residuals $e_t$ on `data` (initial
+    states estimated), over the $N$ valid steps of every experiment, with
+    $\\Sigma = \\frac1N \\sum_t e_t e_t^\\top$ `(p, p)` and $d$ = `parameters`:
+    AIC $= N \\log\\det\\Sigma + 2d + N p (\\log 2\\pi + 1)$, BIC the same with
+    $d \\log N$ for $2d$, FPE $= \\det\\Sigma\\,(1 + d/N) / (1 - d/N)$ (infinite when
+    $d \\ge N$), as MATLAB's `aic`, `fpe`.
+
+    **Arguments:**
+
+    - `model`: a `LinearSystem` (or a model with `to_linear()`).
+    - `data`: a `Dataset` with outputs (the estimation data).
+    - `parameters`: the model's number of free parameters $d$.
+
+    **Returns:**
+
+    `(aic, bic, fpe)` as floats.
+    """
+    s = signals(data, "information_criteria")
+    model = linear_of(model) or model
+    mask = np.asarray(s.mask)
+    residuals = (np.asarray(s.ys, dtype=np.float64) - free_run(model, s))[mask]
+    count, p = residuals.shape
+    sigma = residuals.T @ residuals / count
+    sign, logdet = np.linalg.slogdet(sigma)
+    if not np.isfinite(logdet) or sign <= 0:
+        logdet = -np.inf if np.all(np.isfinite(sigma)) else np.inf
+    constant = count * p * (math.log(2 * math.pi) + 1)
+    aic = count * logdet + 2 * parameters + constant
+    bic = count * logdet + parameters * math.log(count) + constant
+    ratio = parameters / count
+    fpe = float(np.exp(logdet)) * (1 + ratio) / (1 - ratio) if ratio < 1 else math.inf
+    return float(aic), float(bic), float(fpe)
+
+
+def _score(model, data, val_data, order, feedthrough, refined, started):
+    """The `OrderCandidate` row of a fitted model."""
+    p = model.output_size
+    m = model.input_size
+    parameters = order * (m + p) + (p * m if feedthrough else 0)
+    fit_percent = mean = None
+    if val_data is not None:
+        val_signals = signals(val_data, "select_order")
+        values = channel_fit(val_signals, free_run(model, val_signals))
+        values = np.where(np.isfinite(values), values, -np.inf)
+        fit_percent = tuple(float(v) for v in values)
+        mean = float(np.mean(values))
+    aic, bic, fpe = information_criteria(model, data, parameters)
+    rho = float(np.max(np.abs(np.linalg.eigvals(np.asarray(model.K)))))
+    return OrderCandidate(
+        order=order,
+        feedthrough=feedthrough,
+        parameters=parameters,
+        fit_percent=fit_percent,
+        mean_fit=mean,
+        aic=aic,
+        bic=bic,
+        fpe=fpe,
+        spectral_radius=rho,
+        stable=rho < 1.0,
+        refined=refined,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _subspace_candidate(data, val_data, order, feedthrough, options):
+    """Fit one structure by `fit_subspace` and score it: `(OrderCandidate, model)`."""
+    started = time.perf_counter()
+    model = fit_subspace(
+        data,
+        order,
+        horizon=options["horizon"],
+        feedthrough=feedthrough,
+        offset=options["offset"],
+    )
+    return _score(model, data, val_data, order, feedthrough, False, started), model
+
+
+def _refined_candidate(data, val_data, row, start, options):
+    """Refine a subspace candidate by `fit` (output error) and score it again."""
+    from .._fitting.fit import fit
+
+    started = time.perf_counter()
+    result = fit(start, data, val_data=val_data, progress=False, **options["fit"])
+    model = linear_of(result.model) or result.model
+    refined = _score(model, data, val_data, row.order, row.feedthrough, True, started)
+    return dataclasses.replace(refined, seconds=row.seconds + refined.seconds), model
+
+
+def _choose(rows, criterion: str, tolerance: float) -> int:
+    """The index of the chosen row: the lowest criterion; with `"validation"`, the
+    fewest parameters among the rows within `tolerance` points of the best mean
+    fit (a tie: the lower order)."""
+    if criterion != "validation":
+        values = [getattr(r, criterion) for r in rows]
+        values = [v if np.isfinite(v) or v < 0 else np.inf for v in values]
+        return int(np.argmin(values))
+    best = max(r.mean_fit for r in rows)
+    if not np.isfinite(best):
+        return 0
+    near = [i for i, r in enumerate(rows) if r.mean_fit >= best - tolerance]
+    return min(near, key=lambda i: (rows[i].parameters, rows[i].order))
+
+
+def _stalled(rows, criterion: str, tolerance: float, count: int) -> bool:
+    """Whether the last `count` orders scanned all failed to beat the best score
+    of the orders before them."""
+    orders = sorted({r.order for r in rows})
+    if len(orders) <= count:
+        return False
+
+    def score(order):  # higher is better
+        values = [
+            r.mean_fit if criterion == "validation" else -getattr(r, criterion)
+            for r in rows
+            if r.order == order
+        ]
+        return max(values)
+
+    earlier = max(score(n) for n in orders[:-count])
+    margin = tolerance if criterion == "validation" else 0.0
+    return all(not score(n) > earlier + margin for n in orders[-count:])
+
+
+def _check_numbers(call: str, tolerance, stop_after, refine) -> None:
+    """One-line errors for a negative `tolerance`, or a `stop_after` or `refine`
+    that is not a positive integer or `None`."""
+    if not isinstance(tolerance, (int, float)) or not tolerance >= 0:
+        raise ValueError(
+            f"{call}(tolerance=...): expected a number >= 0, got {tolerance!r}."
+        )
+    for name, value in (("stop_after", stop_after), ("refine", refine)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(
+                f"{call}({name}=...): expected a positive integer or None, got "
+                f"{value!r}."
+            )
+
+
+def _ranking(rows, criterion: str) -> list[int]:
+    """Row indices from best to worst by the criterion (higher fit, lower others)."""
+    if criterion == "validation":
+        return sorted(range(len(rows)), key=lambda i: -rows[i].mean_fit)
+    return sorted(range(len(rows)), key=lambda i: getattr(rows[i], criterion))
+
+
+def select_order(
+    data,
+    orders=None,
+    *,
+    feedthrough=(False, True),
+    method: str = "subspace",
+    criterion: str | None = None,
+    val_data=None,
+    tolerance: float = 0.2,
+    refine: int | None = None,
+    stop_after: int | None = None,
+    horizon: int | None = None,
+    offset: bool = True,
+    fit_options: dict | None = None,
+) -> OrderSelection:
+    """Choose the model order and whether to estimate a feedthrough `D` by fitting
+    every candidate structure and scoring it, as MATLAB's `n4sid(data, 1:10)` with
+    validation data, or SIPPY's information-criterion order choice.
+
+    Each candidate `(order, feedthrough)` is fitted by `fit_subspace`; with
+    `method="fit"` the best `refine` (default all) are then refined by `fit` and
+    scored again. Each row: free-run fit % per channel on `val_data`, AIC, BIC, FPE
+    on `data` (`information_criteria`), spectral radius.
+
+    The choice: with `criterion="validation"` (the default when `val_data` is
+    given) the best mean validation fit % wins, except that among the candidates
+    within `tolerance` points of it the one with the fewest parameters
+    $n(m+p) + pm\\,[D]$ is taken (a simpler model that validates as well); with
+    `"aic"` (the default without `val_data`), `"bic"` or `"fpe"` the lowest value.
+    Unlike `fit_subspace(order=None)`'s singular-value rule, this keeps a lightly
+    damped mode with a small singular value when it improves the validation fit.
+
+    **Arguments:**
+
+    - `data`: the estimation `Dataset` (outputs `ys`, inputs `us` or none).
+    - `orders`: the candidate orders (an int or a sequence of positive ints);
+        default `1 .. min(10, the largest the data allow)`.
+    - `feedthrough`: the feedthrough options to try, `(False, True)` by default
+        (only `False` when the data has no inputs).
+    - `method`: `"subspace"` or `"fit"` (subspace, then refined by `fit`).
+    - `criterion`: `"validation"`, `"aic"`, `"bic"` or `"fpe"`.
+    - `val_data`: held-out data with the same channels (for `"validation"`).
+    - `tolerance`: fit-% points (above), `>= 0`.
+    - `refine`: with `method="fit"`, how many of the best subspace candidates are
+        refined (`None`: all).
+    - `stop_after`: stop the scan (orders ascending) once this many successive
+        orders have not beaten the best score so far (mean validation fit by more
+        than `tolerance`, or the criterion); `None` scans every order.
+    - `horizon`, `offset`: passed to `fit_subspace`.
+    - `fit_options`: keyword arguments for `fit` (e.g. `{"num_steps": 100}`).
+
+    **Returns:**
+
+    An `OrderSelection` (`candidates`, `order`, `feedthrough`, `model`, `table()`,
+    `markdown()`); `dynsys.plot.order_scan` draws it.
+
+    **Raises:**
+
+    `ValueError` (one line) for an empty order list, an order above the largest the
+    data allow (naming it), `feedthrough=(True,)` without inputs, an unknown
+    `method` or `criterion`, or `"validation"` without `val_data`.
+
+    **Example:**
+
+    ```python
+    scan = dynsys.select_order(train, orders=range(1, 11), val_data=val)
+    scan.order, scan.feedthrough, scan.model
+    fig = dynsys.plot.order_scan(scan)
+    ```
+    """
+    call = "select_order"
+    s = signals(data, call)
+    candidate_orders = _check_orders(call, data, orders)
+    options_ft, criterion = _check_choices(
+        call, s, feedthrough, method, criterion, val_data
+    )
+    _check_numbers(call, tolerance, stop_after, refine)
+    options = {"horizon": horizon, "offset": offset, "fit": dict(fit_options or {})}
+    rows, models = [], []
+    for n in candidate_orders:
+        for f in options_ft:
+            row, model = _subspace_candidate(data, val_data, n, f, options)
+            rows.append(row)
+            models.append(model)
+        if stop_after is not None and _stalled(rows, criterion, tolerance, stop_after):
+            break
+    if method == "fit":
+        for i in _ranking(rows, criterion)[: refine or len(rows)]:
+            rows[i], models[i] = _refined_candidate(
+                data, val_data, rows[i], models[i], options
+            )
+    chosen = _choose(rows, criterion, float(tolerance))
+    return OrderSelection(
+        candidates=tuple(rows),
+        order=rows[chosen].order,
+        feedthrough=rows[chosen].feedthrough,
+        model=models[chosen],
+        criterion=criterion,
+        tolerance=float(tolerance),
+        channels=tuple(s.names),
+    )
