@@ -8,8 +8,8 @@ least-squares start, its steps to 1.1x the true model's loss and its wall time
 """
 
 import argparse
-import sys
 import pathlib
+import sys
 
 import jax
 
@@ -18,9 +18,9 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+from benchmark_fit import _timed_fit, first_hit, loss_of, make_data, Problem  # noqa: E402
 
 import dynsys  # noqa: E402
-from benchmark_fit import _timed_fit, first_hit, loss_of, make_data, Problem  # noqa: E402
 
 
 def main():
@@ -37,7 +37,9 @@ def main():
     print(f"optimiser: {result.optimizer}")
     print(f"true loss {true_loss:.6g}, target {target:.6g}, start {losses[0]:.6g}")
     print(f"steps run {result.steps_run} ({result.stop_reason or 'converged'})")
-    print(f"target reached after {first_hit(losses, target)} steps; best {losses.min():.6g}")
+    print(
+        f"target reached after {first_hit(losses, target)} steps; best {losses.min():.6g}"
+    )
     print(f"wall time {seconds:.1f} s (compilation included)")
 
 

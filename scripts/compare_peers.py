@@ -45,7 +45,9 @@ ROLES = {
 def split_record(name):
     """`(u_est, y_est, u_val, y_val)`, each `(T, channels)`, estimation means
     removed; the split as `dynsys fit`'s default (last third, rounded)."""
-    table = np.genfromtxt(ROOT / "data" / "real" / f"{name}.csv", delimiter=",", names=True)
+    table = np.genfromtxt(
+        ROOT / "data" / "real" / f"{name}.csv", delimiter=",", names=True
+    )
     inputs, outputs = ROLES[name]
     u = np.stack([table[c] for c in inputs], axis=1)
     y = np.stack([table[c] for c in outputs], axis=1)
@@ -67,7 +69,9 @@ def free_run_fit(A, B, C, D, u, y):
         observability[t] = C @ power
         x = A @ x + B @ u[t]
         power = A @ power
-    x0, *_ = np.linalg.lstsq(observability.reshape(-1, n), (y - forced).ravel(), rcond=None)
+    x0, *_ = np.linalg.lstsq(
+        observability.reshape(-1, n), (y - forced).ravel(), rcond=None
+    )
     y_hat = forced + observability @ x0
     error = np.linalg.norm(y - y_hat, axis=0)
     spread = np.linalg.norm(y - y.mean(0), axis=0)
@@ -91,7 +95,9 @@ def nfoursid_n4sid(u, y, order):
     inputs = [f"u{i}" for i in range(u.shape[1])]
     outputs = [f"y{i}" for i in range(y.shape[1])]
     frame = pd.DataFrame(np.hstack([u, y]), columns=inputs + outputs)
-    n4 = NFourSID(frame, output_columns=outputs, input_columns=inputs, num_block_rows=20)
+    n4 = NFourSID(
+        frame, output_columns=outputs, input_columns=inputs, num_block_rows=20
+    )
     n4.subspace_identification()
     model, _ = n4.system_identification(rank=order)
     return model.a, model.b, model.c, model.d, order
@@ -106,10 +112,14 @@ def main():
     print("|---|---|---:|---|---:|")
     for name in args.files.split(","):
         u, y, u_val, y_val = split_record(name)
-        runs = [("SIPPY N4SID (its rule)", lambda: sippy_n4sid(u, y, aic=False))]
-        runs.append(("SIPPY N4SID (AIC, 1..10)", lambda: sippy_n4sid(u, y, aic=True)))
+        runs = [
+            ("SIPPY N4SID (its rule)", lambda u=u, y=y: sippy_n4sid(u, y, False)),
+            ("SIPPY N4SID (AIC, 1..10)", lambda u=u, y=y: sippy_n4sid(u, y, True)),
+        ]
         for order in map(int, args.orders.split(",")):
-            runs.append(("nfoursid N4SID", lambda o=order: nfoursid_n4sid(u, y, o)))
+            runs.append(
+                ("nfoursid N4SID", lambda u=u, y=y, o=order: nfoursid_n4sid(u, y, o))
+            )
         for label, run in runs:
             begin = time.perf_counter()
             try:
@@ -121,7 +131,9 @@ def main():
             A, B, C, D = (np.atleast_2d(np.asarray(m, float)) for m in (A, B, C, D))
             fits = free_run_fit(A, B, C, D, u_val, y_val)
             shown = " / ".join(f"{f:.1f}" if f > -1000 else "diverges" for f in fits)
-            print(f"| {name} | {label} | {order} | {shown} | {seconds:.1f} |", flush=True)
+            print(
+                f"| {name} | {label} | {order} | {shown} | {seconds:.1f} |", flush=True
+            )
 
 
 if __name__ == "__main__":

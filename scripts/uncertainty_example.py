@@ -45,9 +45,7 @@ def main():
     angle, radius = 0.5, 0.9
     true = dynsys.LinearSystem(
         K=radius
-        * jnp.array(
-            [[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]]
-        ),
+        * jnp.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]]),
         B=jnp.array([[1.0], [0.3]]),
         C=jnp.array([[0.6, -0.4]]),
     )

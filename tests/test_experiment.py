@@ -93,7 +93,11 @@ def test_fit_run_folder(tmp_path):
     ]
     assert all(p.read_bytes()[:8] == PNG for p in result.figures)
     lines = (result.path / "history.csv").read_text().splitlines()
-    assert lines[0] == "step,train_loss,validation_loss" and len(lines) == 1 + 8 + 1
+    # One row per step run (at most the 8 asked for: the default optimiser may
+    # converge sooner) and the returned model's row.
+    steps_run = result.metrics["steps_run"]
+    assert lines[0] == "step,train_loss,validation_loss" and 1 <= steps_run <= 8
+    assert len(lines) == 1 + steps_run + 1
     summary = (result.path / "summary.md").read_text()
     assert summary.startswith("# tiny_fit") and "![loss](loss.png)" in summary
     # The reported held-out fit % agrees with one recomputed from the saved files.

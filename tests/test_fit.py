@@ -283,7 +283,7 @@ def test_other_bad_arguments():
         )
     with pytest.raises(
         ValueError,
-        match=r"fit\(loss=...\): expected 'simulation', 'one_step' or MultipleShooting\(horizon\), got 'free_run'",
+        match=r"fit\(loss=...\): expected 'simulation', 'one_step', 'prediction' or MultipleShooting\(horizon\), got 'free_run'",
     ):
         dynsys.fit(_start(), data, loss="free_run", num_steps=1, progress=False)
     with pytest.raises(

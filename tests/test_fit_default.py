@@ -267,8 +267,11 @@ def _twenty_states(N, T, seed=0):
 @pytest.mark.slow
 def test_twenty_state_case_converges_with_the_defaults():
     """Report B2: Adam(1e-3) diverged (loss 1e52) and returned the least-squares
-    start. With the defaults the fit converges and beats least squares on held-out
-    trajectories (scored against the noise-free truth)."""
+    start. With the defaults the fit converges (to a training loss at most the true
+    model's: the least-squares optimum, which the true model is not on noisy data)
+    and beats least squares on held-out trajectories by 3 points (scored against
+    the noise-free truth; the optimum of 12 noisy trajectories is some 2 points
+    below the true model there, 96.4 against 98.6)."""
     true, data, clean = _twenty_states(16, 200)
     train, val = data[:12], data[12:]
     clean_val = clean[12:]
@@ -282,11 +285,11 @@ def test_twenty_state_case_converges_with_the_defaults():
         xs = dynsys.rollout(model, val.xs[:, 0], 200, inputs=val.us).xs
         return float(dynsys.fit_percent(clean_val.xs[:, 1:], xs[:, 1:]))
 
-    least_squares, fitted, truth = (
-        held_out_fit(m) for m in (estimate, result.model, true)
-    )
+    least_squares, fitted = held_out_fit(estimate), held_out_fit(result.model)
     assert fitted > least_squares + 3.0, (least_squares, fitted)
-    assert fitted > truth - 1.0, (fitted, truth)
+    true_loss = dynsys.fit(true, train, optimizer=optax.sgd(0.0), num_steps=1,
+                           progress=False).losses[0]  # fmt: skip
+    assert np.min(result.losses) <= true_loss
 
 
 @pytest.mark.parametrize("normal_equations", [True, False])

@@ -96,7 +96,26 @@ def _residuals(count):
     return plot.residuals(autocorrelation=auto, cross_correlation=cross, bound=0.2)
 
 
+def _order_scan(count):
+    """A scan of `count` orders, with and without feedthrough."""
+    candidates = tuple(
+        dynsys.OrderCandidate(
+            order=n, feedthrough=d, parameters=3 * n + d, fit_percent=(50.0 + n + d,),
+            mean_fit=50.0 + n + d, aic=-float(n), bic=-float(n), fpe=1.0 / n,
+            spectral_radius=0.9, stable=True, refined=False, seconds=0.1,
+        )
+        for n in range(1, count + 1)
+        for d in (False, True)
+    )  # fmt: skip
+    scan = dynsys.OrderSelection(
+        candidates, order=count, feedthrough=True, model=_stable(count),
+        criterion="validation", tolerance=0.2, channels=("y (m)",),
+    )  # fmt: skip
+    return plot.order_scan(scan)
+
+
 KINDS = {
+    "order_scan": _order_scan,
     "trajectory": _trajectory,
     "comparison": _comparison,
     "phase_portrait": _phase,

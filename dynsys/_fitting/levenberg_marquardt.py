@@ -92,7 +92,9 @@ def factorise(
     num_residuals, q = jac.shape
     if normal_equations or num_residuals <= q:
         return factorise_normal(jac.T @ jac, jac.T @ residual, basis, scale)
-    r_factor = jnp.linalg.qr(jnp.concatenate([jac, residual[:, None]], axis=1), mode="r")
+    r_factor = jnp.linalg.qr(
+        jnp.concatenate([jac, residual[:, None]], axis=1), mode="r"
+    )
     return _scaled(r_factor[:q, :q], r_factor[:q, q], basis, scale)
 
 
