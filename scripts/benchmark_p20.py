@@ -37,9 +37,8 @@ def main():
     print(f"optimiser: {result.optimizer}")
     print(f"true loss {true_loss:.6g}, target {target:.6g}, start {losses[0]:.6g}")
     print(f"steps run {result.steps_run} ({result.stop_reason or 'converged'})")
-    print(
-        f"target reached after {first_hit(losses, target)} steps; best {losses.min():.6g}"
-    )
+    reached = first_hit(losses, target)
+    print(f"target reached after {reached} steps; best {losses.min():.6g}")
     print(f"wall time {seconds:.1f} s (compilation included)")
 
 
