@@ -68,90 +68,106 @@ def _schema(kind: str, models: tuple[str, ...] | None = None) -> Schema:
         },
     }
     if kind == "fit":
-        schema["data"] = {
-            "file": Option((str,), None, help=".npz/.csv dataset; else simulated"),
-            "trajectories": Option((int,), 16, low=1),
-            "length": Option((int,), 100, low=1, help="steps per trajectory"),
-            "measurement_noise": Option((float,), 0.1, low=0),
-            "process_noise": Option((float,), 0.0, low=0),
-            "x0_mean": Option((float, list), 0.0, items=float),
-            "x0_scale": Option((float,), 1.0, low=0),
-            "input_scale": Option((float,), 1.0, low=0),
-            "validation": Option(
-                (float,), 0.25, low=0, high=0.9, help="share of experiments held out"
-            ),
-            "validation_file": Option(
-                (str,), None, help="held-out data in their own file (same channels)"
-            ),
-            "validation_split": Option(
-                (float,),
-                None,
-                low=0.01,
-                high=0.9,
-                help="hold out the last part of each experiment by time",
-            ),
-            "dt": Option((float,), None, low=0, help="sample time (s), if no times"),
-            "states": Option((list,), None, items=str, help="state columns"),
-            "inputs": Option((list,), None, items=str, help="input columns"),
-            "outputs": Option((list,), None, items=str, help="output columns"),
-            "trajectory_column": Option((str,), "trajectory", help="CSV column"),
-            "time_column": Option((str,), "time", help="CSV column"),
-            "measured_states": Option(
-                (list,), None, items=int, help="simulated outputs: these states"
-            ),
-        }
-        schema["fit"] = {
-            "model": Option((str,), "linear", ("linear", "stable", "neural")),
-            "loss": Option(
-                (str,), "simulation", ("simulation", "one_step", "shooting")
-            ),
-            "horizon": Option((int,), 20, low=1, help="shooting window"),
-            "optimizer": Option(
-                (str,), "default", ("default", "adam", "lbfgs"), "see fit()"
-            ),
-            "steps": Option(
-                (int,), None, low=1, high=10**8, help="default: the optimiser's"
-            ),
-            "lr": Option((float,), 3e-3, low=0, help="Adam's learning rate"),
-            "batch_size": Option((int,), None, low=1),
-            "ridge": Option((float,), 0.0, low=0),
-            "order": Option(
-                (int,), None, low=1, help="default: chosen by a structure scan"
-            ),
-            "subspace_horizon": Option((int,), None, low=1),
-            "feedthrough": Option(
-                (bool,), None, help="fit D (y = C x + D u); default: from the data"
-            ),
-            "offset": Option(
-                (bool,), True, help="remove the data's means; the model keeps them"
-            ),
-            "stabilise": Option(
-                (bool,), True, help="retry from a stabilised start if it is unstable"
-            ),
-            # model = "neural": fit_neural's options (docs/nonlinear-models.md).
-            "neural_horizon": Option((int,), 64, low=1, help="simulated window"),
-            "neural_past": Option((int,), 20, low=1, help="encoder's past samples"),
-            "neural_width": Option((int,), 32, low=1, help="MLP hidden width"),
-            "neural_depth": Option((int,), 2, low=2, help="MLP layers"),
-            "neural_steps": Option((int,), 10000, low=1, help="Adam steps (a maximum)"),
-            "neural_lr": Option((float,), 1e-3, low=0, help="Adam's learning rate"),
-            "neural_batch_size": Option((int,), 64, low=1, help="windows per step"),
-        }
+        schema["data"] = _fit_data_options()
+        schema["fit"] = _fit_options()
     else:
-        schema["controller"] = {
+        schema |= _train_options()
+    return schema
+
+
+def _fit_data_options() -> dict[str, Option]:
+    """The `[data]` keys of a fit experiment."""
+    return {
+        "file": Option((str,), None, help=".npz/.csv dataset; else simulated"),
+        "trajectories": Option((int,), 16, low=1),
+        "length": Option((int,), 100, low=1, help="steps per trajectory"),
+        "measurement_noise": Option((float,), 0.1, low=0),
+        "process_noise": Option((float,), 0.0, low=0),
+        "x0_mean": Option((float, list), 0.0, items=float),
+        "x0_scale": Option((float,), 1.0, low=0),
+        "input_scale": Option((float,), 1.0, low=0),
+        "validation": Option(
+            (float,), 0.25, low=0, high=0.9, help="share of experiments held out"
+        ),
+        "validation_file": Option(
+            (str,), None, help="held-out data in their own file (same channels)"
+        ),
+        "validation_split": Option(
+            (float,),
+            None,
+            low=0.01,
+            high=0.9,
+            help="hold out the last part of each experiment by time",
+        ),
+        "dt": Option((float,), None, low=0, help="sample time (s), if no times"),
+        "states": Option((list,), None, items=str, help="state columns"),
+        "inputs": Option((list,), None, items=str, help="input columns"),
+        "outputs": Option((list,), None, items=str, help="output columns"),
+        "trajectory_column": Option((str,), "trajectory", help="CSV column"),
+        "time_column": Option((str,), "time", help="CSV column"),
+        "measured_states": Option(
+            (list,), None, items=int, help="simulated outputs: these states"
+        ),
+    }
+
+
+def _fit_options() -> dict[str, Option]:
+    """The `[fit]` keys of a fit experiment."""
+    return {
+        "model": Option((str,), "linear", ("linear", "stable", "neural")),
+        "loss": Option((str,), "simulation", ("simulation", "one_step", "shooting")),
+        "horizon": Option((int,), 20, low=1, help="shooting window"),
+        "optimizer": Option(
+            (str,), "default", ("default", "adam", "lbfgs"), "see fit()"
+        ),
+        "steps": Option(
+            (int,), None, low=1, high=10**8, help="default: the optimiser's"
+        ),
+        "lr": Option((float,), 3e-3, low=0, help="Adam's learning rate"),
+        "batch_size": Option((int,), None, low=1),
+        "ridge": Option((float,), 0.0, low=0),
+        "order": Option(
+            (int,), None, low=1, help="default: chosen by a structure scan"
+        ),
+        "subspace_horizon": Option((int,), None, low=1),
+        "feedthrough": Option(
+            (bool,), None, help="fit D (y = C x + D u); default: from the data"
+        ),
+        "offset": Option(
+            (bool,), True, help="remove the data's means; the model keeps them"
+        ),
+        "stabilise": Option(
+            (bool,), True, help="retry from a stabilised start if it is unstable"
+        ),
+        # model = "neural": fit_neural's options (docs/nonlinear-models.md).
+        "neural_horizon": Option((int,), 64, low=1, help="simulated window"),
+        "neural_past": Option((int,), 20, low=1, help="encoder's past samples"),
+        "neural_width": Option((int,), 32, low=1, help="MLP hidden width"),
+        "neural_depth": Option((int,), 2, low=2, help="MLP layers"),
+        "neural_steps": Option((int,), 10000, low=1, help="Adam steps (a maximum)"),
+        "neural_lr": Option((float,), 1e-3, low=0, help="Adam's learning rate"),
+        "neural_batch_size": Option((int,), 64, low=1, help="windows per step"),
+    }
+
+
+def _train_options() -> Schema:
+    """The `[controller]`, `[cost]` and `[train]` sections of a controller
+    experiment."""
+    return {
+        "controller": {
             "type": Option((str,), "stacked", ("linear", "mlp", "stacked")),
             "width": Option((int,), 16, low=1),
             "depth": Option((int,), 4, low=0),
             "bound": Option((float,), None, low=0, help="actuator limit"),
             "use_time": Option((bool,), False),
-        }
-        schema["cost"] = {
+        },
+        "cost": {
             "target": Option((list,), None, items=float, help="default: zeros"),
             "Q": Option((float, list), 1.0, items=float, low=0),
             "R": Option((float, list), 0.01, items=float, low=0),
             "Q_final": Option((float, list), None, items=float, low=0),
-        }
-        schema["train"] = {
+        },
+        "train": {
             "horizon": Option((int,), 60, low=1),
             "initial_states": Option((int,), 64, low=1),
             "test_states": Option((int,), 8, low=1),
@@ -161,8 +177,8 @@ def _schema(kind: str, models: tuple[str, ...] | None = None) -> Schema:
             "lr": Option((float,), 1e-2, low=0),
             "schedule": Option((str,), "cosine", ("constant", "cosine")),
             "clip": Option((float,), None, low=0, help="global gradient-norm clip"),
-        }
-    return schema
+        },
+    }
 
 
 def resolve_config(
