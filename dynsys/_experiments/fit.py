@@ -397,7 +397,6 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         f"{result.best_step}"
     )
 
-    started = time.perf_counter()
     report = val if val is not None else train
     which = "held-out" if val is not None else "training"
     models = {"subspace": start, "fitted": fitted}
@@ -405,18 +404,9 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         models = {"subspace": start, "stabilised": begin, "fitted": fitted}
     if run.true_system is not None:
         models = {"true": run.true_system, **models}
-    with fit_checks.captured_warnings(found):
-        comparisons, rows, residuals = _validate_outputs(
-            models, report, clean_val, which
-        )
-    timing["validation_seconds"] = time.perf_counter() - started
-    if val is not None:
-        fit_checks.validation_warnings(
-            which,
-            report.output_names,
-            np.asarray(comparisons["fitted"].fit_percent),
-            found,
-        )
+    comparisons, rows, residuals = _validation_stage(
+        models, report, clean_val, which, val is not None, timing, found
+    )
 
     described = (
         f"Subspace start of order {order} ({chosen}); output-error fit with "
@@ -431,11 +421,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     summary = _output_summary(rows, which, clean_val)
     metrics = {
         "source": run.source,
-        "columns": {
-            "states": list(run.data.state_names),
-            "inputs": list(run.data.input_names),
-            "outputs": list(run.data.output_names),
-        },
+        "columns": _column_names(run.data),
         "model": fit_cfg["model"],
         "order": order,
         "order_chosen": fit_cfg["order"] is None,
@@ -455,12 +441,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         "fit_metrics": result.metrics,
         "fit_percent": rows,
         "fit_percent_channels": channels,
-        "residuals": {
-            "max_autocorrelation": float(
-                np.max(np.abs(np.asarray(residuals.autocorrelation)[1:]))
-            ),
-            "bound": float(residuals.bound),
-        },
+        "residuals": _residual_metrics(residuals),
         "eigenvalues": eigenvalues,
         **_matrices(fitted),
         "timing": timing,
@@ -469,23 +450,11 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     uncertainty = uncertainty_metrics(covariance, reason)
     metrics |= uncertainty
     notes += uncertainty_notes(uncertainty, channels, list(report.input_names))
+    truth = None if clean_val is None else np.asarray(clean_val.ys[0])
     figures = _output_figures(
-        report,
-        comparisons,
-        models,
-        None if clean_val is None else np.asarray(clean_val.ys[0]),
-        singular_values,
-        order,
-        residuals,
-        result,
-        which,
-        {
-            "bode.png": bode_references(report, covariance),
-            "comparison.png": comparison_band(report, covariance),
-            "step_response.png": step_references(report, covariance),
-            "eigenvalues.png": confidence_of(covariance),
-        },
-    )
+        report, comparisons, models, truth, singular_values, order, residuals,
+        result, which, _uncertainty_figures(report, covariance),
+    )  # fmt: skip
     figures |= scan_figure(scan, held_out=val is not None)
     outcome = _outcome(run, result, metrics, summary, figures, notes)
     if fit_cfg["model"] == "neural":
@@ -495,6 +464,50 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
             config, outcome, report, train, val, fitted, which, progress, echo
         )
     return outcome
+
+
+def _column_names(data) -> dict[str, list[str]]:
+    return {
+        "states": list(data.state_names),
+        "inputs": list(data.input_names),
+        "outputs": list(data.output_names),
+    }
+
+
+def _residual_metrics(residuals) -> dict[str, float]:
+    """The largest residual auto-correlation past lag 0, and its bound."""
+    autocorrelation = np.asarray(residuals.autocorrelation)[1:]
+    return {
+        "max_autocorrelation": float(np.max(np.abs(autocorrelation))),
+        "bound": float(residuals.bound),
+    }
+
+
+def _validation_stage(models, report, clean_val, which, held_out, timing, found):
+    """Every model's comparison with `report` (the held-out or else the training
+    data), the fit-% rows and the fitted model's residual analysis; the time taken
+    goes to `timing` and the warnings to `found`."""
+    started = time.perf_counter()
+    with fit_checks.captured_warnings(found):
+        comparisons, rows, residuals = _validate_outputs(
+            models, report, clean_val, which
+        )
+    timing["validation_seconds"] = time.perf_counter() - started
+    if held_out:
+        fitted_fit = np.asarray(comparisons["fitted"].fit_percent)
+        fit_checks.validation_warnings(which, report.output_names, fitted_fit, found)
+    return comparisons, rows, residuals
+
+
+def _uncertainty_figures(report, covariance) -> dict:
+    """The extra arguments of the run folder's figures from the fitted model's
+    covariance and the data's non-parametric estimates, by file name."""
+    return {
+        "bode.png": bode_references(report, covariance),
+        "comparison.png": comparison_band(report, covariance),
+        "step_response.png": step_references(report, covariance),
+        "eigenvalues.png": confidence_of(covariance),
+    }
 
 
 def _echo_outputs(run, result, described, models, rows, channels, timing, echo):
