@@ -20,15 +20,8 @@ import time
 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-ROLES = {
-    "heating": (["drive_V"], ["temp_C"]),
-    "dryer": (
-        ["fuel_flow", "fan_speed", "material_flow"],
-        ["dry_bulb_temp", "wet_bulb_temp", "moisture"],
-    ),
-    "cd_player_arm": (["u1", "u2"], ["y1", "y2"]),
-    "glass_furnace": (["u1", "u2", "u3"], ["y1", "y2", "y3", "y4", "y5", "y6"]),
-}
+sys.path.insert(0, str(ROOT / "scripts"))
+from compare_peers import ROLES  # noqa: E402  (the roles of data/real's columns)
 
 
 def _estimation_data(name):
