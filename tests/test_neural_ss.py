@@ -412,6 +412,7 @@ def test_cli_horizon_longer_than_the_records_is_a_one_line_error(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert "fit.neural_horizon" in err and "longer than the longest record" in err
+    assert not out.exists()  # refused before the linear stage: nothing written
 
 
 def test_cli_neural_model_needs_output_data(tmp_path, capsys):

@@ -667,6 +667,10 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
             "config key 'fit.model': 'neural' needs data with outputs (ys), got "
             "states only; use 'linear' or 'stable'."
         )
+    if config["fit"]["model"] == "neural":
+        from .fit_neural import check_windows
+
+        check_windows(config["fit"], train, val)
     outcome = path(config, run, train, val, clean_val, progress, echo)
     outcome.metrics["data_checks"] = checks
     if overlap is not None:

@@ -46,6 +46,26 @@ def _options(fit_cfg: dict) -> dict:
     )
 
 
+def check_windows(fit_cfg: dict, train, val) -> None:
+    """Refuse, before the linear stage, a `neural_horizon` (with `neural_past`)
+    longer than the estimation records or a `neural_past` not shorter than the
+    validation records: the messages `fit_neural` would give, in config keys."""
+    past, horizon = fit_cfg["neural_past"], fit_cfg["neural_horizon"]
+    longest = max(train.lengths)
+    if past + horizon > longest:
+        raise ConfigError(
+            f"fit.neural_horizon: past + horizon = {past} + {horizon} = "
+            f"{past + horizon} samples, longer than the longest record "
+            f"({longest}); use a shorter horizon or past."
+        )
+    shortest = min((train if val is None else val).lengths)
+    if past >= shortest:
+        raise ConfigError(
+            f"fit.neural_past: the encoder window past = {past} is not shorter "
+            f"than the shortest validation record ({shortest} samples)."
+        )
+
+
 def _train(config, train, val, linear, progress):
     import jax
 
