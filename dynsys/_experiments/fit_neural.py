@@ -48,22 +48,20 @@ def _options(fit_cfg: dict) -> dict:
 
 def check_windows(fit_cfg: dict, train, val) -> None:
     """Refuse, before the linear stage, a `neural_horizon` (with `neural_past`)
-    longer than the estimation records or a `neural_past` not shorter than the
-    validation records: the messages `fit_neural` would give, in config keys."""
-    past, horizon = fit_cfg["neural_past"], fit_cfg["neural_horizon"]
-    longest = max(train.lengths)
-    if past + horizon > longest:
-        raise ConfigError(
-            f"fit.neural_horizon: past + horizon = {past} + {horizon} = "
-            f"{past + horizon} samples, longer than the longest record "
-            f"({longest}); use a shorter horizon or past."
-        )
-    shortest = min((train if val is None else val).lengths)
-    if past >= shortest:
-        raise ConfigError(
-            f"fit.neural_past: the encoder window past = {past} is not shorter "
-            f"than the shortest validation record ({shortest} samples)."
-        )
+    too long for the estimation records or a `neural_past` not shorter than the
+    validation records: `fit_neural`'s own checks, in config keys."""
+    from .._sysid.neural import check_arguments
+
+    try:
+        check_arguments(train, val, fit_cfg["neural_past"], fit_cfg["neural_horizon"])
+    except ValueError as error:
+        raise ConfigError(_in_config_keys(error)) from None
+
+
+def _in_config_keys(error: ValueError) -> str:
+    """A `fit_neural` argument error, naming the config keys instead."""
+    message = str(error).replace("fit_neural(horizon=...)", "fit.neural_horizon")
+    return message.replace("fit_neural(past=...)", "fit.neural_past")
 
 
 def _train(config, train, val, linear, progress):
@@ -78,10 +76,7 @@ def _train(config, train, val, linear, progress):
             progress=progress, **options,
         ), options  # fmt: skip
     except ValueError as error:
-        # A horizon or encoder window too long for the records: the config's keys.
-        message = str(error).replace("fit_neural(horizon=...)", "fit.neural_horizon")
-        message = message.replace("fit_neural(past=...)", "fit.neural_past")
-        raise ConfigError(message) from None
+        raise ConfigError(_in_config_keys(error)) from None
 
 
 def _table(channels, linear, neural, echo) -> None:

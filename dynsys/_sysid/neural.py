@@ -248,7 +248,9 @@ def _train_rounds(setup, optimizer, batch_size, num_steps, round_steps, patience
                 reason=reason)  # fmt: skip
 
 
-def _check(data, val_data, past, horizon):
+def check_arguments(data, val_data, past, horizon):
+    """`fit_neural`'s checks of the data and the window sizes (one-line
+    `ValueError`s); returns the estimation and validation `Signals`."""
     s = signals(data, "fit_neural")
     if s.from_states:
         raise ValueError(
@@ -352,7 +354,7 @@ def fit_neural(
     result.compare(validation).fit_percent   # free run from sample result.past on
     ```
     """
-    s, v = _check(data, val_data, past, horizon)
+    s, v = check_arguments(data, val_data, past, horizon)
     transform, minibatches = _optimizer(optimizer, learning_rate)
     key = jax.random.key(0) if key is None else key
     start = time.perf_counter()

@@ -199,6 +199,30 @@ def _channel_axes(ax, count: int, call: str):
     return axes[0].figure, axes
 
 
+def _shown_bands(bands, predictions, T: int, p: int, shown_steps: int) -> dict:
+    """label -> the standard deviation `(shown_steps, p)` of each band, cut to the
+    samples drawn (the last `shown_steps` of `T`)."""
+    shown = {}
+    for label, std in (bands or {}).items():
+        if label not in predictions:
+            raise ValueError(
+                f"comparison(bands=...): {label!r} is not one of the predictions "
+                f"{sorted(predictions)}."
+            )
+        shown[label] = np.asarray(std, float).reshape(-1, p)[:T][T - shown_steps :]
+    return shown
+
+
+def _draw_bands(a, i, p, times, shown, predictions, styles, z, level) -> None:
+    """Channel `i` (of `p`): a shaded band of ± `z` standard deviations around each
+    prediction in `shown`, in its model's colour."""
+    for label, std in shown.items():
+        centre = np.asarray(predictions[label], dtype=float).reshape(-1, p)[:, i]
+        a.fill_between(times, centre - z * std[:, i], centre + z * std[:, i],
+                       color=styles[label]["color"], alpha=0.2, lw=0,
+                       label=_bands.level_label(label, level))  # fmt: skip
+
+
 def comparison(
     ts,
     measured=None,
@@ -290,14 +314,7 @@ def comparison(
     times, measured, predictions, truth, zoom = _zoomed(
         times, measured, predictions, truth, max_points
     )
-    shown = {}
-    for label, std in (bands or {}).items():
-        if label not in predictions:
-            raise ValueError(
-                f"comparison(bands=...): {label!r} is not one of the predictions "
-                f"{sorted(predictions)}."
-            )
-        shown[label] = np.asarray(std, float).reshape(-1, p)[:T][T - len(times) :]
+    shown = _shown_bands(bands, predictions, T, p, len(times))
     names = names if names is not None else state_names
     channel_names = _layout.names(names, "y", p, call, "names")
     chosen = _layout.select(channels, p, call)
@@ -306,11 +323,7 @@ def comparison(
     created = ax is None
     fig, axes = _channel_axes(ax, len(chosen), call)
     for a, i in zip(axes, chosen):
-        for label, std in shown.items():
-            centre = np.asarray(predictions[label], dtype=float).reshape(-1, p)[:, i]
-            a.fill_between(times, centre - z * std[:, i], centre + z * std[:, i],
-                           color=styles[label]["color"], alpha=0.2, lw=0,
-                           label=_bands.level_label(label, level))  # fmt: skip
+        _draw_bands(a, i, p, times, shown, predictions, styles, z, level)
         _draw_channel(a, i, times, measured, truth, predictions, styles, fits, chosen)
         a.set_ylabel(channel_names[i])
         a.grid(True, alpha=0.3)
