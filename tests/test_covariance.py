@@ -444,3 +444,19 @@ def test_comparison_draws_the_free_run_band():
         dynsys.plot.comparison(
             {"fitted": dynsys.compare(model, data)}, bands={"other": std[0]}
         )
+
+
+def test_jacobian_in_groups_equals_jacfwd():
+    """Built a few directions at a time (more parameters than a group), the
+    Jacobian equals jax.jacfwd's, for an output of several axes."""
+    from dynsys._fitting.covariance import JACOBIAN_DIRECTIONS, jacobian_in_groups
+
+    size = 2 * JACOBIAN_DIRECTIONS + 5
+    flat = jnp.linspace(-1.0, 1.0, size)
+
+    def fn(v):
+        return jnp.outer(jnp.sin(v[:7]), jnp.cumsum(v**2)[:3]) * jnp.sum(v)
+
+    np.testing.assert_allclose(
+        jacobian_in_groups(fn, flat), jax.jacfwd(fn)(flat), rtol=1e-12, atol=1e-12
+    )

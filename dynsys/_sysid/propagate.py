@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
-from .._fitting.covariance import ParameterCovariance
+from .._fitting.covariance import jacobian_in_groups, ParameterCovariance
 
 
 def _check_covariance(call: str, covariance) -> ParameterCovariance:
@@ -25,7 +25,7 @@ def propagate_std(
 ) -> np.ndarray:
     """The standard deviation of each entry of `fn(model)` by linearisation,
     $\\sqrt{\\mathrm{diag}(G \\Sigma G^T)}$ with $G$ the Jacobian of `fn` with
-    respect to the trained parameters (`jax.jacfwd`).
+    respect to the trained parameters (forward mode, `jacobian_in_groups`).
 
     `fn` should be identifiable (unchanged by a change of state basis: responses,
     poles, gains); then the result does not depend on the model's basis.
@@ -42,7 +42,7 @@ def propagate_std(
     """
     covariance = _check_covariance("propagate_std", covariance)
     flat, rebuild = covariance.split(model)
-    jacobian = jax.jacfwd(lambda vector: fn(rebuild(vector)))(flat)
+    jacobian = jacobian_in_groups(lambda vector: fn(rebuild(vector)), flat)
     jacobian = np.asarray(jacobian, np.float64)
     shape = jacobian.shape[:-1]
     rows = jacobian.reshape(-1, flat.size)
