@@ -250,8 +250,7 @@ def _subspace_start(fit_cfg: dict, train, val, echo):
         raise ConfigError(f"config key '{key}': {error}") from None
     scan = None
     if wants_scan(fit_cfg):
-        scan, scan_seconds = scan_structure(fit_cfg, train, val, echo)
-        start = scan.model
+        scan, start, scan_seconds = scan_structure(fit_cfg, train, val, echo)
         scan = (scan, scan_seconds)
         by = "the held-out data" if val is not None else "AIC"
         chosen = f"chosen by a structure scan on {by}"

@@ -4,7 +4,7 @@ scores tens of models of different sizes)."""
 
 import numpy as np
 
-from .._systems.system import LinearSystem
+from .._systems.system import constant_terms, LinearSystem
 from .signals import Signals
 
 
@@ -29,7 +29,13 @@ def free_run(model: LinearSystem, s: Signals) -> np.ndarray:
     K, B, D = _numpy(model.K), _numpy(model.B), _numpy(model.D)
     n = K.shape[0]
     C = np.eye(n) if model.C is None else _numpy(model.C)
-    a, c = (_numpy(v) for v in model.constant_terms())
+    a, c = constant_terms(  # in NumPy: no program compiled per model
+        *(
+            _numpy(v)
+            for v in (model.B, model.D, model.offset, model.input_level)
+            + (model.output_level,)
+        )
+    )
     ys = np.asarray(s.ys, dtype=np.float64)
     us = None if s.us is None or B is None else np.asarray(s.us, dtype=np.float64)
     N, T, p = ys.shape

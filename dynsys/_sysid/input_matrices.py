@@ -1,39 +1,55 @@
 """`B`, `D` and a constant output term of a linear model with known `K`, `C`, by
 least squares over every step of every experiment, each experiment's initial state
-estimated jointly (projected out in closed form)."""
+estimated jointly (projected out in closed form).
 
-import jax
+Written in NumPy (float64): an order scan calls it for tens of models of different
+sizes, and a compiled program per size would cost more than the arithmetic."""
+
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from .initial_state import observability_rows
+
+def _numpy(a) -> np.ndarray | None:
+    return None if a is None else np.asarray(a, dtype=np.float64)
+
+
+def _unit_entries(u: np.ndarray, rows: int) -> np.ndarray:
+    """`(N, rows, rows * m)`: for each experiment, the matrix $M$ with
+    $M\\,\\mathrm{vec}(X) = X u$ for `X (rows, m)` (row-major vec)."""
+    N, m = u.shape
+    out = np.zeros((N, rows, rows, m))
+    index = np.arange(rows)
+    out[:, index, index, :] = u[:, None, :]
+    return out.reshape(N, rows, rows * m)
 
 
 def _input_regressors(
-    K: Array, C: Array, us: Array, feedthrough: bool
-) -> Float[Array, "N T p q"]:
-    """`Phi[i, t]` with $y_t = C K^t x_0 + \\Phi_t\\,[\\mathrm{vec}\\,B;
+    K: np.ndarray, C: np.ndarray, us: np.ndarray, feedthrough: bool
+) -> np.ndarray:
+    """`Phi[i, t]` `(N, T, p, q)` with $y_t = C K^t x_0 + \\Phi_t\\,[\\mathrm{vec}\\,B;
     \\mathrm{vec}\\,D]$ (row-major vec): the response to unit entries of `B`, `D`."""
     N, T, m = us.shape
-    n = K.shape[0]
-    eye_n = jnp.eye(n, dtype=K.dtype)
-
-    def body(W, u):  # W (N, n, n*m): d x_t / d vec(B)
-        phi = jnp.einsum("pi,nij->npj", C, W)
-        W_next = jnp.einsum("ij,njk->nik", K, W) + jax.vmap(
-            lambda v: jnp.kron(eye_n, v[None, :])
-        )(u)
-        return W_next, phi
-
-    W0 = jnp.zeros((N, n, n * m), K.dtype)
-    _, phi = jax.lax.scan(body, W0, jnp.swapaxes(us, 0, 1))
-    phi = jnp.swapaxes(phi, 0, 1)  # (N, T, p, n m)
+    n, p = K.shape[0], C.shape[0]
+    phi = np.empty((N, T, p, n * m))
+    W = np.zeros((N, n, n * m))  # d x_t / d vec(B)
+    for t in range(T):
+        phi[:, t] = np.einsum("pi,nij->npj", C, W)
+        W = np.einsum("ij,njk->nik", K, W) + _unit_entries(us[:, t], n)
     if feedthrough:
-        p = C.shape[0]
-        eye_p = jnp.eye(p, dtype=K.dtype)
-        direct = jax.vmap(jax.vmap(lambda v: jnp.kron(eye_p, v[None, :])))(us)
-        phi = jnp.concatenate([phi, direct], axis=-1)
+        direct = _unit_entries(us.reshape(N * T, m), p).reshape(N, T, p, p * m)
+        phi = np.concatenate([phi, direct], axis=-1)
     return phi
+
+
+def _observability(K: np.ndarray, C: np.ndarray, T: int) -> np.ndarray:
+    """$C K^t$ for $t = 0 \\dots T-1$, shape `(T, p, n)`."""
+    rows = np.empty((T, *C.shape))
+    CKt = C
+    for t in range(T):
+        rows[t] = CKt
+        CKt = CKt @ K
+    return rows
 
 
 def input_matrices(
@@ -48,36 +64,52 @@ def input_matrices(
     """`(B, D, c)` of $y_t = C K^t x_0 + \\sum_{j<t} C K^{t-1-j} B u_j + D u_t + c$
     by least squares on all experiments, each experiment's $x_0$ projected out (so
     it is estimated jointly, in closed form). `B` is `None` without inputs, `D`
-    unless `feedthrough`, `c (p,)` unless `constant`.
+    unless `feedthrough`, `c (p,)` unless `constant`; in the dtype of `ys`.
 
     The regressors of $x_0$ grow like $K^t$ when $K$ is unstable, and then swamp
     the others: stabilise `K` first (`stabilised_start`)."""
+    dtype = jnp.asarray(ys).dtype
+    K, C, ys, us = _numpy(K), _numpy(C), _numpy(ys), _numpy(us)
     N, T, p = ys.shape
     n = K.shape[0]
-    weight = mask.astype(ys.dtype)
+    weight = np.asarray(mask, dtype=np.float64)
     columns = []
-    if us is not None:
-        phi = _input_regressors(K, C, us * weight[..., None], feedthrough)
-        columns.append(phi)
-    if constant:
-        columns.append(jnp.broadcast_to(jnp.eye(p, dtype=ys.dtype), (N, T, p, p)))
-    if not columns:
-        return None, None, None
-    phi = jnp.concatenate(columns, axis=-1)
-    phi = (phi * weight[..., None, None]).reshape(N, T * p, -1)
-    y = (ys * weight[..., None]).reshape(N, T * p)
-    obs = observability_rows(K, C, T)[None] * weight[:, :, None, None]
-    obs = obs.reshape(N, T * p, n)
-    obs_pinv = jnp.linalg.pinv(obs)
-    phi = phi - obs @ (obs_pinv @ phi)
-    y = y - jnp.einsum("nij,nj->ni", obs, jnp.einsum("nij,nj->ni", obs_pinv, y))
-    theta = jnp.linalg.lstsq(phi.reshape(N * T * p, -1), y.reshape(-1))[0]
+    with np.errstate(all="ignore"):
+        if us is not None:
+            columns.append(_input_regressors(K, C, us * weight[..., None], feedthrough))
+        if constant:
+            columns.append(np.broadcast_to(np.eye(p), (N, T, p, p)))
+        if not columns:
+            return None, None, None
+        phi = np.concatenate(columns, axis=-1) * weight[..., None, None]
+        phi = phi.reshape(N, T * p, -1)
+        y = (ys * weight[..., None]).reshape(N, T * p)
+        obs = (_observability(K, C, T)[None] * weight[:, :, None, None]).reshape(
+            N, T * p, n
+        )
+        theta = _projected_least_squares(obs, phi, y)
     B = D = c = None
     if us is not None:
         m = us.shape[-1]
-        B = theta[: n * m].reshape(n, m)
+        B = jnp.asarray(theta[: n * m].reshape(n, m), dtype)
         if feedthrough:
-            D = theta[n * m : n * m + p * m].reshape(p, m)
+            D = jnp.asarray(theta[n * m : n * m + p * m].reshape(p, m), dtype)
     if constant:
-        c = theta[-p:]
+        c = jnp.asarray(theta[-p:], dtype)
     return B, D, c
+
+
+def _projected_least_squares(
+    obs: np.ndarray, phi: np.ndarray, y: np.ndarray
+) -> np.ndarray:
+    """$\\theta$ minimising $\\sum_i \\min_{x_i} \\lVert y_i - O_i x_i - \\Phi_i
+    \\theta\\rVert^2$: each experiment's `O_i (T p, n)` projected out of its
+    regressors `Phi_i (T p, q)` and outputs `y_i (T p,)` first."""
+    N, rows, n = obs.shape
+    if not (np.all(np.isfinite(obs)) and np.all(np.isfinite(phi))):
+        return np.full(phi.shape[-1], np.nan)
+    cutoff = 10 * max(rows, n) * np.finfo(np.float64).eps  # as jnp.linalg.pinv
+    obs_pinv = np.linalg.pinv(obs, rcond=cutoff)
+    phi = phi - obs @ (obs_pinv @ phi)
+    y = y - np.einsum("nij,nj->ni", obs, np.einsum("nij,nj->ni", obs_pinv, y))
+    return np.linalg.lstsq(phi.reshape(N * rows, -1), y.reshape(-1), rcond=None)[0]

@@ -11,8 +11,6 @@ import numpy as np
 import scipy.linalg
 from jaxtyping import Array
 
-from .._systems.system import LinearSystem
-from .initial_state import forced_outputs
 from .input_matrices import input_matrices
 from .signals import Signals
 
@@ -48,17 +46,15 @@ def _window_rows(y, u, horizon: int, constant: bool):
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4))
-def window_states(
-    ys: Array, us: Array | None, lengths: Array, horizon: int, constant: bool, gamma
+def _past_projection(
+    ys: Array, us: Array | None, lengths: Array, horizon: int, constant: bool
 ) -> tuple[Array, Array]:
-    """The state $\\hat x_{j+s}$ of every window `j` of every experiment, `(N, W,
-    n)`, and whether the window lies inside the experiment, `(N, W)`.
-
-    The future outputs of the windows are regressed on their future inputs, a
-    constant and their past inputs and outputs (least squares over all windows);
-    the part the past explains is $\\Gamma \\hat x$ (N4SID's oblique projection),
-    so $\\hat x = \\Gamma^{+}\\,\\Theta_{\\mathrm{past}} z_{\\mathrm{past}}$, in the
-    state basis of the observability matrix `gamma (s p, n)`."""
+    """The part of every window's future outputs that its past explains, `(N, W,
+    s p)`, and whether the window lies inside the experiment, `(N, W)`: the future
+    outputs regressed on the future inputs, a constant and the past inputs and
+    outputs (least squares over all windows), then the past's share kept (N4SID's
+    oblique projection). It does not depend on the order: one program per horizon.
+    """
     count = ys.shape[1] - 2 * horizon + 1
     valid = jnp.arange(count)[None, :] < (lengths[:, None] - 2 * horizon + 1)
 
@@ -75,55 +71,75 @@ def window_states(
     theta = jnp.linalg.lstsq(X, Y)[0]  # (regressors, s p)
     m = 0 if us is None else us.shape[-1]
     first_past = horizon * m + int(constant)
-    past = regressors[..., first_past:] @ theta[first_past:]  # (N, W, s p)
-    return past @ jnp.linalg.pinv(gamma).T, valid
+    return regressors[..., first_past:] @ theta[first_past:], valid
+
+
+def window_states(
+    ys: Array, us: Array | None, lengths: Array, horizon: int, constant: bool, gamma
+) -> tuple[np.ndarray, np.ndarray]:
+    """The state $\\hat x_{j+s}$ of every window `j` of every experiment, `(N, W,
+    n)`, and whether the window lies inside the experiment, `(N, W)`, in NumPy.
+
+    The part of the future outputs the past explains (`_past_projection`) is
+    $\\Gamma \\hat x$, so $\\hat x = \\Gamma^{+}\\,\\Theta_{\\mathrm{past}}
+    z_{\\mathrm{past}}$, in the state basis of the observability matrix
+    `gamma (s p, n)`."""
+    past, valid = _past_projection(ys, us, lengths, horizon, constant)
+    gamma = np.asarray(gamma, np.float64)
+    return np.asarray(past, np.float64) @ np.linalg.pinv(gamma).T, np.asarray(valid)
 
 
 def _state_regression(
     K, C, xs, valid, s: Signals, horizon: int, feedthrough: bool, constant: bool
 ):
     """`(B, D, c)` from the state estimates: least squares of
-    $[\\hat x_{t+1} - K \\hat x_t;\\ y_t - C \\hat x_t]$ on $u_t$ (and the constant):
-    no powers of `K`, so well conditioned whatever its spectral radius."""
+    $[\\hat x_{t+1} - K \\hat x_t;\\ y_t - C \\hat x_t]$ on $u_t$ (and the
+    constant): no powers of `K`, so well conditioned whatever its spectral radius.
+    """
+    dtype = jnp.asarray(K).dtype
+    K, C = np.asarray(K, np.float64), np.asarray(C, np.float64)
     W = xs.shape[1]
     t = horizon + np.arange(W - 1)
     pair = valid[:, :-1] & valid[:, 1:]
     state_lhs = xs[:, 1:] - xs[:, :-1] @ K.T  # (N, W-1, n)
-    output_lhs = s.ys[:, t] - xs[:, :-1] @ C.T  # (N, W-1, p)
+    output_lhs = np.asarray(s.ys, np.float64)[:, t] - xs[:, :-1] @ C.T  # (N, W-1, p)
     columns = []
     if s.us is not None:
-        columns.append(s.us[:, t])
-    columns.append(jnp.ones(pair.shape + (1,), xs.dtype))
-    regressors = jnp.concatenate(columns, axis=-1)[pair]
-    state_fit = jnp.linalg.lstsq(regressors, state_lhs[pair])[0]
-    output_fit = jnp.linalg.lstsq(regressors, output_lhs[pair])[0]
+        columns.append(np.asarray(s.us, np.float64)[:, t])
+    columns.append(np.ones(pair.shape + (1,)))
+    regressors = np.concatenate(columns, axis=-1)[pair]
+    state_fit = np.linalg.lstsq(regressors, state_lhs[pair], rcond=None)[0]
+    output_fit = np.linalg.lstsq(regressors, output_lhs[pair], rcond=None)[0]
     B = D = c = None
     if s.us is not None:
         m = s.us.shape[-1]
-        B = state_fit[:m].T
+        B = jnp.asarray(state_fit[:m].T, dtype)
         if feedthrough:
-            D = output_fit[:m].T
+            D = jnp.asarray(output_fit[:m].T, dtype)
     if constant:
-        c = output_fit[-1]
+        c = jnp.asarray(output_fit[-1], dtype)
     return B, D, c
 
 
 def _residuals(K, B, C, D, c, xs, valid, s: Signals, horizon: int):
     """The state and output residuals `(w (k, n), v (k, p))` of the state
     estimates' consecutive pairs."""
+    K, B, C, D = (
+        None if a is None else np.asarray(a, np.float64) for a in (K, B, C, D)
+    )
     W = xs.shape[1]
     t = horizon + np.arange(W - 1)
-    pair = np.asarray(valid[:, :-1] & valid[:, 1:])
+    pair = valid[:, :-1] & valid[:, 1:]
     w = xs[:, 1:] - xs[:, :-1] @ K.T
-    v = s.ys[:, t] - xs[:, :-1] @ C.T
+    v = np.asarray(s.ys, np.float64)[:, t] - xs[:, :-1] @ C.T
     if s.us is not None and B is not None:
-        u = s.us[:, t]
+        u = np.asarray(s.us, np.float64)[:, t]
         w = w - u @ B.T
         if D is not None:
             v = v - u @ D.T
     if c is not None:
-        v = v - c[None, None]
-    return np.asarray(w)[pair], np.asarray(v)[pair]
+        v = v - np.asarray(c, np.float64)[None, None]
+    return w[pair], v[pair]
 
 
 def kalman_gain_from_residuals(K, C, w, v) -> tuple[np.ndarray, np.ndarray]:
@@ -158,19 +174,34 @@ def _radius(A) -> float:
     return float(np.max(np.abs(np.linalg.eigvals(np.asarray(A, np.float64)))))
 
 
+def _filtered_outputs(A, L, C, ys) -> np.ndarray:
+    """`(N, T, p)`: $C \\hat x_t$ of the predictor $\\hat x_{t+1} = A \\hat x_t
+    + L y_t$ from $\\hat x_0 = 0$."""
+    N, T, p = ys.shape
+    out = np.empty((N, T, p))
+    x = np.zeros((N, A.shape[0]))
+    for t in range(T):
+        out[:, t] = x @ C.T
+        x = x @ A.T + ys[:, t] @ L.T
+    return out
+
+
 def _predictor_inputs(K, C, L, c, s: Signals, feedthrough: bool):
     """`(B, D)` through the predictor: with $\\bar K = K - L C$ (stable),
     $y_t - \\sum_{j<t} C \\bar K^{t-1-j} L (y_j - c) - c = C \\bar K^t x_0 +
     \\sum_{j<t} C \\bar K^{t-1-j} (B - L D) u_j + D u_t + e_t$ is linear in
     $B - L D$, $D$ and $x_0$: least squares as `input_matrices`, whose regressors
     now decay (powers of $\\bar K$) instead of growing."""
-    ys = s.ys if c is None else s.ys - c[None, None]
+    dtype = jnp.asarray(K).dtype
+    K, C, L = (np.asarray(a, np.float64) for a in (K, C, L))
+    ys = np.asarray(s.ys, np.float64)
+    if c is not None:
+        ys = ys - np.asarray(c, np.float64)[None, None]
     A = K - L @ C
-    N, T = ys.shape[:2]
-    filtered = forced_outputs(LinearSystem(A, L, C), ys, T, N)
+    filtered = _filtered_outputs(A, L, C, ys)
     B_bar, D, _ = input_matrices(A, C, ys - filtered, s.us, s.mask, feedthrough, False)
-    B = B_bar if D is None else B_bar + L @ D
-    return B, D
+    B = B_bar if D is None else B_bar + jnp.asarray(L, dtype) @ D
+    return jnp.asarray(B, dtype), D
 
 
 def noise_model(
@@ -186,7 +217,9 @@ def noise_model(
     xs, valid = window_states(
         s.ys, s.us, jnp.asarray(s.lengths), horizon, constant, gamma
     )
-    finite = all(a is None or bool(jnp.all(jnp.isfinite(a))) for a in (B, D, c))
+    finite = all(
+        a is None or bool(np.all(np.isfinite(np.asarray(a)))) for a in (B, D, c)
+    )
     unstable = not _radius(K) < _MARGINAL or not finite
     if unstable:
         B, D, c = _state_regression(K, C, xs, valid, s, horizon, feedthrough, constant)

@@ -4,13 +4,15 @@ candidate and scoring it on validation data (or by AIC / BIC / FPE)."""
 import dataclasses
 import math
 import time
+import warnings
 
 import numpy as np
 
+from .._data.checks import check_data, warn_findings
 from .._systems.system import LinearSystem
 from .free_run import fit_percent as channel_fit, free_run
 from .signals import linear_of, signals
-from .subspace import fit_subspace, largest_order
+from .subspace import largest_order, realise, subspace_bases
 
 
 _DEFAULT_MAX_ORDER = 10
@@ -93,14 +95,15 @@ class OrderSelection:
         """The table as Markdown, the chosen row marked."""
         channels = list(self.channels) if self.candidates[0].fit_percent else []
         head = ["order", "D", *[f"fit % {c}" for c in channels]]
-        head += ["mean fit %", "AIC", "BIC", "FPE", "max abs eig", "chosen"]
+        head += ["mean fit %", "AIC", "BIC", "FPE", "max abs eig", "refined", "chosen"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for c in self.candidates:
             cells = [str(c.order), "yes" if c.feedthrough else "no"]
             cells += [f"{v:.1f}" for v in c.fit_percent or ()]
             cells += ["" if c.mean_fit is None else f"{c.mean_fit:.1f}"]
             cells += [f"{c.aic:.5g}", f"{c.bic:.5g}", f"{c.fpe:.4g}"]
-            cells += [f"{c.spectral_radius:.4f}", "**yes**" if c is self.chosen else ""]
+            cells += [f"{c.spectral_radius:.4f}", "yes" if c.refined else ""]
+            cells += ["**yes**" if c is self.chosen else ""]
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
@@ -232,15 +235,10 @@ def _score(model, data, val_data, order, feedthrough, refined, started):
 
 
 def _subspace_candidate(data, val_data, order, feedthrough, options):
-    """Fit one structure by `fit_subspace` and score it: `(OrderCandidate, model)`."""
+    """Realise one structure from the shared factorisation (as `fit_subspace`) and
+    score it: `(OrderCandidate, model)`."""
     started = time.perf_counter()
-    model = fit_subspace(
-        data,
-        order,
-        horizon=options["horizon"],
-        feedthrough=feedthrough,
-        offset=options["offset"],
-    )
+    model = realise("select_order", options["bases"](order), order, feedthrough, False)
     return _score(model, data, val_data, order, feedthrough, False, started), model
 
 
@@ -249,7 +247,9 @@ def _refined_candidate(data, val_data, row, start, options):
     from .._fitting.fit import fit
 
     started = time.perf_counter()
-    result = fit(start, data, val_data=val_data, progress=False, **options["fit"])
+    with warnings.catch_warnings():  # a candidate's fit notes are not the user's
+        warnings.simplefilter("ignore")
+        result = fit(start, data, val_data=val_data, progress=False, **options["fit"])
     model = linear_of(result.model) or result.model
     refined = _score(model, data, val_data, row.order, row.feedthrough, True, started)
     return dataclasses.replace(refined, seconds=row.seconds + refined.seconds), model
@@ -391,7 +391,9 @@ def select_order(
         call, s, feedthrough, method, criterion, val_data
     )
     _check_numbers(call, tolerance, stop_after, refine)
-    options = {"horizon": horizon, "offset": offset, "fit": dict(fit_options or {})}
+    warn_findings(call, check_data(data))
+    bases = subspace_bases(call, data, horizon=horizon, offset=offset)
+    options = {"bases": bases, "fit": dict(fit_options or {})}
     rows, models = [], []
     for n in candidate_orders:
         for f in options_ft:

@@ -3,6 +3,7 @@ input-output data of several experiments."""
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -344,24 +345,70 @@ def fit_subspace(
     ```
     """
     call = "fit_subspace"
-    s, (u_bar, y_bar), constant = _prepared(call, data, offset)
-    _check_options(call, s, order, feedthrough)
+    basis = subspace_basis(call, data, horizon=horizon, offset=offset, order=order)
+    _check_options(call, basis.signals, order, feedthrough)
     warn_findings(call, check_data(data, order=order))
-    horizon = _horizon(call, s, horizon, order)
-    max_order = _max_order(call, s, horizon, order)
-    U, S = _projected_singular_values(call, s, horizon, constant)
     if order is None:
-        order = max(1, select_order(S, max_order))
+        order = max(1, select_order(basis.singular_values, basis.max_order))
+    return realise(call, basis, order, feedthrough, noise_model)
+
+
+class SubspaceBasis(NamedTuple):
+    """What every order's realisation shares: the prepared data, the horizon and
+    the SVD of the projected future outputs (`U (s p, k)`, `singular_values (k,)`).
+    """
+
+    signals: Signals
+    levels: tuple  # (u_bar, y_bar), or (None, None) without an operating point
+    constant: bool
+    horizon: int
+    max_order: int
+    U: Array
+    singular_values: Array
+
+
+def subspace_basis(
+    call: str, data, *, horizon: int | None, offset: bool, order: int | None
+) -> SubspaceBasis:
+    """The data prepared and factorised once for `realise` (`order` only sets the
+    default horizon and is checked against the largest the horizon allows)."""
+    return subspace_bases(call, data, horizon=horizon, offset=offset)(order)
+
+
+def subspace_bases(call: str, data, *, horizon: int | None, offset: bool):
+    """A function `order -> SubspaceBasis` that factorises the data once per
+    horizon (an order scan: most orders share the default horizon)."""
+    s, levels, constant = _prepared(call, data, offset)
+    factorised = {}
+
+    def basis(order: int | None) -> SubspaceBasis:
+        _check_options(call, s, order, False)
+        rows = _horizon(call, s, horizon, order)
+        max_order = _max_order(call, s, rows, order)
+        if rows not in factorised:
+            factorised[rows] = _projected_singular_values(call, s, rows, constant)
+        U, S = factorised[rows]
+        return SubspaceBasis(s, levels, constant, rows, max_order, U, S)
+
+    return basis
+
+
+def realise(
+    call: str, basis: SubspaceBasis, order: int, feedthrough: bool, noise_model: bool
+) -> LinearSystem | InnovationSystem:
+    """The order-`order` model of `basis` (see `fit_subspace`)."""
     if not isinstance(noise_model, bool):
         raise ValueError(
             f"{call}(noise_model=...): expected True or False, got {noise_model!r}."
         )
-    K, B, C, D, c = _realisation(U, S, s.ys, s.us, s.mask, order, feedthrough, constant)
+    s, (u_bar, y_bar), constant = basis.signals, basis.levels, basis.constant
+    p = s.ys.shape[-1]
+    K, C, gamma = _state_matrices(basis.U, basis.singular_values, order, p, s.ys.dtype)
+    B, D, c = input_matrices(K, C, s.ys, s.us, s.mask, feedthrough, constant)
     L = covariance = None
     if noise_model or _needs_noise_model(K, B, D):
-        gamma = U[:, :order] * jnp.sqrt(S[:order])[None, :]
         B, D, c, L, covariance = estimate_noise_model(
-            K, C, B, D, c, gamma, s, horizon, feedthrough, constant
+            K, C, B, D, c, gamma, s, basis.horizon, feedthrough, constant
         )
     output_level = None if c is None else y_bar + c
     linear = LinearSystem(
@@ -379,26 +426,16 @@ def _needs_noise_model(K: Array, B: Array | None, D: Array | None) -> bool:
     if not np.all(np.isfinite(values)):
         return False
     radius = float(np.max(np.abs(np.linalg.eigvals(values))))
-    finite = all(a is None or bool(jnp.all(jnp.isfinite(a))) for a in (B, D))
+    finite = all(a is None or bool(np.all(np.isfinite(np.asarray(a)))) for a in (B, D))
     return radius >= 0.999 or not finite
 
 
-@functools.partial(jax.jit, static_argnums=(5, 6, 7))
-def _realisation(
-    U: Array,
-    S: Array,
-    ys: Array,
-    us: Array | None,
-    mask: Array,
-    order: int,
-    feedthrough: bool,
-    constant: bool,
-):
-    """`K`, `C` from the observability matrix, then `B`, `D` (and the constant
-    output term `c`) by least squares: `(K, B, C, D, c)`."""
-    p = ys.shape[-1]
-    gamma = U[:, :order] * jnp.sqrt(S[:order])[None, :]
-    C = gamma[:p]
-    K = jnp.linalg.lstsq(gamma[:-p], gamma[p:])[0]
-    B, D, c = input_matrices(K, C, ys, us, mask, feedthrough, constant)
-    return K, B, C, D, c
+def _state_matrices(U: Array, S: Array, order: int, p: int, dtype):
+    """`(K, C, gamma)`: the observability matrix $\\Gamma = U_n S_n^{1/2}$
+    `(s p, n)`, `C` its first block row and `K` from its shift invariance (least
+    squares), in `dtype`."""
+    U = np.asarray(U, dtype=np.float64)
+    S = np.asarray(S, dtype=np.float64)
+    gamma = U[:, :order] * np.sqrt(S[:order])[None, :]
+    K = np.linalg.lstsq(gamma[:-p], gamma[p:], rcond=None)[0]
+    return tuple(jnp.asarray(a, dtype) for a in (K, gamma[:p], gamma))
