@@ -20,10 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree
 
-from ._data.files import write_atomic as _write_atomic
-from ._systems.innovation import InnovationSystem
-from ._systems.stable import StableLinearSystem
-from ._systems.system import LinearSystem
+from .._data.files import write_atomic as _write_atomic
+from .._systems.innovation import InnovationSystem
+from .._systems.stable import StableLinearSystem
+from .._systems.system import LinearSystem
+from . import tree as _tree
 
 
 _MAGIC = b"DYNSYS-MODEL\n"
@@ -209,10 +210,28 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
     }
     if header["class"] in _BUILTIN:
         header["fields"] = _fields(model)
+    elif _tree.class_name(model) is not None:
+        _describe_tree(header, model)
     header["header_sha256"] = _header_digest(header)
     encoded = json.dumps(header).encode()
     content = _MAGIC + struct.pack("<Q", len(encoded)) + encoded + payload
     _write_atomic(pathlib.Path(path), content)
+
+
+def _describe_tree(header: dict[str, Any], model: Any) -> None:
+    """Write the structure of a model built from dynsys's modules (a
+    `NeuralStateSpace`, a `StateEncoder`, a layered network) into `header`, so it
+    loads without a template; if a part is the user's (a grey-box base, an
+    activation dynsys does not know by name), say why in the header and warn."""
+    try:
+        header["tree"] = _tree.describe(model)
+    except _tree.NotRebuildable as reason:
+        header["tree_missing"] = str(reason)
+        warnings.warn(
+            f"save(model=...): {reason}; the file loads only with like= (a template "
+            "model).",
+            stacklevel=3,
+        )
 
 
 def _header_digest(header: dict[str, Any]) -> str:
@@ -533,12 +552,7 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
     header, payload = _read(path)
     name = header["class"]
     if like is None:
-        if name not in _BUILTIN:
-            raise ValueError(
-                f"load(path={str(path)!r}): the file holds a {name}, which is not "
-                "built into dynsys; pass a template model of that class as like=."
-            )
-        like = _template(header, fail)
+        like = _built_template(header, fail)
         built = True
     elif name not in _names_of(like):
         raise ValueError(
@@ -566,9 +580,49 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
             f"the leaves end at byte {stream.tell()} of {len(payload)} (the file holds "
             "more than the model)."
         )
+    if built and "tree" in header:
+        _check_tree_model(header, model, fail)
     if conversions:
         _warn_converted(path, conversions, built)
     return model
+
+
+def _built_template(header: dict[str, Any], fail) -> PyTree:
+    """The shape-only model that `load` without `like` reads the leaves into: a
+    built-in linear class from the header's fields, a model of dynsys's modules
+    (`NeuralStateSpace`, `StateEncoder`, layered networks) from its tree."""
+    name = header["class"]
+    if name in _BUILTIN:
+        return _template(header, fail)
+    tree = header.get("tree")
+    if tree is not None:
+        if not isinstance(tree, dict) or tree.get("class") != name:
+            raise fail(f"the header's tree does not describe a {name}.")
+        return _tree.rebuild(tree, lambda info, where: _array_spec(info, where, fail),
+                             fail)  # fmt: skip
+    missing = header.get("tree_missing")
+    if isinstance(missing, str):
+        raise fail(
+            f"the file holds a {name} that only a template rebuilds ({missing}); "
+            "pass a template model of that class as like=."
+        )
+    raise fail(
+        f"the file holds a {name}, which is not built into dynsys; pass a template "
+        "model of that class as like=."
+    )
+
+
+def _check_tree_model(header: dict[str, Any], model: PyTree, fail) -> None:
+    """A model rebuilt from the header's tree has the static settings the header
+    records, and one traced call of it works (a damaged header fails here)."""
+    saved, have = header.get("static") or {}, _static_settings(model)
+    for where in sorted(set(saved) | set(have)):
+        if saved.get(where, "<missing>") != have.get(where, "<missing>"):
+            raise fail(
+                f"the header's tree and static settings disagree at {where} (the "
+                "file is damaged)."
+            )
+    _tree.check_rebuilt(model, fail)
 
 
 def _check_leaf_shapes(expected: list, like: PyTree, built: bool, fail) -> None:
