@@ -255,6 +255,7 @@ def _tank_csv(path, num_samples, seed):
     return u[:, None], np.array(y)[:, None]
 
 
+@pytest.mark.slow  # the linear stage's fit and figures: about 40 s on a shared CPU
 def test_cli_run_folder_neural_files_reproduce_the_printed_fit(tmp_path, capsys):
     from dynsys import cli
 
@@ -270,7 +271,9 @@ def test_cli_run_folder_neural_files_reproduce_the_printed_fit(tmp_path, capsys)
     assert not (out / "neural_model.eqx").exists()
     model = dynsys.load(out / "neural_model.dynsys")
     encoder = dynsys.load(out / "neural_encoder.dynsys")
-    assert type(model) is dynsys.NeuralStateSpace and type(encoder) is dynsys.StateEncoder
+    assert (
+        type(model) is dynsys.NeuralStateSpace and type(encoder) is dynsys.StateEncoder
+    )
     assert type(dynsys.load(out / "model.dynsys")) is dynsys.LinearSystem
     past = encoder.past
     # The free run from sample `past`, started by the encoder, scored with numpy.

@@ -23,13 +23,11 @@ from .._systems.system import LinearSystem
 
 # Activations a file names (the first name of a function wins: `jax.nn.tanh` is
 # also `jax.numpy.tanh`, `jax.nn.swish` is `jax.nn.silu`).
-ACTIVATIONS: dict[str, Callable] = {
-    f"jax.nn.{name}": getattr(jax.nn, name)
-    for name in (
-        "tanh", "relu", "sigmoid", "softplus", "silu", "gelu", "elu", "selu",
-        "celu", "leaky_relu", "log_sigmoid", "soft_sign", "hard_tanh", "relu6",
-    )  # fmt: skip
-}
+_JAX_NN = (
+    "tanh relu sigmoid softplus silu gelu elu selu celu leaky_relu log_sigmoid "
+    "soft_sign hard_tanh relu6"
+).split()
+ACTIVATIONS: dict[str, Callable] = {f"jax.nn.{n}": getattr(jax.nn, n) for n in _JAX_NN}
 ACTIVATIONS["jax.numpy.sin"] = jnp.sin
 
 # Classes whose `__init__` takes their fields by name (rebuilt through it, so it
@@ -81,9 +79,10 @@ def _static(value: Any, where: str) -> dict[str, Any]:
         if name is None:
             shown = getattr(value, "__qualname__", None) or type(value).__name__
             module = getattr(value, "__module__", None)
+            full = f"{module}.{shown}" if module else shown
             raise NotRebuildable(
-                f"{where} is {module + '.' if module else ''}{shown}, not an activation "
-                f"dynsys knows by name ({', '.join(ACTIVATIONS)})"
+                f"{where} is {full}, not an activation dynsys knows by name "
+                f"({', '.join(ACTIVATIONS)})"
             )
         return {"activation": name}
     raise NotRebuildable(f"{where} is a {type(value).__name__}, not a plain setting")
@@ -199,7 +198,9 @@ def rebuild(tree: Any, spec: Callable, fail: Callable) -> Any:
 
 def _instance(cls, name: str, values: dict, where: str, fail) -> Any:
     if cls in BY_FIELDS.values():
-        arrays = {k: v for k, v in values.items() if isinstance(v, jax.ShapeDtypeStruct)}
+        arrays = {
+            k: v for k, v in values.items() if isinstance(v, jax.ShapeDtypeStruct)
+        }
         others = {k: v for k, v in values.items() if k not in arrays}
         try:
             return eqx.filter_eval_shape(lambda a: cls(**a, **others), arrays)
