@@ -293,3 +293,35 @@ def test_cli_run_folder_neural_files_reproduce_the_printed_fit(tmp_path, capsys)
     assert float(row.group(4)) == pytest.approx(rms, rel=1e-3)
     summary = (out / "summary.md").read_text()
     assert "`neural_encoder.dynsys`" in summary and "dynsys.load(path)" in summary
+    # `dynsys simulate FILE` rolls the saved model out from the documented random
+    # start (x0 ~ N(0, 1), inputs 0.5 N(0, 1), from --seed), as a rollout does.
+    sim = tmp_path / "sim"
+    argv = ["simulate", str(out / "neural_model.dynsys"), "--steps", "30", "--batch",
+            "2", "--seed", "3", "--out", str(sim)]  # fmt: skip
+    assert cli.main(argv) == 0
+    key_x0, key_u = jax.random.split(jax.random.key(3))
+    x0 = jax.random.normal(key_x0, (2, 1))
+    inputs = 0.5 * jax.random.normal(key_u, (2, 30, 1))
+    expected = dynsys.rollout(model, x0, 30, inputs=inputs).xs
+    written = dynsys.load_dataset(sim / "trajectory.npz").xs
+    np.testing.assert_allclose(written, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_cli_simulate_refuses_a_missing_file_or_an_encoder(tmp_path, capsys):
+    from dynsys import cli
+
+    assert cli.main(["simulate", str(tmp_path / "none.dynsys")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == f"dynsys simulate: MODEL: no such model file {str(tmp_path / 'none.dynsys')!r}."
+    )
+    encoder, _, _ = _encoder()
+    dynsys.save(tmp_path / "encoder.dynsys", encoder)
+    out = tmp_path / "sim"
+    assert (
+        cli.main(["simulate", str(tmp_path / "encoder.dynsys"), "--out", str(out)]) == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds a StateEncoder, not a system" in err
+    assert not out.exists()
