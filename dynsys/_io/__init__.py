@@ -176,7 +176,12 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
     static settings such as `bound`, activation or widths, the dynsys version, a
     checksum) and the leaves as written by
     `eqx.tree_serialise_leaves`; nothing is pickled. It is written to a temporary
-    file which is then renamed, so `path` never holds half a model.
+    file which is then renamed, so `path` never holds half a model. For a model
+    built from dynsys's modules (`NeuralStateSpace`, `StateEncoder`,
+    `LayeredController`) the header also holds its structure, activation
+    functions by name, so `load` rebuilds it without a template; a part only a
+    template can rebuild (your own base system, an activation dynsys does not know
+    by name) is named in a warning.
 
     **Arguments:**
 
@@ -504,7 +509,9 @@ def _reader(fail, conversions: list[tuple[str, str]]):
 def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
     """Load a model written by `save`.
 
-    The built-in models (`LinearSystem`, `StableLinearSystem`) load without a
+    The built-in models (`LinearSystem`, `StableLinearSystem`, `InnovationSystem`)
+    and the models built from dynsys's modules (`NeuralStateSpace` on a built-in
+    base, `StateEncoder`, `LayeredController`, `ContextLayer`) load without a
     template. For any other class pass `like`, a model of the same class and
     structure (its values are ignored): its leaves' shapes and dtypes, and its
     static settings (e.g. a controller's `bound`, activation, `use_time`), must
@@ -515,7 +522,8 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
     Untrusted files fail small: only a regular file is read (never a FIFO or a
     device, even through a link), at most the bytes its header accounts for, and
     the shapes the header claims are checked against the bytes present before
-    anything is allocated. Nothing is unpickled or imported.
+    anything is allocated. Nothing is unpickled or imported: a class or an
+    activation function that a file names is looked up in dynsys's own short list.
 
     **Arguments:**
 
@@ -529,7 +537,8 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
     **Raises:**
 
     `ValueError` (one line) for a missing, foreign, truncated, damaged or hostile
-    file, a path that is not a regular file, a file written from another class than
+    file (an unknown class or activation named in it), a path that is not a
+    regular file, a file written from another class than
     `like`, or shapes, dtypes or static settings that do not match `like` (naming
     the field).
 
