@@ -607,8 +607,12 @@ def _built_template(header: dict[str, Any], fail) -> PyTree:
     if tree is not None:
         if not isinstance(tree, dict) or tree.get("class") != name:
             raise fail(f"the header's tree does not describe a {name}.")
-        return _tree.rebuild(tree, lambda info, where: _array_spec(info, where, fail),
-                             fail)  # fmt: skip
+        try:
+            return _tree.rebuild(
+                tree, lambda info, where: _array_spec(info, where, fail), fail
+            )
+        except RecursionError:
+            raise fail("the header's tree is nested too deeply.") from None
     missing = header.get("tree_missing")
     if isinstance(missing, str):
         raise fail(

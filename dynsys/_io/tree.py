@@ -130,7 +130,7 @@ def _tuples(value: Any) -> Any:
 def _setting(node: dict, where: str, fail) -> Any:
     if "activation" in node:
         name = node["activation"]
-        if name not in ACTIVATIONS:
+        if not isinstance(name, str) or name not in ACTIVATIONS:
             raise fail(
                 f"{where} names the activation {name!r}, which dynsys does not know "
                 f"(known: {', '.join(ACTIVATIONS)})."
@@ -178,7 +178,8 @@ def rebuild(tree: Any, spec: Callable, fail: Callable) -> Any:
                 array.shape, jax.dtypes.canonicalize_dtype(array.dtype)
             )
         name = node.get("class")
-        cls = BY_FIELDS.get(name) or COMPOSITE.get(name)
+        known = isinstance(name, str)
+        cls = (BY_FIELDS.get(name) or COMPOSITE.get(name)) if known else None
         if cls is None:
             raise fail(
                 f"the header's tree names a class {name!r} at {at}, which dynsys does "
