@@ -32,10 +32,53 @@ def _check_simulate_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--x0-scale: expected a number >= 0, got {args.x0_scale}.")
     if not 0 <= args.seed < 2**63:
         raise ValueError(f"--seed: expected an integer in [0, 2^63), got {args.seed}.")
+    if _names_a_file(args.model) and not os.path.isfile(args.model):
+        raise ValueError(f"MODEL: no such model file {args.model!r}.")
+
+
+def _names_a_file(model: str) -> bool:
+    """`dynsys simulate MODEL`: a model file (written by `dynsys.save`), not a zoo
+    name."""
+    return model.endswith(".dynsys") or os.sep in model or os.path.isfile(model)
+
+
+def _simulated_system(model: str):
+    """The zoo model `model` and its names, or the system saved in the file `model`
+    (a run folder's `model.dynsys` or `neural_model.dynsys`) with generic names."""
+    import warnings
+
+    import dynsys
+    import dynsys.models as zoo
+
+    if not _names_a_file(model):
+        return zoo.get(model), zoo.names(model)
+    import jax
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        system = dynsys.load(model)
+    if caught:  # float64 leaves read in this float32 session: simulate in float64
+        jax.config.update("jax_enable_x64", True)
+        system = dynsys.load(model)
+    if not isinstance(system, dynsys.AbstractSystem):
+        raise ValueError(
+            f"MODEL: {model!r} holds a {type(system).__name__}, not a system to "
+            "simulate."
+        )
+    names = [
+        tuple(f"{letter}{k}" for k in range(size))
+        for letter, size in (
+            ("x", system.state_size),
+            ("u", system.input_size),
+            ("y", system.output_size),
+        )
+    ]
+    return system, zoo.Names(*names)
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    """`dynsys simulate MODEL`: roll a zoo model out and write its run folder."""
+    """`dynsys simulate MODEL`: roll a zoo model (or a model file) out and write its
+    run folder."""
     import os
 
     from ._experiments.run_folder import check_out
@@ -43,15 +86,14 @@ def _simulate(args: argparse.Namespace) -> int:
     _check_simulate_options(args)
     out = check_out(args.out, "--out")  # before the zoo imports JAX
 
-    import dynsys.models as zoo
     from dynsys._compile_cache import use_compile_cache
     from dynsys._experiments.results import strict_json
 
     use_compile_cache()
-    system = zoo.get(args.model)
+    system, names = _simulated_system(args.model)
     x0, inputs = _simulate_start(args, system)
     traj = _simulate_rollout(args, system, x0, inputs)
-    summary = _write_simulation(args, system, traj, out)
+    summary = _write_simulation(args, system, traj, out, names)
     print(strict_json(summary), end="")
     files = ("trajectory.png", "trajectory.npz", "summary.json")
     print("wrote " + ", ".join(os.path.join(str(out), name) for name in files))
@@ -110,7 +152,7 @@ def _simulate_rollout(args: argparse.Namespace, system, x0, inputs):
     return traj
 
 
-def _write_simulation(args: argparse.Namespace, system, traj, out) -> dict:
+def _write_simulation(args: argparse.Namespace, system, traj, out, names) -> dict:
     """Write `trajectory.png`, `trajectory.npz` and `summary.json` aside, then move
     them into `out` whole; returns the summary."""
     import shutil
@@ -130,12 +172,11 @@ def _write_simulation(args: argparse.Namespace, system, traj, out) -> dict:
     staging = staging_folder(out)
     try:
         unit = " (s)" if getattr(system, "dt", None) else " (steps)"
-        names = dynsys.models.names(args.model)
         fig = plot.trajectory(
             traj,
             names=names,
             time_label="t" + unit,
-            title=f"{args.model}: {args.batch} trajectories",
+            title=f"{os.path.basename(args.model)}: {args.batch} trajectories",
         )
         fig.savefig(staging / "trajectory.png", dpi=120)
         # The states (and inputs) as a dataset with the zoo's names: `dynsys fit
@@ -430,9 +471,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_simulate_parser(commands) -> None:
     """`dynsys simulate MODEL`."""
     simulate = commands.add_parser(
-        "simulate", help="simulate a zoo model and plot its trajectories"
+        "simulate", help="simulate a zoo model or a model file; plot its trajectories"
     )
-    simulate.add_argument("model", help="a zoo model name, e.g. mass_spring_damper")
+    simulate.add_argument(
+        "model",
+        help="a zoo model name, e.g. mass_spring_damper, or a model file written by "
+        "dynsys.save, e.g. a run folder's neural_model.dynsys (inputs 0.5 N(0, 1))",
+    )
     simulate.add_argument("--steps", type=int, default=200, help="number of steps")
     simulate.add_argument("--batch", type=int, default=16, help="trajectories")
     simulate.add_argument("--seed", type=int, default=0)

@@ -380,7 +380,8 @@ def test_cli_fits_linear_then_neural_on_the_ph_record(tmp_path, capsys):
     neural = metrics["neural"]
     assert neural["past"] == 20 and neural["steps_run"] <= 20
     assert (out / "neural_comparison.png").exists()
-    assert (out / "neural_model.eqx").exists()
+    assert (out / "neural_model.dynsys").exists()
+    assert (out / "neural_encoder.dynsys").exists()
     # The linear model's reported score, recomputed with numpy from the saved model
     # and the raw last third of the record, from sample 20 on.
     table = np.genfromtxt(os.path.join(REAL, "ph_neutralisation.csv"), delimiter=",",

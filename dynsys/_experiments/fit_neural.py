@@ -154,6 +154,13 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
         ]
         + [""]
         + ([f"Note: {result.stop_reason}.", ""] if result.stop_reason else [])
+        + [
+            "Neural model files: `neural_model.dynsys` (the `NeuralStateSpace`) and "
+            "`neural_encoder.dynsys` (its `StateEncoder`, which reads the first "
+            f"{past} samples of a record to start the free run); load each with "
+            "`dynsys.load(path)`. `model.dynsys` is the linear model.",
+            "",
+        ]
     )
     metrics = {
         "options": options,
@@ -167,14 +174,21 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
     }
     figure = _figure(report, linear_c, neural_c, past, scores, which)
 
-    def write(path):
-        import equinox as eqx
-
-        eqx.tree_serialise_leaves(path, (result.model, result.encoder))
-
     return NeuralStage(
-        metrics, {"neural_comparison.png": figure}, notes, {"neural_model.eqx": write}
+        metrics, {"neural_comparison.png": figure}, notes, _model_files(result)
     )
+
+
+def _model_files(result) -> dict:
+    """`neural_model.dynsys` (the `NeuralStateSpace`) and `neural_encoder.dynsys`
+    (its `StateEncoder`), both written by `dynsys.save` (atomic) and read back by
+    `dynsys.load(path)` without a template."""
+    from .._io import save
+
+    return {
+        "neural_model.dynsys": lambda path: save(path, result.model),
+        "neural_encoder.dynsys": lambda path: save(path, result.encoder),
+    }
 
 
 def add_neural_stage(

@@ -14,13 +14,22 @@ from .system import AbstractSystem
 
 
 def residual_mlp(
-    in_size: int, out_size: int, width_size: int, depth: int, *, dtype, key
+    in_size: int,
+    out_size: int,
+    width_size: int,
+    depth: int,
+    *,
+    activation: Callable[[Array], Array] = jax.nn.tanh,
+    dtype,
+    key,
 ) -> LayeredController:
-    """A layered MLP `z (in_size,) -> (out_size,)` (tanh hidden layers) whose last
-    layer is zero, so that it outputs exactly 0 until trained."""
+    """A layered MLP `z (in_size,) -> (out_size,)` (`activation` on the hidden
+    layers, tanh by default) whose last layer is zero, so that it outputs exactly
+    0 until trained."""
     net = LayeredController.mlp(
-        in_size, out_size, width_size, depth, use_time=False, dtype=dtype, key=key
-    )
+        in_size, out_size, width_size, depth, use_time=False,
+        activation=activation, dtype=dtype, key=key,
+    )  # fmt: skip
     last = net.layers[-1]
     return eqx.tree_at(
         lambda n: (n.layers[-1].weight, n.layers[-1].context_weight, n.layers[-1].bias),
@@ -123,7 +132,7 @@ class NeuralStateSpace(AbstractSystem):
         self.input_scale = _scale(input_scale, "input_scale", m, dtype, 1.0)
         self.output_scale = _scale(output_scale, "output_scale", p, dtype, 1.0)
         k_state, k_output = jax.random.split(key)
-        kwargs = dict(dtype=dtype)
+        kwargs = dict(activation=activation, dtype=dtype)
         self.state_net = residual_mlp(
             n + m, n, width_size, depth, key=k_state, **kwargs
         )

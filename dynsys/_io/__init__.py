@@ -8,7 +8,6 @@ import json
 import math
 import os
 import pathlib
-import stat
 import struct
 import sys
 import warnings
@@ -20,14 +19,21 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree
 
-from ._data.files import write_atomic as _write_atomic
-from ._systems.innovation import InnovationSystem
-from ._systems.stable import StableLinearSystem
-from ._systems.system import LinearSystem
+from .._data.files import write_atomic as _write_atomic
+from .._systems.innovation import InnovationSystem
+from .._systems.stable import StableLinearSystem
+from .._systems.system import LinearSystem
+from . import tree as _tree
+from .file_format import (
+    array_spec as _array_spec,
+    FORMAT_VERSION as _FORMAT_VERSION,
+    header_digest as _header_digest,
+    MAGIC as _MAGIC,
+    NUMERIC_KINDS as _NUMERIC_KINDS,
+    read_model_file as _read,
+)
 
 
-_MAGIC = b"DYNSYS-MODEL\n"
-_FORMAT_VERSION = 1
 # Classes that load without a template: their __init__ takes their fields by name.
 _BUILTIN = {
     "dynsys.LinearSystem": LinearSystem,
@@ -175,7 +181,12 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
     static settings such as `bound`, activation or widths, the dynsys version, a
     checksum) and the leaves as written by
     `eqx.tree_serialise_leaves`; nothing is pickled. It is written to a temporary
-    file which is then renamed, so `path` never holds half a model.
+    file which is then renamed, so `path` never holds half a model. For a model
+    built from dynsys's modules (`NeuralStateSpace`, `StateEncoder`,
+    `LayeredController`) the header also holds its structure, activation
+    functions by name, so `load` rebuilds it without a template; a part only a
+    template can rebuild (your own base system, an activation dynsys does not know
+    by name) is named in a warning.
 
     **Arguments:**
 
@@ -209,179 +220,27 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
     }
     if header["class"] in _BUILTIN:
         header["fields"] = _fields(model)
+    elif _tree.class_name(model) is not None:
+        _describe_tree(header, model)
     header["header_sha256"] = _header_digest(header)
     encoded = json.dumps(header).encode()
     content = _MAGIC + struct.pack("<Q", len(encoded)) + encoded + payload
     _write_atomic(pathlib.Path(path), content)
 
 
-def _header_digest(header: dict[str, Any]) -> str:
-    """The SHA-256 of every header entry but the digest itself (class, static
-    settings such as `dt` or `bound`, shapes, the leaves' checksum), in a canonical
-    JSON form that survives the header's own JSON round trip."""
-    covered = {key: value for key, value in header.items() if key != "header_sha256"}
-    canonical = json.dumps(covered, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-# Bounds on what a model file may claim, checked before anything is allocated.
-_MAX_HEADER_BYTES = 64 << 20
-_MAX_RANK = 32
-_NUMERIC_KINDS = "biufc"
-
-
-def _read(path: pathlib.Path) -> tuple[dict[str, Any], bytes]:
-    """Read and check a model file: a regular file only (never a FIFO or device,
-    even through a symbolic link), at most as many bytes as its header promises."""
-
-    def fail(why: str) -> ValueError:
-        return ValueError(f"load(path={str(path)!r}): {why}")
-
+def _describe_tree(header: dict[str, Any], model: Any) -> None:
+    """Write the structure of a model built from dynsys's modules (a
+    `NeuralStateSpace`, a `StateEncoder`, a layered network) into `header`, so it
+    loads without a template; if a part is the user's (a grey-box base, an
+    activation dynsys does not know by name), say why in the header and warn."""
     try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise fail("no such file.") from None
-    except OSError as error:
-        raise fail(f"cannot read it ({error.strerror or error}).") from None
-    if not stat.S_ISREG(info.st_mode):
-        what = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-        raise fail(f"{what} (a model file is a regular file written by dynsys.save).")
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as error:
-        raise fail(f"cannot read it ({error.strerror or error}).") from None
-    with os.fdopen(fd, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since the stat
-            raise fail("not a regular file.")
-        magic = f.read(len(_MAGIC))
-        if magic != _MAGIC:
-            raise fail(
-                "not a dynsys model file (it does not start with the dynsys header); "
-                "models are written by dynsys.save."
-            )
-        raw_length = f.read(8)
-        start = len(_MAGIC) + 8
-        if len(raw_length) < 8:
-            raise fail("the file is truncated (it ends inside the header).")
-        (length,) = struct.unpack("<Q", raw_length)
-        if start + length > size:
-            raise fail("the file is truncated (it ends inside the header).")
-        if length > _MAX_HEADER_BYTES:
-            raise fail(
-                f"the header claims {length} bytes (at most {_MAX_HEADER_BYTES})."
-            )
-        encoded = f.read(length)
-        if len(encoded) != length:
-            raise fail("the file is truncated (it ends inside the header).")
-        header = _parse_header(encoded, fail)
-        payload_bytes = header["payload_bytes"]
-        if payload_bytes != size - start - length:
-            raise fail(
-                f"the file is truncated or damaged: {size - start - length} bytes of "
-                f"leaves, the header says {payload_bytes}."
-            )
-        _check_leaves(header, fail)
-        payload = f.read(payload_bytes + 1)
-    if len(payload) != payload_bytes:
-        raise fail(
-            f"the file is truncated or damaged: {len(payload)} bytes of leaves, the "
-            f"header says {payload_bytes}."
-        )
-    if hashlib.sha256(payload).hexdigest() != header["payload_sha256"]:
-        raise fail("the file is damaged: the checksum of the leaves does not match.")
-    return header, payload
-
-
-def _parse_header(encoded: bytes, fail) -> dict[str, Any]:
-    try:
-        header = json.loads(encoded)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        why = "nested too deeply" if isinstance(error, RecursionError) else str(error)
-        raise fail(f"the header is not valid JSON ({why}).") from None
-    if not isinstance(header, dict) or header.get("format") != "dynsys-model":
-        raise fail("not a dynsys model file (wrong format in the header).")
-    version = header.get("format_version", 0)
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise fail(f"the header's format_version is {version!r}, not an integer.")
-    if version > _FORMAT_VERSION:
-        raise fail(
-            f"the file has format version {version}, newer than this dynsys "
-            f"understands ({_FORMAT_VERSION}); upgrade dynsys."
-        )
-    wanted = {
-        "class": str,
-        "leaves": list,
-        "payload_bytes": int,
-        "payload_sha256": str,
-    }
-    for key, kind in wanted.items():
-        value = header.get(key)
-        if isinstance(value, bool) or not isinstance(value, kind):
-            raise fail(
-                f"the header's {key!r} is {type(value).__name__}, expected "
-                f"{kind.__name__} (the file is damaged or not written by dynsys)."
-            )
-    fields = header.get("fields")
-    if fields is not None and not isinstance(fields, dict):
-        raise fail("the header's 'fields' is not a table.")
-    static = header.get("static")
-    if static is not None and not isinstance(static, dict):
-        raise fail("the header's 'static' is not a table.")
-    # Files from before the header had its own checksum load unchecked.
-    try:
-        digest = _header_digest(header) if "header_sha256" in header else None
-    except RecursionError:
-        raise fail("the header is nested too deeply.") from None
-    if digest is not None and header["header_sha256"] != digest:
-        raise fail(
-            "the file is damaged or was edited: the checksum of the header (class, "
-            "static settings such as dt, shapes) does not match."
-        )
-    return header
-
-
-def _array_spec(info: Any, where: str, fail) -> jax.ShapeDtypeStruct:
-    """The shape and dtype a header entry claims, checked (numeric dtypes only)."""
-    if not isinstance(info, dict):
-        raise fail(f"{where} is not a table in the header.")
-    shape, dtype = info.get("shape"), info.get("dtype")
-    if isinstance(shape, list) and len(shape) > _MAX_RANK:
-        raise fail(
-            f"{where} has rank {len(shape)} in the header (at most {_MAX_RANK})."
-        )
-    if (
-        not isinstance(shape, list)
-        or len(shape) > _MAX_RANK
-        or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        )
-    ):
-        raise fail(f"{where} has shape {shape!r} in the header, not a list of sizes.")
-    try:
-        np_dtype = np.dtype(dtype) if isinstance(dtype, str) else None
-    except TypeError:
-        np_dtype = None
-    if np_dtype is None or np_dtype.kind not in _NUMERIC_KINDS:
-        raise fail(f"{where} has dtype {dtype!r} in the header, not a numeric dtype.")
-    return jax.ShapeDtypeStruct(tuple(shape), np_dtype)
-
-
-def _check_leaves(header: dict[str, Any], fail) -> None:
-    """The arrays the header claims must fit in the payload (checked before any
-    allocation: a small file cannot claim gigabytes)."""
-    claimed = 0
-    for k, info in enumerate(header["leaves"]):
-        if isinstance(info, dict) and "shape" in info:
-            spec = _array_spec(info, f"leaf {k}", fail)
-            claimed += math.prod(spec.shape) * spec.dtype.itemsize
-    for name, info in (header.get("fields") or {}).items():
-        if isinstance(info, dict) and "shape" in info:
-            _array_spec(info, f"field {name!r}", fail)
-    if claimed > header["payload_bytes"]:
-        raise fail(
-            f"the header claims {claimed} bytes of arrays but the file holds "
-            f"{header['payload_bytes']} (the file is damaged or hostile)."
+        header["tree"] = _tree.describe(model)
+    except _tree.NotRebuildable as reason:
+        header["tree_missing"] = str(reason)
+        warnings.warn(
+            f"save(model=...): {reason}; the file loads only with like= (a template "
+            "model).",
+            stacklevel=3,
         )
 
 
@@ -485,7 +344,9 @@ def _reader(fail, conversions: list[tuple[str, str]]):
 def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
     """Load a model written by `save`.
 
-    The built-in models (`LinearSystem`, `StableLinearSystem`) load without a
+    The built-in models (`LinearSystem`, `StableLinearSystem`, `InnovationSystem`)
+    and the models built from dynsys's modules (`NeuralStateSpace` on a built-in
+    base, `StateEncoder`, `LayeredController`, `ContextLayer`) load without a
     template. For any other class pass `like`, a model of the same class and
     structure (its values are ignored): its leaves' shapes and dtypes, and its
     static settings (e.g. a controller's `bound`, activation, `use_time`), must
@@ -496,7 +357,8 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
     Untrusted files fail small: only a regular file is read (never a FIFO or a
     device, even through a link), at most the bytes its header accounts for, and
     the shapes the header claims are checked against the bytes present before
-    anything is allocated. Nothing is unpickled or imported.
+    anything is allocated. Nothing is unpickled or imported: a class or an
+    activation function that a file names is looked up in dynsys's own short list.
 
     **Arguments:**
 
@@ -510,7 +372,8 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
     **Raises:**
 
     `ValueError` (one line) for a missing, foreign, truncated, damaged or hostile
-    file, a path that is not a regular file, a file written from another class than
+    file (an unknown class or activation named in it), a path that is not a
+    regular file, a file written from another class than
     `like`, or shapes, dtypes or static settings that do not match `like` (naming
     the field).
 
@@ -533,12 +396,7 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
     header, payload = _read(path)
     name = header["class"]
     if like is None:
-        if name not in _BUILTIN:
-            raise ValueError(
-                f"load(path={str(path)!r}): the file holds a {name}, which is not "
-                "built into dynsys; pass a template model of that class as like=."
-            )
-        like = _template(header, fail)
+        like = _built_template(header, fail)
         built = True
     elif name not in _names_of(like):
         raise ValueError(
@@ -566,9 +424,53 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
             f"the leaves end at byte {stream.tell()} of {len(payload)} (the file holds "
             "more than the model)."
         )
+    if built and "tree" in header:
+        _check_tree_model(header, model, fail)
     if conversions:
         _warn_converted(path, conversions, built)
     return model
+
+
+def _built_template(header: dict[str, Any], fail) -> PyTree:
+    """The shape-only model that `load` without `like` reads the leaves into: a
+    built-in linear class from the header's fields, a model of dynsys's modules
+    (`NeuralStateSpace`, `StateEncoder`, layered networks) from its tree."""
+    name = header["class"]
+    if name in _BUILTIN:
+        return _template(header, fail)
+    tree = header.get("tree")
+    if tree is not None:
+        if not isinstance(tree, dict) or tree.get("class") != name:
+            raise fail(f"the header's tree does not describe a {name}.")
+        try:
+            return _tree.rebuild(
+                tree, lambda info, where: _array_spec(info, where, fail), fail
+            )
+        except RecursionError:
+            raise fail("the header's tree is nested too deeply.") from None
+    missing = header.get("tree_missing")
+    if isinstance(missing, str):
+        raise fail(
+            f"the file holds a {name} that only a template rebuilds ({missing}); "
+            "pass a template model of that class as like=."
+        )
+    raise fail(
+        f"the file holds a {name}, which is not built into dynsys; pass a template "
+        "model of that class as like=."
+    )
+
+
+def _check_tree_model(header: dict[str, Any], model: PyTree, fail) -> None:
+    """A model rebuilt from the header's tree has the static settings the header
+    records, and one traced call of it works (a damaged header fails here)."""
+    saved, have = header.get("static") or {}, _static_settings(model)
+    for where in sorted(set(saved) | set(have)):
+        if saved.get(where, "<missing>") != have.get(where, "<missing>"):
+            raise fail(
+                f"the header's tree and static settings disagree at {where} (the "
+                "file is damaged)."
+            )
+    _tree.check_rebuilt(model, fail)
 
 
 def _check_leaf_shapes(expected: list, like: PyTree, built: bool, fail) -> None:

@@ -1,0 +1,327 @@
+"""Neural state-space models through `dynsys.save` / `dynsys.load` without a
+template: bitwise round trips (leaves, static settings, simulations), activations
+stored by name, files that only a template rebuilds, damaged or unknown trees
+refused in one line, and the `dynsys fit --model neural` run folder's files."""
+
+import json
+import re
+import struct
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dynsys
+from dynsys._io import _header_digest
+
+
+def _randomised(model, key, scale=0.3):
+    """The model with every array moved by random noise (trained-like: the last
+    layers are no longer zero)."""
+    leaves, tree = jax.tree.flatten(model)
+    keys = jax.random.split(key, len(leaves))
+    return jax.tree.unflatten(
+        tree,
+        [
+            leaf + scale * jax.random.normal(k, leaf.shape, leaf.dtype)
+            if eqx.is_inexact_array(leaf)
+            else leaf
+            for leaf, k in zip(leaves, keys)
+        ],
+    )
+
+
+def _base(kind, key):
+    k1, k2, k3 = jax.random.split(key, 3)
+    K = 0.5 * jax.random.orthogonal(k1, 3)
+    if kind == "linear":
+        return dynsys.LinearSystem(
+            K, jax.random.normal(k2, (3, 2)), jax.random.normal(k3, (2, 3)),
+            input_level=jnp.full((2,), 0.5), output_level=jnp.full((2,), -1.0),
+            dt=0.1,
+        )  # fmt: skip
+    if kind == "stable":
+        return dynsys.StableLinearSystem(
+            K, jnp.eye(3), jax.random.normal(k2, (3, 2)), jax.random.normal(k3, (2, 3)),
+            bound=0.95,
+        )  # fmt: skip
+    return dynsys.LinearSystem(K, C=jax.random.normal(k3, (2, 3)))  # no input
+
+
+def _neural(kind="linear", activation=jax.nn.tanh, output_correction=True, seed=0):
+    keys = jax.random.split(jax.random.key(seed), 3)
+    base = _base(kind, keys[0])
+    model = dynsys.NeuralStateSpace(
+        base, width_size=5, depth=3, state_mean=jnp.array([0.1, -0.2, 0.3]),
+        state_scale=jnp.array([1.0, 2.0, 0.5]), output_scale=jnp.array([2.0, 1.0]),
+        output_correction=output_correction, activation=activation, key=keys[1],
+    )  # fmt: skip
+    return _randomised(model, keys[2])
+
+
+def _assert_same_bits(a, b):
+    assert jax.tree.structure(a) == jax.tree.structure(b)  # static settings too
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize(
+    "kind, activation, output_correction",
+    [
+        ("linear", jax.nn.tanh, True),
+        ("stable", jax.nn.relu, True),
+        ("no input", jax.nn.softplus, False),
+    ],
+)
+def test_neural_model_round_trip_bitwise_without_template(
+    tmp_path, kind, activation, output_correction
+):
+    model = _neural(kind, activation, output_correction)
+    path = tmp_path / "neural.dynsys"
+    dynsys.save(path, model)
+    back = dynsys.load(path)
+    assert type(back) is dynsys.NeuralStateSpace
+    _assert_same_bits(model, back)
+    assert back.state_net.layers[0].activation is activation
+    assert back.state_net.layers[-1].activation is None
+    assert (back.output_net is None) is (not output_correction)
+    assert back.dt == model.dt
+    # The loaded model simulates exactly as the saved one, from a state far from 0
+    # (where the nets' nonlinearity matters).
+    x0 = jnp.array([[1.0, -2.0, 0.5]])
+    inputs = None if kind == "no input" else jnp.sin(jnp.arange(60.0))[None, :, None]
+    inputs = None if inputs is None else jnp.concatenate([inputs, -inputs], axis=-1)
+    saved = dynsys.rollout(model, x0, 60, inputs=inputs)
+    loaded = dynsys.rollout(back, x0, 60, inputs=inputs)
+    np.testing.assert_array_equal(np.asarray(saved.ys), np.asarray(loaded.ys))
+    # ...and differs from its base (the corrections are really in it).
+    linear = dynsys.rollout(model.base, x0, 60, inputs=inputs)
+    assert np.max(np.abs(np.asarray(loaded.ys) - np.asarray(linear.ys))) > 1e-2
+
+
+def _encoder(seed=0):
+    keys = jax.random.split(jax.random.key(seed), 5)
+    past_us = jax.random.normal(keys[0], (40, 6, 2))
+    past_ys = jax.random.normal(keys[1], (40, 6, 1))
+    states = jax.random.normal(keys[2], (40, 3))
+    encoder = dynsys.StateEncoder.from_states(
+        past_us, past_ys, states, width_size=4, depth=2, key=keys[3]
+    )
+    return _randomised(encoder, keys[4]), past_us, past_ys
+
+
+def test_encoder_round_trip_bitwise_without_template(tmp_path):
+    encoder, past_us, past_ys = _encoder()
+    dynsys.save(tmp_path / "encoder.dynsys", encoder)
+    back = dynsys.load(tmp_path / "encoder.dynsys")
+    assert type(back) is dynsys.StateEncoder and back.past == 6
+    _assert_same_bits(encoder, back)
+    np.testing.assert_array_equal(
+        np.asarray(jax.vmap(back)(past_us, past_ys)),
+        np.asarray(jax.vmap(encoder)(past_us, past_ys)),
+    )
+
+
+def test_layered_controller_round_trip_without_template(tmp_path):
+    controller = dynsys.LayeredController.mlp(
+        2, 1, 4, 3, reference=jnp.array([0.5]), bound=2.0, key=jax.random.key(1)
+    )
+    dynsys.save(tmp_path / "c.dynsys", controller)
+    back = dynsys.load(tmp_path / "c.dynsys")
+    _assert_same_bits(controller, back)
+    assert back.bound == controller.bound and back.use_time
+
+
+def _rewrite_header(path, change):
+    """Apply `change` to the file's header and write it back with a valid header
+    checksum (as a newer or hostile writer would)."""
+    raw = path.read_bytes()
+    start = len(b"DYNSYS-MODEL\n")
+    (length,) = struct.unpack("<Q", raw[start : start + 8])
+    header = json.loads(raw[start + 8 : start + 8 + length])
+    change(header)
+    header["header_sha256"] = _header_digest(header)
+    encoded = json.dumps(header).encode()
+    payload = raw[start + 8 + length :]
+    path.write_bytes(raw[:start] + struct.pack("<Q", len(encoded)) + encoded + payload)
+
+
+def _one_line_error(path, match):
+    with pytest.raises(ValueError, match=match) as error:
+        dynsys.load(path)
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_activation_in_the_file_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "neural.dynsys"
+    dynsys.save(path, _neural(activation=jax.nn.relu))
+
+    def rename(header):
+        layer = header["tree"]["fields"]["state_net"]["fields"]["layers"]["tuple"][1]
+        layer["fields"]["activation"] = {"activation": "os.system"}
+
+    _rewrite_header(path, rename)
+    _one_line_error(
+        path,
+        r"state_net\.layers\[1\]\.activation names the activation 'os\.system', "
+        r"which dynsys does not know \(known: jax\.nn\.tanh, ",
+    )
+
+
+def test_unknown_class_or_edited_tree_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "neural.dynsys"
+    dynsys.save(path, _neural())
+    _rewrite_header(
+        path, lambda h: h["tree"]["fields"]["base"].update({"class": "os.system"})
+    )
+    _one_line_error(
+        path, r"names a class 'os\.system' at base, which dynsys does not rebuild"
+    )
+    # An edit without the header's checksum: refused as damaged.
+    raw = path.read_bytes().replace(b"jax.nn.tanh", b"jax.nn.relu", 1)
+    path.write_bytes(raw)
+    _one_line_error(path, r"the checksum of the header .* does not match")
+
+
+def test_tree_whose_shapes_do_not_fit_together_is_refused(tmp_path):
+    path = tmp_path / "neural.dynsys"
+    dynsys.save(path, _neural())
+
+    def widen(header):  # the first hidden layer's bias claims another width
+        layers = header["tree"]["fields"]["state_net"]["fields"]["layers"]["tuple"]
+        layers[0]["fields"]["bias"]["shape"] = [6]
+
+    _rewrite_header(path, widen)
+    _one_line_error(path, r"the header's fields and leaves disagree")
+
+
+def test_user_activation_saves_with_a_warning_and_loads_with_like(tmp_path):
+    def swish(z):
+        return z * jax.nn.sigmoid(z)
+
+    model = _neural(activation=swish)
+    path = tmp_path / "neural.dynsys"
+    with pytest.warns(UserWarning, match=r"swish, not an activation dynsys knows"):
+        dynsys.save(path, model)
+    _one_line_error(
+        path,
+        r"holds a dynsys\.NeuralStateSpace that only a template rebuilds "
+        r"\(state_net\.layers\[0\]\.activation is .*swish, not an activation",
+    )
+    _assert_same_bits(model, dynsys.load(path, like=_neural(activation=swish, seed=1)))
+
+
+class _Tank(dynsys.AbstractSystem):
+    """A grey-box base: a tank with square-root outflow."""
+
+    a: jax.Array
+
+    @property
+    def state_size(self):
+        return 1
+
+    @property
+    def input_size(self):
+        return 1
+
+    def step(self, t, x, u):
+        return x + self.a * (u - jnp.sqrt(jnp.abs(x)))
+
+
+def test_grey_box_base_needs_a_template(tmp_path):
+    model = dynsys.NeuralStateSpace(
+        _Tank(jnp.array(0.2)), width_size=3, key=jax.random.key(0)
+    )
+    path = tmp_path / "grey.dynsys"
+    with pytest.warns(UserWarning, match=r"base is a tests\.test_neural_io\._Tank"):
+        dynsys.save(path, model)
+    _one_line_error(path, r"base is a tests\.test_neural_io\._Tank, which dynsys")
+    _assert_same_bits(model, dynsys.load(path, like=model))
+
+
+def _tank_csv(path, num_samples, seed):
+    """A nonlinear record: a tank with square-root outflow fed a staircase flow."""
+    rng = np.random.default_rng(seed)
+    u = np.repeat(rng.uniform(0.5, 2.0, num_samples // 10 + 1), 10)[:num_samples]
+    h, y = 1.0, []
+    for flow in u:
+        y.append(h + 0.01 * rng.standard_normal())
+        h = max(h + 0.2 * (flow - np.sqrt(h)), 0.0)
+    lines = ["u,y"] + [f"{float(a)!r},{float(b)!r}" for a, b in zip(u, y)]
+    path.write_text("\n".join(lines) + "\n")
+    return u[:, None], np.array(y)[:, None]
+
+
+@pytest.mark.slow  # the linear stage's fit and figures: about 40 s on a shared CPU
+def test_cli_run_folder_neural_files_reproduce_the_printed_fit(tmp_path, capsys):
+    from dynsys import cli
+
+    _tank_csv(tmp_path / "estimation.csv", 200, seed=0)
+    u, y = _tank_csv(tmp_path / "validation.csv", 80, seed=1)
+    out = tmp_path / "run"
+    argv = ["fit", str(tmp_path / "estimation.csv"), "--inputs", "u", "--outputs", "y",
+            "--validation-data", str(tmp_path / "validation.csv"), "--model", "neural",
+            "--order", "1", "--no-feedthrough", "--steps", "5", "--neural-steps", "10",
+            "--neural-horizon", "16", "--no-progress", "--out", str(out)]  # fmt: skip
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert not (out / "neural_model.eqx").exists()
+    model = dynsys.load(out / "neural_model.dynsys")
+    encoder = dynsys.load(out / "neural_encoder.dynsys")
+    assert (
+        type(model) is dynsys.NeuralStateSpace and type(encoder) is dynsys.StateEncoder
+    )
+    assert type(dynsys.load(out / "model.dynsys")) is dynsys.LinearSystem
+    past = encoder.past
+    # The free run from sample `past`, started by the encoder, scored with numpy.
+    data = dynsys.Dataset(us=u[None], ys=y[None])
+    x0 = dynsys.neural_initial_state(encoder, data)
+    run = dynsys.rollout(model, x0, len(y) - past, inputs=jnp.asarray(u[None, past:]))
+    predicted, measured = np.asarray(run.ys[0]), y[past:]
+    fit = 100 * (1 - np.linalg.norm(measured - predicted)
+                 / np.linalg.norm(measured - measured.mean()))  # fmt: skip
+    rms = np.sqrt(np.mean((measured - predicted) ** 2))
+    neural = json.loads((out / "metrics.json").read_text())["neural"]
+    np.testing.assert_allclose(neural["fit_percent"]["neural"], [fit], rtol=1e-9)
+    np.testing.assert_allclose(neural["rms"]["neural"], [rms], rtol=1e-9)
+    row = re.search(r"^\s+y\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$", printed, re.M)
+    assert row is not None, printed
+    assert float(row.group(2)) == pytest.approx(fit, abs=0.051)
+    assert float(row.group(4)) == pytest.approx(rms, rel=1e-3)
+    summary = (out / "summary.md").read_text()
+    assert "`neural_encoder.dynsys`" in summary and "dynsys.load(path)" in summary
+    # `dynsys simulate FILE` rolls the saved model out from the documented random
+    # start (x0 ~ N(0, 1), inputs 0.5 N(0, 1), from --seed), as a rollout does.
+    sim = tmp_path / "sim"
+    argv = ["simulate", str(out / "neural_model.dynsys"), "--steps", "30", "--batch",
+            "2", "--seed", "3", "--out", str(sim)]  # fmt: skip
+    assert cli.main(argv) == 0
+    key_x0, key_u = jax.random.split(jax.random.key(3))
+    x0 = jax.random.normal(key_x0, (2, 1))
+    inputs = 0.5 * jax.random.normal(key_u, (2, 30, 1))
+    expected = dynsys.rollout(model, x0, 30, inputs=inputs).xs
+    written = dynsys.load_dataset(sim / "trajectory.npz").xs
+    np.testing.assert_allclose(written, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_cli_simulate_refuses_a_missing_file_or_an_encoder(tmp_path, capsys):
+    from dynsys import cli
+
+    assert cli.main(["simulate", str(tmp_path / "none.dynsys")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == f"dynsys simulate: MODEL: no such model file {str(tmp_path / 'none.dynsys')!r}."
+    )
+    encoder, _, _ = _encoder()
+    dynsys.save(tmp_path / "encoder.dynsys", encoder)
+    out = tmp_path / "sim"
+    assert (
+        cli.main(["simulate", str(tmp_path / "encoder.dynsys"), "--out", str(out)]) == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds a StateEncoder, not a system" in err
+    assert not out.exists()
