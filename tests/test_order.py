@@ -1,3 +1,5 @@
+import json
+
 import matplotlib
 import numpy as np
 import pytest
@@ -195,3 +197,43 @@ def test_scan_stops_after_orders_that_do_not_improve(lightly_damped, monkeypatch
         train, orders=range(1, 6), feedthrough=False, val_data=val
     )
     assert full.order == 5
+
+
+def test_default_cli_fit_is_within_a_point_of_the_best_scanned_order(tmp_path):
+    """The robot-arm-like case of docs/structure-selection.md, simulated: two
+    lightly damped modes, a well damped one and an acceleration-like output that
+    needs `D`. `dynsys fit` with no structure given must validate within one point
+    of the best structure a full scan finds: every subspace candidate of orders
+    1..10 with and without D, and the true structure refined by `fit`."""
+    from dynsys import cli
+
+    system = _modal_system(
+        [(0.3, 0.012), (0.9, 0.02), (0.6, 0.5)],
+        feedthrough=np.array([[0.8], [-0.4]]),
+        seed=5,
+    )
+    data = _data(system, 600, 6, noise=0.03)
+    data = dynsys.Dataset(
+        us=data.us, ys=data.ys, input_names=["torque"], output_names=["y1", "y2"]
+    )
+    path = tmp_path / "arm.csv"
+    data.save(path)
+    out = tmp_path / "run"
+    argv = ["fit", str(path), "--inputs", "torque", "--outputs", "y1,y2"]
+    assert cli.main([*argv, "--no-progress", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    default = np.mean(
+        metrics["fit_percent"]["held-out fit % vs measurements"]["fitted"]
+    )
+
+    train, val = data.split_time(1 / 3, min_samples=4)  # the CLI's split
+    scan = dynsys.select_order(train, range(1, 11), val_data=val)
+    best_subspace = max(c.mean_fit for c in scan.candidates)
+    start = dynsys.fit_subspace(train, 6, feedthrough=True)
+    truth_structure = dynsys.fit(start, train, val_data=val, progress=False)
+    refined = np.mean(
+        np.asarray(dynsys.compare(truth_structure.model, val).fit_percent)
+    )
+    best = max(best_subspace, refined)
+    assert default >= best - 1.0, (default, best_subspace, refined)
+    assert metrics["feedthrough"] is True  # the acceleration-like output needs D
