@@ -27,6 +27,9 @@ def main() -> None:
     parser.add_argument("--refine", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30, help="fit steps per refine")
     parser.add_argument("--only-refined", action="store_true")
+    parser.add_argument(
+        "--all-orders", action="store_true", help="no early stop (the CLI stops)"
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     print("| record | candidates | seconds | chosen | mean held-out fit % |")
@@ -44,7 +47,11 @@ def main() -> None:
                 options["fit_options"] = {"num_steps": args.steps}
             started = time.perf_counter()
             scan = dynsys.select_order(
-                train, range(1, 11), val_data=val, stop_after=3, **options
+                train,
+                range(1, 11),
+                val_data=val,
+                stop_after=None if args.all_orders else 3,
+                **options,
             )
             seconds = time.perf_counter() - started
             label = f"{len(scan.candidates)}" + (
