@@ -242,6 +242,22 @@ def _subspace_candidate(data, val_data, order, feedthrough, options):
     return _score(model, data, val_data, order, feedthrough, False, started), model
 
 
+def _subspace_scan(data, val_data, orders, feedthrough, options, stop):
+    """The subspace candidates' rows and models, orders ascending, until
+    `stop_after` orders in a row have not improved the best score; `stop`:
+    `(criterion, tolerance, stop_after)`."""
+    criterion, tolerance, stop_after = stop
+    rows, models = [], []
+    for n in orders:
+        for f in feedthrough:
+            row, model = _subspace_candidate(data, val_data, n, f, options)
+            rows.append(row)
+            models.append(model)
+        if stop_after is not None and _stalled(rows, criterion, tolerance, stop_after):
+            break
+    return rows, models
+
+
 def _refined_candidate(data, val_data, row, start, options):
     """Refine a subspace candidate by `fit` (output error) and score it again."""
     from .._fitting.fit import fit
@@ -394,14 +410,10 @@ def select_order(
     warn_findings(call, check_data(data))
     bases = subspace_bases(call, data, horizon=horizon, offset=offset)
     options = {"bases": bases, "fit": dict(fit_options or {})}
-    rows, models = [], []
-    for n in candidate_orders:
-        for f in options_ft:
-            row, model = _subspace_candidate(data, val_data, n, f, options)
-            rows.append(row)
-            models.append(model)
-        if stop_after is not None and _stalled(rows, criterion, tolerance, stop_after):
-            break
+    stop = (criterion, tolerance, stop_after)
+    rows, models = _subspace_scan(
+        data, val_data, candidate_orders, options_ft, options, stop
+    )
     if method == "fit":
         for i in _ranking(rows, criterion)[: refine or len(rows)]:
             rows[i], models[i] = _refined_candidate(
