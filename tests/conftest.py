@@ -87,3 +87,9 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(
         f"peak memory per process (ru_maxrss; compiled programs {caches}): {report}"
     )
+
+
+def pytest_collection_modifyitems(items):
+    """The tests marked slow run first: pytest-xdist hands out the rest as workers
+    free up, so no worker is left finishing a minute-long test alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -199,6 +199,7 @@ def test_scan_stops_after_orders_that_do_not_improve(lightly_damped, monkeypatch
     assert full.order == 5
 
 
+@pytest.mark.slow
 def test_default_cli_fit_is_within_a_point_of_the_best_scanned_order(tmp_path):
     """The robot-arm-like case of docs/structure-selection.md, simulated: two
     lightly damped modes, a well damped one and an acceleration-like output that
