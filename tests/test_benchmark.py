@@ -6,11 +6,14 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "benchmark.py"
 
 
+@pytest.mark.slow
 def test_quick_run_writes_the_table(tmp_path):
     output = tmp_path / "benchmarks.md"
     result = subprocess.run(

@@ -123,6 +123,7 @@ def test_level_column_all_nan(tmp_path, capsys):
     _fails(argv, capsys, tmp_path, "dynsys fit: ")
 
 
+@pytest.mark.slow
 def test_dt_labels_the_model_and_the_figure_shows_the_printed_fit(
     tmp_path, capsys, monkeypatch
 ):

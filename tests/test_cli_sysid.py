@@ -64,6 +64,7 @@ def _io_csv(tmp_path, noise=0.01):
     return true, path
 
 
+@pytest.mark.slow
 def test_fit_input_output_csv(tmp_path, capsys):
     true, path = _io_csv(tmp_path)
     out = tmp_path / "run"
@@ -155,6 +156,7 @@ def test_input_output_mistakes_are_one_line(tmp_path, capsys, extra, message):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_simulated_outputs_config(tmp_path):
     """The shipped identification config, made small: only positions measured."""
     result = dynsys.run_experiment(

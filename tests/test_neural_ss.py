@@ -346,6 +346,7 @@ SHARDED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sharded_windows_equal_the_unsharded_loss():
     env = {
         **os.environ,
