@@ -3,9 +3,10 @@ not given, `select_order` chooses it before the output-error fit.
 
 The budget: orders `1 .. min(10, the largest the data allow)`, each with and
 without `D` unless `fit.feedthrough` is given, estimated by the subspace method and
-scored on the held-out data (or by AIC without them); the scan stops once three
-successive orders have not improved the best mean validation fit by more than 0.2
-points. With held-out data the three best candidates are then refined by the
+scored on the held-out data (or by AIC without them); every order is scanned (a
+subspace candidate costs a least-squares step and a free run in NumPy: a lightly
+damped or slow mode may only pay off several orders above a plateau). With held-out
+data the three best candidates are then refined by the
 output-error fit (at most 30 Levenberg–Marquardt steps each) and scored again
 before the choice: the structure whose subspace estimate validates best is not
 always the one the fit improves most. The chosen structure's subspace estimate is
@@ -18,7 +19,6 @@ from .config import ConfigError
 
 
 SCAN_MAX_ORDER = 10
-SCAN_STOP_AFTER = 3
 SCAN_TOLERANCE = 0.2
 SCAN_REFINE = 3  # candidates refined by the output-error fit before the choice
 SCAN_REFINE_STEPS = 30  # optimiser steps for each
@@ -34,6 +34,7 @@ def scan_structure(fit_cfg: dict, train, val, echo):
     seconds)`, `start` the chosen structure's subspace estimate."""
     from .._sysid.order import select_order
     from .._sysid.subspace import fit_subspace, largest_order
+    from .fit_checks import looks_bounded
 
     order = fit_cfg["order"]
     # Held-out experiments must keep more samples than the order (x0's unknowns).
@@ -60,9 +61,9 @@ def scan_structure(fit_cfg: dict, train, val, echo):
             criterion="validation" if val is not None else "aic",
             val_data=val,
             tolerance=SCAN_TOLERANCE,
-            stop_after=SCAN_STOP_AFTER if order is None else None,
             horizon=fit_cfg["subspace_horizon"],
             offset=fit_cfg["offset"],
+            stable=looks_bounded(train),
             **refine,
         )
         start = fit_subspace(

@@ -23,7 +23,7 @@ from .._rollout.rollout import rollout
 from .._rollout.sharding import to_host
 from .._systems.system import AbstractSystem
 from .covariance import LazyCovariance, ParameterCovariance
-from .flat_loss import FLAT_STEPS
+from .flat_loss import FLAT_STEPS, HELD_OUT_PATIENCE
 from .least_squares import _check_data, step_mask
 from .losses import (
     channel_weights,
@@ -482,7 +482,7 @@ def _warn_untrusted(stop_reason: str | None):
     """Warn once when the fit is not to be trusted (not when the user stopped it or
     its loss stopped changing)."""
     if stop_reason is not None and not stop_reason.startswith(
-        ("stopped by", "loss flat")
+        ("stopped by", "loss flat", "held-out loss not improved")
     ):
         # stacklevel 3: the caller of `fit` (this, `fit`).
         warnings.warn(f"fit: {stop_reason}.", stacklevel=3)
@@ -635,6 +635,7 @@ def fit(
         chunk=_chunk(strategy, params, batch),
         caller="fit",
         flat_steps=FLAT_STEPS if optimizer is None else None,
+        patience=HELD_OUT_PATIENCE if optimizer is None else None,
     )
     stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
     _warn_untrusted(stop_reason)

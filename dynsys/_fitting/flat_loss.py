@@ -1,10 +1,15 @@
-"""Stopping a loop whose loss no longer changes: the loss "flat for N steps" rule."""
+"""Stopping a loop that no longer improves: the loss "flat for N steps" rule, and
+the held-out loss "not improved for N steps" rule."""
 
 import numpy as np
 
 
 # `fit`'s default: its default optimiser stops after this many steps of a flat loss.
 FLAT_STEPS = 20
+# `fit`'s default with validation data: its default optimiser stops once the
+# held-out loss has not improved for this many steps (the best model is returned
+# anyway; the steps after it only cost time).
+HELD_OUT_PATIENCE = 50
 
 
 def flat_resolution(dtype) -> float:
@@ -31,4 +36,11 @@ def flat_stop_reason(steps: int, resolution: float) -> str:
     return (
         f"loss flat for {steps} steps (relative change at most {resolution:.1g} per "
         "step); kept the best model"
+    )
+
+
+def held_out_stop_reason(steps: int, best_step: int) -> str:
+    return (
+        f"held-out loss not improved for {steps} steps (best at step {best_step}); "
+        "kept the best model"
     )

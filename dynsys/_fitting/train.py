@@ -16,7 +16,12 @@ from jaxtyping import PRNGKeyArray, PyTree, Scalar
 from .._rollout.sharding import leading_axis_shardings
 from .batches import chunk_indices, on_device
 from .chunk import evaluate, init_carry, run_chunk
-from .flat_loss import flat_resolution, flat_steps_at_end, flat_stop_reason
+from .flat_loss import (
+    flat_resolution,
+    flat_steps_at_end,
+    flat_stop_reason,
+    held_out_stop_reason,
+)
 from .progress import Progress
 from .solvers import describe, LossFunction, OptaxStrategy
 
@@ -171,6 +176,7 @@ class _Loop:
     best_host: tuple  # (loss, step, params), chosen by evaluations
     flat_steps: int | None = None  # stop after this many steps of a flat loss
     resolution: float = 0.0  # the relative change per step that counts as flat
+    patience: int | None = None  # stop after this many steps without a better val
     losses: list[float] = dataclasses.field(default_factory=list)
     val_losses: list[tuple[int, float]] = dataclasses.field(default_factory=list)
     full_losses: list[tuple[int, float]] = dataclasses.field(default_factory=list)
@@ -263,12 +269,26 @@ def _after_chunk(loop: _Loop, k: int, ran: int) -> bool:
     ):
         loop.stop_reason = flat_stop_reason(loop.flat_steps, loop.resolution)
         return True
+    if _out_of_patience(loop):
+        return True
     if loop.callback is not None and loop.callback(
         k - 1, eqx.combine(loop.params, loop.static), loop.losses[-1]
     ):
         loop.stop_reason = f"stopped by the callback after step {k - 1}"
         return True
     return False
+
+
+def _out_of_patience(loop: _Loop) -> bool:
+    """Whether the validation loss has not improved for `loop.patience` steps (and
+    record why)."""
+    if loop.patience is None or loop.full_data or not loop.val_losses:
+        return False
+    best_step, last = loop.best_host[1], loop.val_losses[-1][0]
+    if best_step < 0 or last - best_step < loop.patience:
+        return False
+    loop.stop_reason = held_out_stop_reason(last - best_step, best_step)
+    return True
 
 
 def _run_steps(loop: _Loop, num_steps: int, warn: bool, caller: str):
@@ -343,10 +363,13 @@ def optimise(
     chunk: int | None = None,
     caller: str = "train",
     flat_steps: int | None = None,
+    patience: int | None = None,
 ) -> "TrainResult":
     """The loop shared by `train` and `fit`: `strategy` minimises `objective` over
     the trainable arrays of `model`, a chunk of steps per dispatch; with
-    `flat_steps`, it stops once the loss has been flat that many steps."""
+    `flat_steps`, it stops once the loss has been flat that many steps, with
+    `patience` (and an `evaluator`), once the evaluated loss has not improved for
+    that many steps."""
     if key is None:
         key = jax.random.key(0)
     params, static = _trainable(model, filter_spec, caller)
@@ -374,6 +397,7 @@ def optimise(
         *_initial_best(params),
         flat_steps,
         flat_resolution(_params_dtype(params)),
+        patience,
     )
     _run_steps(loop, num_steps, warn, caller)
     return _train_result(loop, warn, caller)

@@ -271,10 +271,14 @@ def _refined_candidate(data, val_data, row, start, options):
     return dataclasses.replace(refined, seconds=row.seconds + refined.seconds), model
 
 
-def _choose(rows, criterion: str, tolerance: float) -> int:
+def _choose(rows, criterion: str, tolerance: float, stable: bool = False) -> int:
     """The index of the chosen row: the lowest criterion; with `"validation"`, the
     fewest parameters among the rows within `tolerance` points of the best mean
-    fit (a tie: the lower order)."""
+    fit (a tie: the lower order). With `stable`, only the stable rows compete
+    when there is one."""
+    if stable and any(r.stable for r in rows) and not all(r.stable for r in rows):
+        kept = [i for i, r in enumerate(rows) if r.stable]
+        return kept[_choose([rows[i] for i in kept], criterion, tolerance)]
     if criterion != "validation":
         values = [getattr(r, criterion) for r in rows]
         values = [v if np.isfinite(v) or v < 0 else np.inf for v in values]
@@ -341,6 +345,7 @@ def select_order(
     tolerance: float = 0.2,
     refine: int | None = None,
     stop_after: int | None = None,
+    stable: bool = False,
     horizon: int | None = None,
     offset: bool = True,
     fit_options: dict | None = None,
@@ -378,6 +383,9 @@ def select_order(
     - `stop_after`: stop the scan (orders ascending) once this many successive
         orders have not beaten the best score so far (mean validation fit by more
         than `tolerance`, or the criterion); `None` scans every order.
+    - `stable`: choose among the stable candidates (spectral radius below 1)
+        when there is one, as for data from a plant known to be stable; an
+        unstable model can validate well on a finite record and still diverge.
     - `horizon`, `offset`: passed to `fit_subspace`.
     - `fit_options`: keyword arguments for `fit` (e.g. `{"num_steps": 100}`).
 
@@ -419,7 +427,7 @@ def select_order(
             rows[i], models[i] = _refined_candidate(
                 data, val_data, rows[i], models[i], options
             )
-    chosen = _choose(rows, criterion, float(tolerance))
+    chosen = _choose(rows, criterion, float(tolerance), stable)
     return OrderSelection(
         candidates=tuple(rows),
         order=rows[chosen].order,
