@@ -50,7 +50,7 @@ def getkey():
 # peak resident memory is reported at the end of the run ("peak memory per
 # process").
 _KEEP_CACHES = os.environ.get("DYNSYS_TEST_KEEP_CACHES") == "1"
-_RELEASE_ABOVE_MB = 1000
+_RELEASE_ABOVE_MB = 800
 
 
 def _release_compiled_programs() -> None:
