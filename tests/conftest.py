@@ -1,3 +1,4 @@
+import ctypes
 import gc
 import os
 import resource
@@ -39,21 +40,51 @@ def getkey():
 
 
 # Memory. Each pytest-xdist worker is one process holding a JAX runtime, and every
-# program it compiles stays in JAX's (and equinox's) caches for the rest of the
-# session: thousands of small programs. They are dropped after each test module
-# (a later module rarely runs the same shapes again). DYNSYS_TEST_KEEP_CACHES=1 keeps
-# them, to measure the difference. Each worker's peak resident memory is reported
-# at the end of the run ("peak memory per process").
+# program it compiles stays in JAX's (and equinox's) caches until they are cleared:
+# a `dynsys fit` on a real record compiles ~400 programs, ~0.6 GB with their
+# caches. They are dropped after each test module (a later module rarely runs the
+# same shapes again), and after any test that leaves the process above
+# _RELEASE_ABOVE_MB (the CLI tests run several such fits in one module). Freed
+# memory stays in glibc's arenas until malloc_trim gives it back to the system.
+# DYNSYS_TEST_KEEP_CACHES=1 keeps them, to measure the difference. Each worker's
+# peak resident memory is reported at the end of the run ("peak memory per
+# process").
 _KEEP_CACHES = os.environ.get("DYNSYS_TEST_KEEP_CACHES") == "1"
+_RELEASE_ABOVE_MB = 800
+
+
+def _release_compiled_programs() -> None:
+    eqx.clear_caches()
+    jax.clear_caches()
+    gc.collect()
+    try:  # glibc only (Linux); elsewhere the memory stays with the process
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _resident_megabytes() -> float:
+    """This process's resident memory now (Linux; 0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            pages = int(statm.read().split()[1])
+    except OSError:
+        return 0.0
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _drop_compiled_programs_after_each_module():
     yield
     if not _KEEP_CACHES:
-        eqx.clear_caches()
-        jax.clear_caches()
-        gc.collect()
+        _release_compiled_programs()
+
+
+@pytest.fixture(autouse=True)
+def _drop_compiled_programs_after_a_heavy_test():
+    yield
+    if not _KEEP_CACHES and _resident_megabytes() > _RELEASE_ABOVE_MB:
+        _release_compiled_programs()
 
 
 def _peak_megabytes() -> float:

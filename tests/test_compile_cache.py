@@ -80,6 +80,15 @@ def test_a_second_identical_fit_compiles_nothing(tmp_path):
         "reason": None,
     }
     assert metrics["summary"] == _metrics(tmp_path, "first")["summary"]
+    # The stages' own counts (metrics.json["timing"]["stages"]) agree: the first
+    # run compiled its programs, the second loaded every one from the cache.
+    for run, counts in (("first", first), ("second", second)):
+        stages = _metrics(tmp_path, run)["timing"]["stages"]
+        hits = sum(stage["cache_hits"] for stage in stages.values())
+        compiled = sum(stage["programs_compiled"] for stage in stages.values())
+        assert hits == counts.get("cache_hits", 0), (run, stages)
+        assert compiled == counts.get("cache_misses", 0), (run, stages)
+    assert stages["fit"]["cache_hits"] > 0 and stages["fit"]["programs_compiled"] == 0
     summary = (tmp_path / "second" / "summary.md").read_text()
     assert f"compiled programs are kept in {cache}" in summary
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._distributed import share_between_processes
 from . import fit_checks
+from .compile_clock import stage
 from .config import ConfigError
 from .data_checks import run_data_checks, split_overlap
 from .fit_data import _columns, _from_file, _simulated, _split
@@ -93,17 +94,18 @@ def _fit_model(config, start_model, train_data, val_data, progress):
     loss = _loss(fit_cfg, train_data)
     key = jax.random.key(config["seed"] + 1)
     started = time.perf_counter()
-    result = fit(
-        start_model,
-        share_between_processes(train_data),  # several processes: each its slice
-        loss=loss,
-        optimizer=optimizer,
-        num_steps=num_steps,
-        batch_size=fit_cfg["batch_size"],
-        key=key,
-        progress=progress,
-        val_data=val_data,
-    )
+    with stage("fit"):
+        result = fit(
+            start_model,
+            share_between_processes(train_data),  # several processes: each its slice
+            loss=loss,
+            optimizer=optimizer,
+            num_steps=num_steps,
+            batch_size=fit_cfg["batch_size"],
+            key=key,
+            progress=progress,
+            val_data=val_data,
+        )
     seconds = time.perf_counter() - started
     used = getattr(result, "optimizer", None) or described
     return result, seconds, used
@@ -250,7 +252,8 @@ def _subspace_start(fit_cfg: dict, train, val, echo):
         raise ConfigError(f"config key '{key}': {error}") from None
     scan = None
     if wants_scan(fit_cfg):
-        scan, start, scan_seconds = scan_structure(fit_cfg, train, val, echo)
+        with stage("structure scan"):
+            scan, start, scan_seconds = scan_structure(fit_cfg, train, val, echo)
         scan = (scan, scan_seconds)
         by = "the held-out data" if val is not None else "AIC"
         chosen = f"chosen by a structure scan on {by}"
@@ -372,9 +375,10 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     fit_cfg = config["fit"]
     found: list[str] = []  # the run's warnings
     _check_order(config, train, val)
-    start, singular_values, subspace_seconds, chosen, scan = _subspace_start(
-        fit_cfg, train, val, echo
-    )
+    with stage("subspace"):
+        start, singular_values, subspace_seconds, chosen, scan = _subspace_start(
+            fit_cfg, train, val, echo
+        )
     order = start.state_size
     first_notes = _levels_note(start, echo)
     first_notes += scan_notes(scan, held_out=val is not None)
@@ -445,23 +449,27 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         **_matrices(fitted),
         "timing": timing,
     }
-    covariance, reason = covariance_of(result)
-    uncertainty = uncertainty_metrics(covariance, reason)
+    with stage("uncertainty"):
+        covariance, reason = covariance_of(result)
+        uncertainty = uncertainty_metrics(covariance, reason)
+        references = _uncertainty_figures(report, covariance)
     metrics |= uncertainty
     notes += uncertainty_notes(uncertainty, channels, list(report.input_names))
     truth = None if clean_val is None else np.asarray(clean_val.ys[0])
-    figures = _output_figures(
-        report, comparisons, models, truth, singular_values, order, residuals,
-        result, which, _uncertainty_figures(report, covariance),
-    )  # fmt: skip
-    figures |= scan_figure(scan, held_out=val is not None)
+    with stage("figures"):
+        figures = _output_figures(
+            report, comparisons, models, truth, singular_values, order, residuals,
+            result, which, references,
+        )  # fmt: skip
+        figures |= scan_figure(scan, held_out=val is not None)
     outcome = _outcome(run, result, metrics, summary, figures, notes)
     if fit_cfg["model"] == "neural":
         from .fit_neural import add_neural_stage
 
-        add_neural_stage(
-            config, outcome, report, train, val, fitted, which, progress, echo
-        )
+        with stage("neural"):
+            add_neural_stage(
+                config, outcome, report, train, val, fitted, which, progress, echo
+            )
     return outcome
 
 
@@ -487,7 +495,7 @@ def _validation_stage(models, report, clean_val, which, held_out, timing, found)
     data), the fit-% rows and the fitted model's residual analysis; the time taken
     goes to `timing` and the warnings to `found`."""
     started = time.perf_counter()
-    with fit_checks.captured_warnings(found):
+    with stage("validation"), fit_checks.captured_warnings(found):
         comparisons, rows, residuals = _validate_outputs(
             models, report, clean_val, which
         )
@@ -643,20 +651,26 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
         "B": None if fitted.B is None else np.asarray(fitted.B).tolist(),
         "timing": {"fit_seconds": fit_seconds},
     }
-    figures = _state_figures(report, runs, models, clean_val, result, fit_cfg, which)
+    with stage("figures"):
+        figures = _state_figures(
+            report, runs, models, clean_val, result, fit_cfg, which
+        )
     return _outcome(run, result, metrics, summary, figures, notes)
 
 
 def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     """Fit a linear (or stable linear) model to simulated or recorded data."""
-    run = _simulated(config) if config["data"]["file"] is None else _from_file(config)
-    train, val, clean_val, held = _split(config, run)
+    with stage("data"):
+        simulated = config["data"]["file"] is None
+        run = _simulated(config) if simulated else _from_file(config)
+        train, val, clean_val, held = _split(config, run)
     echo(f"{config['name']}: {run.source}")
     echo(f"  columns: {_columns(run.data)}")
     count = train.num_trajectories
     echo(f"  {count} experiment{'s' * (count != 1)} for estimation; validation: {held}")
-    checks = run_data_checks(config, run.data, run.source, echo)
-    overlap = split_overlap(train, val)
+    with stage("data"):
+        checks = run_data_checks(config, run.data, run.source, echo)
+        overlap = split_overlap(train, val)
     if overlap is not None:
         echo(f"  data check (warn): {overlap['message']}")
         checks.append(overlap)

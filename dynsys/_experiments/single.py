@@ -2,11 +2,11 @@
 `config.toml`, `metrics.json`, `history.csv`, the model, figures, `summary.md`."""
 
 import pathlib
-import time
 import warnings
 
 from .._compile_cache import CacheStatus, current_status
 from .._data.checks import DataWarning
+from .compile_clock import stage, StageClock
 from .config import (
     dump_toml,
 )
@@ -52,16 +52,47 @@ def _compile_cache_record() -> dict | None:
     return None if status is None else status.as_dict()
 
 
+def _write_files(config, folder: pathlib.Path, outcome: Outcome) -> list:
+    """Everything but `metrics.json` and `summary.md`: the config, the loss
+    history, the model, the kind's own files and the figures (their paths)."""
+    from .._io import save
+
+    with stage("writing"):
+        (folder / "config.toml").write_text(
+            dump_toml(_recorded(config)), encoding="utf-8"
+        )
+        (folder / "history.csv").write_text("\n".join(outcome.history) + "\n")
+        save(folder / "model.dynsys", outcome.model)
+        for name, writer in outcome.files.items():
+            writer(folder / name)
+    figures = []
+    with stage("figures"):  # matplotlib draws them here
+        for name, figure in outcome.figures.items():
+            figure.savefig(folder / name, dpi=100)
+            figures.append(folder / name)
+    return figures
+
+
+def _time_line(timing: dict) -> str:
+    """One line for summary.md: each stage's seconds and the compilation in it."""
+    parts = []
+    for name, entry in timing.get("stages", {}).items():
+        part = f"{name} {entry['seconds']:.1f} s"
+        if entry["compile_seconds"] >= 0.05:
+            part += f" (compiling {entry['compile_seconds']:.1f} s)"
+        parts.append(part)
+    return f"Time: {timing['total_seconds']:.1f} s; " + ", ".join(parts) + "."
+
+
 def _write_single(
     config: dict,
     folder: pathlib.Path,
     outcome: Outcome,
-    seconds: float,
+    clock: StageClock,
     interrupts: Interrupts,
 ) -> ExperimentResult:
-    from .._io import save
-
     recorded = _recorded(config)
+    figures = _write_files(config, folder, outcome)
     metrics = dict(outcome.metrics)
     metrics["status"] = "interrupted" if interrupts.interrupted else "complete"
     undefined = undefined_fit(metrics)
@@ -74,17 +105,13 @@ def _write_single(
         metrics["data_file"] = {"path": str(path), "sha256": _file_digest(path)}
     metrics["compile_cache"] = _compile_cache_record()
     metrics["summary"] = outcome.summary
-    metrics["timing"] = {**metrics.get("timing", {}), "total_seconds": seconds}
-    (folder / "config.toml").write_text(dump_toml(recorded), encoding="utf-8")
+    stages = clock.as_dict()
+    metrics["timing"] = {
+        **metrics.get("timing", {}),
+        "total_seconds": clock.seconds(),
+        "stages": stages,
+    }
     (folder / "metrics.json").write_text(strict_json(metrics))
-    (folder / "history.csv").write_text("\n".join(outcome.history) + "\n")
-    save(folder / "model.dynsys", outcome.model)
-    for name, writer in outcome.files.items():
-        writer(folder / name)
-    figures = []
-    for name, figure in outcome.figures.items():
-        figure.savefig(folder / name, dpi=100)
-        figures.append(folder / name)
     lines = [f"# {config['name']}", ""]
     if config["description"]:
         lines += [config["description"], ""]
@@ -98,6 +125,7 @@ def _write_single(
     if metrics["compile_cache"] is not None:
         cache = CacheStatus(**metrics["compile_cache"])
         lines += ["", f"JAX's compilation cache: {cache.describe()}."]
+    lines += ["", _time_line(metrics["timing"])]
     lines += [
         "",
         f"Headline ({outcome.summary_label}):",
@@ -128,14 +156,13 @@ def _run_single(
 ) -> ExperimentResult:
 
     interrupts = Interrupts() if interrupts is None else interrupts
-    start = time.perf_counter()
-    with warnings.catch_warnings():  # the experiment reports the data checks itself
-        warnings.filterwarnings("ignore", category=DataWarning)
-        outcome = RUNNERS[config["kind"]](config, progress=progress, echo=echo)
-    with interrupts.deferred():  # a finished run is written whole
-        result = _write_single(
-            config, folder, outcome, time.perf_counter() - start, interrupts
-        )
+    clock = StageClock()
+    with clock.running():
+        with warnings.catch_warnings():  # the experiment reports the data checks
+            warnings.filterwarnings("ignore", category=DataWarning)
+            outcome = RUNNERS[config["kind"]](config, progress=progress, echo=echo)
+        with interrupts.deferred():  # a finished run is written whole
+            result = _write_single(config, folder, outcome, clock, interrupts)
     if result.metrics["status"] == "undefined":
         echo(f"  status: undefined ({result.metrics['status_reason']})")
     return result
