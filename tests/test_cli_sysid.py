@@ -82,8 +82,9 @@ def test_fit_input_output_csv(tmp_path, capsys):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["order"] == 4 and metrics["order_chosen"]
     # The scan's table: every candidate, the chosen one without D (the truth has
-    # none), refined by the fit before the choice: its row's held-out fit % is
-    # at least the subspace start's, and the full fit from that start is no worse.
+    # none). Its row's held-out fit % is the subspace start's, or, when the scan
+    # refined it before the choice, at least that; the full fit from that start is
+    # no worse than the row.
     scan = metrics["structure_scan"]
     assert metrics["feedthrough"] is False and metrics["feedthrough_chosen"]
     assert (scan["order"], scan["feedthrough"]) == (4, False)
@@ -94,9 +95,14 @@ def test_fit_input_output_csv(tmp_path, capsys):
     held_out = metrics["fit_percent"]["held-out fit % vs measurements"]
     assert set(held_out) == {"subspace", "fitted"}
     assert all(len(v) == 2 for v in held_out.values())
-    assert chosen[0]["refined"]
+    assert sum(r["refined"] for r in scan["table"]) == 3
     row_fit = np.mean(chosen[0]["fit_percent"])
-    assert row_fit >= np.mean(held_out["subspace"]) - 1e-6
+    if chosen[0]["refined"]:
+        assert row_fit >= np.mean(held_out["subspace"]) - 1e-6
+    else:
+        np.testing.assert_allclose(
+            chosen[0]["fit_percent"], held_out["subspace"], atol=1e-6
+        )
     assert np.mean(held_out["fitted"]) >= row_fit - 0.1
     # The fitted model explains the held-out outputs as well as the true system
     # does (within a point per channel), and is no worse than the subspace start.
