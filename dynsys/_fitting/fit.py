@@ -23,6 +23,7 @@ from .._rollout.rollout import rollout
 from .._rollout.sharding import to_host
 from .._systems.system import AbstractSystem
 from .covariance import LazyCovariance, ParameterCovariance
+from .fit_method import fit_method
 from .flat_loss import FLAT_STEPS
 from .least_squares import _check_data, step_mask
 from .losses import (
@@ -202,6 +203,7 @@ def _batch(data: Dataset, dtype) -> dict:
 
 
 def _objective(loss, data, model, fit_x0, method, adjoint) -> FitObjective:
+    method = fit_method(method, data.num_steps)
     if _has_outputs(data):
         batch_mask = jnp.asarray(step_mask(data))
         weights = channel_weights(jnp.asarray(data.ys, _model_dtype(model)), batch_mask)
@@ -217,9 +219,12 @@ class _ValidationLoss(eqx.Module):
 
     objective: FitObjective
     batch: dict
+    # `evaluate` calls it as it is: it compiles `_predict`, the program of the
+    # fit's validation metrics, rather than a program of its own.
+    compiles_itself = True
 
     def __call__(self, params):
-        return self.objective.loss((params[0], None), self.batch)
+        return _predict(self.objective, params[0], None, self.batch)[0]
 
 
 class _ModelCallback(eqx.Module):
@@ -344,11 +349,21 @@ def _exact_loss(batch) -> float:
 
 @eqx.filter_jit
 def _predict(objective: FitObjective, model, x0s, batch):
-    """Free-run predictions over all steps (outputs, or states) and, on state data,
-    one-step predictions; plus the loss."""
-    loss = objective.loss((model, x0s), batch)
-    simulation = dataclasses.replace(objective, kind="simulation")
+    """Free-run predictions over all steps (outputs `(N, T, p)`, or states `(N, T,
+    n)`) and, on state data, one-step predictions; plus the loss and the initial
+    states (estimated in closed form, else `x0s`).
+
+    One program for the final metrics and the initial states, and, on the
+    validation data, for the validation loss too (`_ValidationLoss`)."""
     linear = materialise(model)
+    closed_form = objective.x0 == "closed_form"
+    if objective.outputs and closed_form and objective.kind == "simulation":
+        residuals, predicted, x0s = objective.simulation_outputs(linear, batch)
+        return jnp.sum(residuals**2), predicted, None, x0s
+    loss = objective.loss((model, x0s), batch)
+    if closed_form:
+        x0s = objective.initial_states(model, batch)
+    simulation = dataclasses.replace(objective, kind="simulation")
     mask = batch["mask"]
     us = batch.get("us")
     if us is not None:
@@ -359,16 +374,12 @@ def _predict(objective: FitObjective, model, x0s, batch):
         if start is not None and start.ndim == 3:
             start = start[:, 0]
         predicted = simulation._predict_outputs(linear, start, ys, us, mask, None)
-        return loss, predicted, None
+        return loss, predicted, None, x0s
     xs = batch["xs"]
     start = xs[:, 0] if x0s is None else (x0s if x0s.ndim == 2 else x0s[:, 0])
-    free = rollout(linear, start, xs.shape[1] - 1, inputs=us).xs[:, 1:]
-    return loss, free, one_step_predictions(linear, xs, us)
-
-
-@eqx.filter_jit
-def _initial_states(objective: FitObjective, model, batch):
-    return objective.initial_states(model, batch)
+    steps = xs.shape[1] - 1
+    free = rollout(linear, start, steps, inputs=us, method=objective.method).xs
+    return loss, free[:, 1:], one_step_predictions(linear, xs, us), x0s
 
 
 def _masked_nrmse(y, y_hat, mask) -> float:
@@ -387,8 +398,9 @@ def _masked_nrmse(y, y_hat, mask) -> float:
     return float(np.mean((error / np.where(flat, 1.0, spread))[~flat]))
 
 
-def _metrics(objective, model, x0s, batch) -> dict[str, float]:
-    loss, free, one_step = _predict(objective, model, x0s, batch)
+def _metrics(objective, model, x0s, batch) -> tuple[dict[str, float], Any]:
+    """The metrics of `model` on `batch`, and the initial states they used."""
+    loss, free, one_step, x0s = _predict(objective, model, x0s, batch)
     mask = batch["mask"]
     target = batch["ys"] if objective.outputs else batch["xs"][:, 1:]
     simulation = _masked_nrmse(target, free, mask)
@@ -407,7 +419,7 @@ def _metrics(objective, model, x0s, batch) -> dict[str, float]:
         metrics["predictor_spectral_radius"] = predictor_radius(model)
     if hasattr(model, "K"):
         metrics["spectral_radius"] = spectral_radius(model.K)
-    return metrics
+    return metrics, x0s
 
 
 def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
@@ -498,13 +510,14 @@ def _fit_result(
     uncertainty = LazyCovariance(objective, result.model, batch, filter_spec, width)
     if isinstance(objective.kind, PredictionError) and objective.kind.horizon == 1:
         best_model = with_innovation_covariance(objective, best_model, batch)
+    train_metrics, estimated_x0s = _metrics(objective, best_model, best_x0s, batch)
     if objective.x0 == "closed_form":
-        best_x0s = _initial_states(objective, best_model, batch)
-    metrics = {"train": _metrics(objective, best_model, best_x0s, batch)}
+        best_x0s = estimated_x0s
+    metrics = {"train": train_metrics}
     if evaluator is not None:
         metrics["validation"] = _metrics(
             evaluator.objective, best_model, None, evaluator.batch
-        )
+        )[0]
     return FitResult(
         model=best_model,
         x0s=best_x0s,

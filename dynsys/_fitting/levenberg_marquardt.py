@@ -241,7 +241,12 @@ class LevenbergMarquardtStrategy(eqx.Module):
 
         delta = jnp.where(state.first, 0.0, state.factorisation.step(state.damping))
         trial = flat + delta
-        trial_residual = residuals(trial)
+        if self.blocks > 1:
+            trial_residual, linear = residuals(trial), None
+        else:
+            # One trace of the residuals serves both the trial loss and, if the
+            # point is accepted, the Jacobian (a jvp there would trace them again).
+            trial_residual, linear = jax.linearize(residuals, trial)
         trial_loss = jnp.sum(trial_residual**2)
         predicted = state.factorisation.predicted_change(state.damping)
         actual = trial_loss - loss
@@ -256,7 +261,7 @@ class LevenbergMarquardtStrategy(eqx.Module):
                 return self._factorise_blocks(
                     objective, unravel, static, trial, basis, state, batch
                 )
-            return self._factorise(residuals, trial, trial_residual, basis, state)
+            return self._factorise(linear, trial, trial_residual, basis, state)
 
         def rejected(_):
             return state.factorisation, state.scale
@@ -291,17 +296,14 @@ class LevenbergMarquardtStrategy(eqx.Module):
         new_params = unravel(jnp.where(accept, trial, flat))
         return loss, finite, new_params, new_state, converged
 
-    def _factorise(self, residuals, point, residual, basis, state):
+    def _factorise(self, linear, point, residual, basis, state):
         """The Jacobian at `point` along `basis` (columns; all parameters when
-        `None`), one forward-mode derivative per column, and its factorisation."""
+        `None`) from the residuals' linearisation `linear` there (one
+        forward-mode derivative per column), and its factorisation."""
         directions = (
             jnp.eye(point.size, dtype=point.dtype) if basis is None else basis.T
         )
-
-        def derivative(direction):
-            return jax.jvp(residuals, (point,), (direction,))[1]
-
-        jac = jax.vmap(derivative, out_axes=1)(directions)
+        jac = jax.vmap(linear, out_axes=1)(directions)
         return factorise(jac, residual, basis, state.scale, self.normal_equations)
 
     def _factorise_blocks(self, objective, unravel, static, point, basis, state, batch):

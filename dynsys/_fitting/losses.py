@@ -360,10 +360,31 @@ class FitObjective(AbstractObjective):
         else:
             predicted = self._predict_outputs(model, x0s, ys, us, mask, None)
             errors, valid = predicted - ys, mask
+        return self._weighted(errors, valid, mask)
+
+    def _weighted(self, errors, valid, mask):
+        """The output residuals `(R,)` from the errors `(..., p)` at the `valid`
+        entries, normalised by the valid steps of `mask (N, T)`."""
+        p = errors.shape[-1]
         root = jnp.sqrt(self.weights)
         count = jnp.maximum(jnp.sum(mask), 1).astype(errors.dtype)
         r = jnp.where(valid[..., None], errors * root[None, None], 0.0)
         return r.reshape(-1) / jnp.sqrt(p * count)
+
+    def simulation_outputs(self, model, batch):
+        """For the simulation loss on outputs with closed-form initial states: the
+        residuals `(R,)`, the predicted outputs `(N, T, p)` and the initial states
+        `(N, n)` from one closed-form solve (`residuals` and `initial_states`
+        would each solve it again)."""
+        model = materialise(model)
+        mask = batch["mask"]
+        us = batch.get("us")
+        if us is not None:
+            us = jnp.where(mask[..., None], us, 0.0)
+        ys = jnp.where(mask[..., None], batch["ys"], 0.0)
+        G, forced, x0 = self._closed_form(model, ys, us, mask)
+        predicted = forced + jnp.einsum("tpn,in->itp", G, x0)
+        return self._weighted(predicted - ys, mask, mask), predicted, x0
 
     def _predict_outputs(self, model, x0s, ys, us, mask, t0s):
         """The outputs of each experiment (or window) from its estimated initial
