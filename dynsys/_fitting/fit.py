@@ -192,7 +192,7 @@ def _batch(data: Dataset, dtype) -> dict:
     """The arrays the loss reads, each with the experiments on its leading axis, in
     the model's floating dtype (a float32 model is fitted in float32)."""
     N = data.num_trajectories
-    batch = {"index": jnp.arange(N), "mask": jnp.asarray(step_mask(data))}
+    batch = {"index": jnp.asarray(np.arange(N)), "mask": jnp.asarray(step_mask(data))}
     if _has_outputs(data):
         batch["ys"] = jnp.asarray(data.ys, dtype)
     else:
@@ -202,11 +202,16 @@ def _batch(data: Dataset, dtype) -> dict:
     return batch
 
 
+# One program per shape, not one small program per operation.
+_channel_weights = jax.jit(channel_weights)
+
+
 def _objective(loss, data, model, fit_x0, method, adjoint) -> FitObjective:
     method = fit_method(method, data.num_steps)
     if _has_outputs(data):
         batch_mask = jnp.asarray(step_mask(data))
-        weights = channel_weights(jnp.asarray(data.ys, _model_dtype(model)), batch_mask)
+        ys = jnp.asarray(data.ys, _model_dtype(model))
+        weights = _channel_weights(ys, batch_mask)
         mode = "closed_form" if is_linear(model) else "trained"
         return FitObjective(loss, True, mode, method, adjoint, weights)
     mode = "fitted" if fit_x0 else "data"

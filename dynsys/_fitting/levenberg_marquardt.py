@@ -261,7 +261,9 @@ class LevenbergMarquardtStrategy(eqx.Module):
                 return self._factorise_blocks(
                     objective, unravel, static, trial, basis, state, batch
                 )
-            return self._factorise(linear, trial, trial_residual, basis, state)
+            return self._factorise(
+                residuals, trial, trial_residual, basis, state, linear
+            )
 
         def rejected(_):
             return state.factorisation, state.scale
@@ -296,14 +298,20 @@ class LevenbergMarquardtStrategy(eqx.Module):
         new_params = unravel(jnp.where(accept, trial, flat))
         return loss, finite, new_params, new_state, converged
 
-    def _factorise(self, linear, point, residual, basis, state):
+    def _factorise(self, residuals, point, residual, basis, state, linear=None):
         """The Jacobian at `point` along `basis` (columns; all parameters when
-        `None`) from the residuals' linearisation `linear` there (one
-        forward-mode derivative per column), and its factorisation."""
+        `None`), one forward-mode derivative per column (of `linear`, the
+        residuals' linearisation at `point`, when given), and its factorisation."""
         directions = (
             jnp.eye(point.size, dtype=point.dtype) if basis is None else basis.T
         )
-        jac = jax.vmap(linear, out_axes=1)(directions)
+
+        def derivative(direction):
+            if linear is not None:
+                return linear(direction)
+            return jax.jvp(residuals, (point,), (direction,))[1]
+
+        jac = jax.vmap(derivative, out_axes=1)(directions)
         return factorise(jac, residual, basis, state.scale, self.normal_equations)
 
     def _factorise_blocks(self, objective, unravel, static, point, basis, state, batch):
