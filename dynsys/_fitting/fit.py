@@ -202,16 +202,18 @@ def _batch(data: Dataset, dtype) -> dict:
     return batch
 
 
-# One program per shape, not one small program per operation.
-_channel_weights = jax.jit(channel_weights)
+def _channel_weights(ys: np.ndarray, mask: np.ndarray, dtype) -> Array:
+    """`channel_weights` on the host (NumPy, float64, then `dtype`): as JAX
+    operations outside `jit`, each would compile a small program of its own."""
+    weights = channel_weights(ys.astype(np.float64), mask, xp=np)
+    return jnp.asarray(weights, dtype)
 
 
 def _objective(loss, data, model, fit_x0, method, adjoint) -> FitObjective:
     method = fit_method(method, data.num_steps)
     if _has_outputs(data):
-        batch_mask = jnp.asarray(step_mask(data))
-        ys = jnp.asarray(data.ys, _model_dtype(model))
-        weights = _channel_weights(ys, batch_mask)
+        ys = to_host(data.ys)  # gathered when spread over processes
+        weights = _channel_weights(ys, step_mask(data), _model_dtype(model))
         mode = "closed_form" if is_linear(model) else "trained"
         return FitObjective(loss, True, mode, method, adjoint, weights)
     mode = "fitted" if fit_x0 else "data"

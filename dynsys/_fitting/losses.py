@@ -97,16 +97,17 @@ def is_linear(model) -> bool:
 
 
 def channel_weights(
-    ys: Float[Array, "N T p"], mask: Bool[Array, "N T"]
+    ys: Float[Array, "N T p"], mask: Bool[Array, "N T"], xp=jnp
 ) -> Float[Array, " p"]:
     """$1 / \\mathrm{var}_c$ of each output channel over the valid steps (1 for a
-    constant channel)."""
+    constant channel); `xp` the array module (`jax.numpy`, or `numpy` on the
+    host)."""
     valid = mask[..., None]
-    count = jnp.sum(mask).astype(ys.dtype)
-    mean = jnp.sum(jnp.where(valid, ys, 0.0), axis=(0, 1)) / count
-    var = jnp.sum(jnp.where(valid, (ys - mean[None, None]) ** 2, 0.0), axis=(0, 1))
+    count = xp.sum(mask).astype(ys.dtype)
+    mean = xp.sum(xp.where(valid, ys, 0.0), axis=(0, 1)) / count
+    var = xp.sum(xp.where(valid, (ys - mean[None, None]) ** 2, 0.0), axis=(0, 1))
     var = var / count
-    return jnp.where(var > 0, 1.0 / jnp.where(var > 0, var, 1.0), 1.0)
+    return xp.where(var > 0, 1.0 / xp.where(var > 0, var, 1.0), 1.0)
 
 
 def solve_x0(
