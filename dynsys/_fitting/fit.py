@@ -592,7 +592,9 @@ def fit(
     - `val_data`: an optional held-out `Dataset` of the same kind (on output data,
         linear models only); its loss, every 10 steps, picks the best model.
     - `method`, `adjoint`: passed to `rollout` (default `Autodiff()`). With
-        `LinearAdjoint` the default optimiser is L-BFGS (no forward mode).
+        `LinearAdjoint` the default optimiser is L-BFGS (no forward mode). Without
+        a `method`, trajectories of up to 2048 steps are rolled out by
+        `Sequential()` (a scan compiles faster), longer ones by `rollout`'s default.
     - `callback`: `callback(step, model, loss)` after each step; return `True` to
         stop (one step per dispatch then).
     - `filter_spec`: which parts of the model train, as in `train` (e.g. freeze `B`).
