@@ -192,7 +192,8 @@ def _batch(data: Dataset, dtype) -> dict:
     """The arrays the loss reads, each with the experiments on its leading axis, in
     the model's floating dtype (a float32 model is fitted in float32)."""
     N = data.num_trajectories
-    batch = {"index": jnp.asarray(np.arange(N)), "mask": jnp.asarray(step_mask(data))}
+    index = np.arange(N, dtype=jax.dtypes.canonicalize_dtype(int))
+    batch = {"index": jnp.asarray(index), "mask": jnp.asarray(step_mask(data))}
     if _has_outputs(data):
         batch["ys"] = jnp.asarray(data.ys, dtype)
     else:
@@ -389,6 +390,12 @@ def _predict(objective: FitObjective, model, x0s, batch):
     return loss, free[:, 1:], one_step_predictions(linear, xs, us), x0s
 
 
+@eqx.filter_jit
+def _initial_states(objective: FitObjective, model, batch):
+    """The closed-form initial states alone (`fit` takes them from `_predict`)."""
+    return objective.initial_states(model, batch)
+
+
 def _masked_nrmse(y, y_hat, mask) -> float:
     """The channel-averaged NRMSE over the valid steps."""
     # to_host: data spread over several processes are gathered (a one-off).
@@ -488,13 +495,42 @@ def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
     return data, loss, val_data
 
 
-def _validation_loss(loss, val_data, model, method, adjoint):
-    """The held-out loss that picks the best model (`None` without `val_data`)."""
+def _validation_loss(loss, val_data, model, method, adjoint, data):
+    """The held-out loss that picks the best model (`None` without `val_data`).
+
+    Shorter validation records of the simulation loss on outputs are padded (and
+    masked) to the training data's length, so that the training and validation
+    metrics share one `_predict` program; the padding changes no value (the masked
+    steps enter no sum), only the order of summation."""
     if val_data is None:
         return None
     val_objective = _objective(loss, val_data, model, False, method, adjoint)
     val_batch = _batch(val_data, _model_dtype(model))
+    padding = data.num_steps - val_data.num_steps
+    if (
+        val_objective.outputs
+        and val_objective.x0 == "closed_form"
+        and loss == "simulation"
+        and val_data.num_trajectories == data.num_trajectories
+        and padding > 0
+    ):
+        val_objective = dataclasses.replace(
+            val_objective, method=fit_method(method, data.num_steps)
+        )
+        val_batch = _padded(val_batch, padding)
     return _ValidationLoss(val_objective, val_batch)
+
+
+def _padded(batch: dict, padding: int) -> dict:
+    """`batch` with `padding` masked steps (zeros) after the last."""
+
+    def pad(name, array):
+        if name == "index":
+            return array
+        widths = [(0, 0), (0, padding)] + [(0, 0)] * (array.ndim - 2)
+        return jnp.asarray(np.pad(to_host(array), widths))
+
+    return {name: pad(name, array) for name, array in batch.items()}
 
 
 def _warn_untrusted(stop_reason: str | None):
@@ -640,7 +676,7 @@ def fit(
     strategy, default_steps = _strategy(
         optimizer, objective, params, batch, batch_size, adjoint, rtol, atol
     )
-    evaluator = _validation_loss(loss, val_data, model, method, adjoint)
+    evaluator = _validation_loss(loss, val_data, model, method, adjoint, data)
     result = optimise(
         objective,
         strategy,
