@@ -241,12 +241,7 @@ class LevenbergMarquardtStrategy(eqx.Module):
 
         delta = jnp.where(state.first, 0.0, state.factorisation.step(state.damping))
         trial = flat + delta
-        if self.blocks > 1:
-            trial_residual, linear = residuals(trial), None
-        else:
-            # One trace of the residuals serves both the trial loss and, if the
-            # point is accepted, the Jacobian (a jvp there would trace them again).
-            trial_residual, linear = jax.linearize(residuals, trial)
+        trial_residual = residuals(trial)
         trial_loss = jnp.sum(trial_residual**2)
         predicted = state.factorisation.predicted_change(state.damping)
         actual = trial_loss - loss
@@ -261,9 +256,7 @@ class LevenbergMarquardtStrategy(eqx.Module):
                 return self._factorise_blocks(
                     objective, unravel, static, trial, basis, state, batch
                 )
-            return self._factorise(
-                residuals, trial, trial_residual, basis, state, linear
-            )
+            return self._factorise(residuals, trial, trial_residual, basis, state)
 
         def rejected(_):
             return state.factorisation, state.scale
@@ -298,17 +291,14 @@ class LevenbergMarquardtStrategy(eqx.Module):
         new_params = unravel(jnp.where(accept, trial, flat))
         return loss, finite, new_params, new_state, converged
 
-    def _factorise(self, residuals, point, residual, basis, state, linear=None):
+    def _factorise(self, residuals, point, residual, basis, state):
         """The Jacobian at `point` along `basis` (columns; all parameters when
-        `None`), one forward-mode derivative per column (of `linear`, the
-        residuals' linearisation at `point`, when given), and its factorisation."""
+        `None`), one forward-mode derivative per column, and its factorisation."""
         directions = (
             jnp.eye(point.size, dtype=point.dtype) if basis is None else basis.T
         )
 
         def derivative(direction):
-            if linear is not None:
-                return linear(direction)
             return jax.jvp(residuals, (point,), (direction,))[1]
 
         jac = jax.vmap(derivative, out_axes=1)(directions)
