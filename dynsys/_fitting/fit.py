@@ -629,7 +629,7 @@ def fit(
         linear models only); its loss, every 10 steps, picks the best model.
     - `method`, `adjoint`: passed to `rollout` (default `Autodiff()`). With
         `LinearAdjoint` the default optimiser is L-BFGS (no forward mode). Without
-        a `method`, trajectories of up to 2048 steps are rolled out by
+        a `method`, trajectories of up to 1024 steps are rolled out by
         `Sequential()` (a scan compiles faster), longer ones by `rollout`'s default.
     - `callback`: `callback(step, model, loss)` after each step; return `True` to
         stop (one step per dispatch then).

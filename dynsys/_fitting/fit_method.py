@@ -13,10 +13,11 @@ rolls out with `Sequential()`; the result is the same up to round-off.
 from .._rollout.method import AbstractMethod, Sequential
 
 
-# Up to this many steps per trajectory a scan compiles faster than `Chunked` saves
-# in run time over a fit (robot-arm record, 400 steps, order 6: the fit's XLA
-# compilation fell from 15.8 s to ... s; see docs/benchmarks.md, "Compile time").
-SEQUENTIAL_STEPS = 2048
+# Up to this many steps per trajectory the scan saves more compilation than it
+# costs in run time over a fit. Robot-arm record, 400 steps, order 6: the fit's XLA
+# compilation 6.0-6.3 s of CPU against 6.8-7.7 s with `Chunked`; at 2000 steps a
+# step of Levenberg–Marquardt ran about 0.08 s slower (docs/benchmarks.md).
+SEQUENTIAL_STEPS = 1024
 
 
 def fit_method(method: AbstractMethod | None, num_steps: int) -> AbstractMethod | None:
