@@ -28,8 +28,17 @@ def init_carry(strategy, params):
     return strategy.init(params)
 
 
-@eqx.filter_jit
 def evaluate(evaluator, params, static):
+    """`evaluator(model)` in one compiled program (per evaluator structure and
+    shapes); an evaluator with `compiles_itself` set runs its own compiled program,
+    one it shares with other callers."""
+    if getattr(evaluator, "compiles_itself", False):
+        return evaluator(eqx.combine(params, static))
+    return _evaluate(evaluator, params, static)
+
+
+@eqx.filter_jit
+def _evaluate(evaluator, params, static):
     return evaluator(eqx.combine(params, static))
 
 

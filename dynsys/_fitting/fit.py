@@ -23,6 +23,7 @@ from .._rollout.rollout import rollout
 from .._rollout.sharding import to_host
 from .._systems.system import AbstractSystem
 from .covariance import LazyCovariance, ParameterCovariance
+from .fit_method import fit_method
 from .flat_loss import FLAT_STEPS, HELD_OUT_PATIENCE
 from .least_squares import _check_data, step_mask
 from .losses import (
@@ -191,7 +192,8 @@ def _batch(data: Dataset, dtype) -> dict:
     """The arrays the loss reads, each with the experiments on its leading axis, in
     the model's floating dtype (a float32 model is fitted in float32)."""
     N = data.num_trajectories
-    batch = {"index": jnp.arange(N), "mask": jnp.asarray(step_mask(data))}
+    index = np.arange(N, dtype=jax.dtypes.canonicalize_dtype(int))
+    batch = {"index": jnp.asarray(index), "mask": jnp.asarray(step_mask(data))}
     if _has_outputs(data):
         batch["ys"] = jnp.asarray(data.ys, dtype)
     else:
@@ -201,10 +203,18 @@ def _batch(data: Dataset, dtype) -> dict:
     return batch
 
 
+def _channel_weights(ys: np.ndarray, mask: np.ndarray, dtype) -> Array:
+    """`channel_weights` on the host (NumPy, float64, then `dtype`): as JAX
+    operations outside `jit`, each would compile a small program of its own."""
+    weights = channel_weights(ys.astype(np.float64), mask, xp=np)
+    return jnp.asarray(weights, dtype)
+
+
 def _objective(loss, data, model, fit_x0, method, adjoint) -> FitObjective:
+    method = fit_method(method, data.num_steps)
     if _has_outputs(data):
-        batch_mask = jnp.asarray(step_mask(data))
-        weights = channel_weights(jnp.asarray(data.ys, _model_dtype(model)), batch_mask)
+        ys = to_host(data.ys)  # gathered when spread over processes
+        weights = _channel_weights(ys, step_mask(data), _model_dtype(model))
         mode = "closed_form" if is_linear(model) else "trained"
         return FitObjective(loss, True, mode, method, adjoint, weights)
     mode = "fitted" if fit_x0 else "data"
@@ -217,9 +227,12 @@ class _ValidationLoss(eqx.Module):
 
     objective: FitObjective
     batch: dict
+    # `evaluate` calls it as it is: it compiles `_predict`, the program of the
+    # fit's validation metrics, rather than a program of its own.
+    compiles_itself = True
 
     def __call__(self, params):
-        return self.objective.loss((params[0], None), self.batch)
+        return _predict(self.objective, params[0], None, self.batch)[0]
 
 
 class _ModelCallback(eqx.Module):
@@ -344,11 +357,21 @@ def _exact_loss(batch) -> float:
 
 @eqx.filter_jit
 def _predict(objective: FitObjective, model, x0s, batch):
-    """Free-run predictions over all steps (outputs, or states) and, on state data,
-    one-step predictions; plus the loss."""
-    loss = objective.loss((model, x0s), batch)
-    simulation = dataclasses.replace(objective, kind="simulation")
+    """Free-run predictions over all steps (outputs `(N, T, p)`, or states `(N, T,
+    n)`) and, on state data, one-step predictions; plus the loss and the initial
+    states (estimated in closed form, else `x0s`).
+
+    One program for the final metrics and the initial states, and, on the
+    validation data, for the validation loss too (`_ValidationLoss`)."""
     linear = materialise(model)
+    closed_form = objective.x0 == "closed_form"
+    if objective.outputs and closed_form and objective.kind == "simulation":
+        residuals, predicted, x0s = objective.simulation_outputs(linear, batch)
+        return jnp.sum(residuals**2), predicted, None, x0s
+    loss = objective.loss((model, x0s), batch)
+    if closed_form:
+        x0s = objective.initial_states(model, batch)
+    simulation = dataclasses.replace(objective, kind="simulation")
     mask = batch["mask"]
     us = batch.get("us")
     if us is not None:
@@ -359,15 +382,17 @@ def _predict(objective: FitObjective, model, x0s, batch):
         if start is not None and start.ndim == 3:
             start = start[:, 0]
         predicted = simulation._predict_outputs(linear, start, ys, us, mask, None)
-        return loss, predicted, None
+        return loss, predicted, None, x0s
     xs = batch["xs"]
     start = xs[:, 0] if x0s is None else (x0s if x0s.ndim == 2 else x0s[:, 0])
-    free = rollout(linear, start, xs.shape[1] - 1, inputs=us).xs[:, 1:]
-    return loss, free, one_step_predictions(linear, xs, us)
+    steps = xs.shape[1] - 1
+    free = rollout(linear, start, steps, inputs=us, method=objective.method).xs
+    return loss, free[:, 1:], one_step_predictions(linear, xs, us), x0s
 
 
 @eqx.filter_jit
 def _initial_states(objective: FitObjective, model, batch):
+    """The closed-form initial states alone (`fit` takes them from `_predict`)."""
     return objective.initial_states(model, batch)
 
 
@@ -387,8 +412,9 @@ def _masked_nrmse(y, y_hat, mask) -> float:
     return float(np.mean((error / np.where(flat, 1.0, spread))[~flat]))
 
 
-def _metrics(objective, model, x0s, batch) -> dict[str, float]:
-    loss, free, one_step = _predict(objective, model, x0s, batch)
+def _metrics(objective, model, x0s, batch) -> tuple[dict[str, float], Any]:
+    """The metrics of `model` on `batch`, and the initial states they used."""
+    loss, free, one_step, x0s = _predict(objective, model, x0s, batch)
     mask = batch["mask"]
     target = batch["ys"] if objective.outputs else batch["xs"][:, 1:]
     simulation = _masked_nrmse(target, free, mask)
@@ -407,7 +433,7 @@ def _metrics(objective, model, x0s, batch) -> dict[str, float]:
         metrics["predictor_spectral_radius"] = predictor_radius(model)
     if hasattr(model, "K"):
         metrics["spectral_radius"] = spectral_radius(model.K)
-    return metrics
+    return metrics, x0s
 
 
 def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
@@ -469,13 +495,42 @@ def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
     return data, loss, val_data
 
 
-def _validation_loss(loss, val_data, model, method, adjoint):
-    """The held-out loss that picks the best model (`None` without `val_data`)."""
+def _validation_loss(loss, val_data, model, method, adjoint, data):
+    """The held-out loss that picks the best model (`None` without `val_data`).
+
+    Shorter validation records of the simulation loss on outputs are padded (and
+    masked) to the training data's length, so that the training and validation
+    metrics share one `_predict` program; the padding changes no value (the masked
+    steps enter no sum), only the order of summation."""
     if val_data is None:
         return None
     val_objective = _objective(loss, val_data, model, False, method, adjoint)
     val_batch = _batch(val_data, _model_dtype(model))
+    padding = data.num_steps - val_data.num_steps
+    if (
+        val_objective.outputs
+        and val_objective.x0 == "closed_form"
+        and loss == "simulation"
+        and val_data.num_trajectories == data.num_trajectories
+        and padding > 0
+    ):
+        val_objective = dataclasses.replace(
+            val_objective, method=fit_method(method, data.num_steps)
+        )
+        val_batch = _padded(val_batch, padding)
     return _ValidationLoss(val_objective, val_batch)
+
+
+def _padded(batch: dict, padding: int) -> dict:
+    """`batch` with `padding` masked steps (zeros) after the last."""
+
+    def pad(name, array):
+        if name == "index":
+            return array
+        widths = [(0, 0), (0, padding)] + [(0, 0)] * (array.ndim - 2)
+        return jnp.asarray(np.pad(to_host(array), widths))
+
+    return {name: pad(name, array) for name, array in batch.items()}
 
 
 def _warn_untrusted(stop_reason: str | None):
@@ -498,13 +553,14 @@ def _fit_result(
     uncertainty = LazyCovariance(objective, result.model, batch, filter_spec, width)
     if isinstance(objective.kind, PredictionError) and objective.kind.horizon == 1:
         best_model = with_innovation_covariance(objective, best_model, batch)
+    train_metrics, estimated_x0s = _metrics(objective, best_model, best_x0s, batch)
     if objective.x0 == "closed_form":
-        best_x0s = _initial_states(objective, best_model, batch)
-    metrics = {"train": _metrics(objective, best_model, best_x0s, batch)}
+        best_x0s = estimated_x0s
+    metrics = {"train": train_metrics}
     if evaluator is not None:
         metrics["validation"] = _metrics(
             evaluator.objective, best_model, None, evaluator.batch
-        )
+        )[0]
     return FitResult(
         model=best_model,
         x0s=best_x0s,
@@ -572,7 +628,9 @@ def fit(
     - `val_data`: an optional held-out `Dataset` of the same kind (on output data,
         linear models only); its loss, every 10 steps, picks the best model.
     - `method`, `adjoint`: passed to `rollout` (default `Autodiff()`). With
-        `LinearAdjoint` the default optimiser is L-BFGS (no forward mode).
+        `LinearAdjoint` the default optimiser is L-BFGS (no forward mode). Without
+        a `method`, trajectories of up to 1024 steps are rolled out by
+        `Sequential()` (a scan compiles faster), longer ones by `rollout`'s default.
     - `callback`: `callback(step, model, loss)` after each step; return `True` to
         stop (one step per dispatch then).
     - `filter_spec`: which parts of the model train, as in `train` (e.g. freeze `B`).
@@ -618,7 +676,7 @@ def fit(
     strategy, default_steps = _strategy(
         optimizer, objective, params, batch, batch_size, adjoint, rtol, atol
     )
-    evaluator = _validation_loss(loss, val_data, model, method, adjoint)
+    evaluator = _validation_loss(loss, val_data, model, method, adjoint, data)
     result = optimise(
         objective,
         strategy,

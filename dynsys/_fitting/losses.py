@@ -97,16 +97,17 @@ def is_linear(model) -> bool:
 
 
 def channel_weights(
-    ys: Float[Array, "N T p"], mask: Bool[Array, "N T"]
+    ys: Float[Array, "N T p"], mask: Bool[Array, "N T"], xp=jnp
 ) -> Float[Array, " p"]:
     """$1 / \\mathrm{var}_c$ of each output channel over the valid steps (1 for a
-    constant channel)."""
+    constant channel); `xp` the array module (`jax.numpy`, or `numpy` on the
+    host)."""
     valid = mask[..., None]
-    count = jnp.sum(mask).astype(ys.dtype)
-    mean = jnp.sum(jnp.where(valid, ys, 0.0), axis=(0, 1)) / count
-    var = jnp.sum(jnp.where(valid, (ys - mean[None, None]) ** 2, 0.0), axis=(0, 1))
+    count = xp.sum(mask).astype(ys.dtype)
+    mean = xp.sum(xp.where(valid, ys, 0.0), axis=(0, 1)) / count
+    var = xp.sum(xp.where(valid, (ys - mean[None, None]) ** 2, 0.0), axis=(0, 1))
     var = var / count
-    return jnp.where(var > 0, 1.0 / jnp.where(var > 0, var, 1.0), 1.0)
+    return xp.where(var > 0, 1.0 / xp.where(var > 0, var, 1.0), 1.0)
 
 
 def solve_x0(
@@ -360,10 +361,31 @@ class FitObjective(AbstractObjective):
         else:
             predicted = self._predict_outputs(model, x0s, ys, us, mask, None)
             errors, valid = predicted - ys, mask
+        return self._weighted(errors, valid, mask)
+
+    def _weighted(self, errors, valid, mask):
+        """The output residuals `(R,)` from the errors `(..., p)` at the `valid`
+        entries, normalised by the valid steps of `mask (N, T)`."""
+        p = errors.shape[-1]
         root = jnp.sqrt(self.weights)
         count = jnp.maximum(jnp.sum(mask), 1).astype(errors.dtype)
         r = jnp.where(valid[..., None], errors * root[None, None], 0.0)
         return r.reshape(-1) / jnp.sqrt(p * count)
+
+    def simulation_outputs(self, model, batch):
+        """For the simulation loss on outputs with closed-form initial states: the
+        residuals `(R,)`, the predicted outputs `(N, T, p)` and the initial states
+        `(N, n)` from one closed-form solve (`residuals` and `initial_states`
+        would each solve it again)."""
+        model = materialise(model)
+        mask = batch["mask"]
+        us = batch.get("us")
+        if us is not None:
+            us = jnp.where(mask[..., None], us, 0.0)
+        ys = jnp.where(mask[..., None], batch["ys"], 0.0)
+        G, forced, x0 = self._closed_form(model, ys, us, mask)
+        predicted = forced + jnp.einsum("tpn,in->itp", G, x0)
+        return self._weighted(predicted - ys, mask, mask), predicted, x0
 
     def _predict_outputs(self, model, x0s, ys, us, mask, t0s):
         """The outputs of each experiment (or window) from its estimated initial

@@ -1,6 +1,7 @@
 """Goodness-of-fit metrics: NRMSE, fit percentage, spectral radius."""
 
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._systems.system import AbstractSystem
@@ -26,7 +27,9 @@ def no_variance(spread, peak, count, dtype):
     largest magnitude `peak`) is at most what round-off in `dtype` gives a constant:
     then its NRMSE and fit % are undefined (NaN), not 0 % or $-\\infty$."""
     eps = jnp.finfo(dtype).eps if jnp.issubdtype(dtype, jnp.floating) else 1e-16
-    return spread <= 16.0 * eps * peak * jnp.sqrt(count)
+    # NumPy arrays stay on the host: no small program compiled per call.
+    sqrt = np.sqrt if isinstance(spread, np.ndarray) else jnp.sqrt
+    return spread <= 16.0 * eps * peak * sqrt(count)
 
 
 def _ratio(name: str, y, y_hat, per_channel: bool) -> Array:
@@ -141,4 +144,6 @@ def spectral_radius(system: AbstractSystem | Float[ArrayLike, "n n"]) -> float:
             f"spectral_radius(system=...): expected a square matrix (n, n), got "
             f"{tuple(K.shape)}."
         )
-    return float(jnp.max(jnp.abs(jnp.linalg.eigvals(K))))
+    # On the host (LAPACK's geev, as jnp.linalg.eigvals on CPU): no program to
+    # compile for a number.
+    return float(np.max(np.abs(np.linalg.eigvals(np.asarray(K)))))

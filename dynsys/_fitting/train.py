@@ -236,7 +236,9 @@ def _dispatch(loop: _Loop, k: int, num_steps: int) -> int:
     if loop.evaluator is not None:
         count = min(count, loop.eval_every - k % loop.eval_every)
     indices = chunk_indices(loop.batches, count, loop.chunk)
-    ks = jnp.arange(k, k + loop.chunk)
+    # Built on the host: `jnp.arange` would compile a small program of its own.
+    index_dtype = jax.dtypes.canonicalize_dtype(int)
+    ks = jnp.asarray(np.arange(k, k + loop.chunk, dtype=index_dtype))
     new_params, new_carry, loop.best_device, outputs = run_chunk(
         loop.strategy,
         loop.objective,
