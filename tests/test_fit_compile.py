@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import dynsys
-from dynsys._fitting.fit_method import fit_method, SEQUENTIAL_STEPS
 
 
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
@@ -106,10 +105,3 @@ def test_validation_metrics_equal_the_validation_loss_of_the_same_model():
     x0 = np.linalg.lstsq(rows, target, rcond=None)[0]
     loss = np.sum((rows @ x0 - target) ** 2) / (T * p)
     np.testing.assert_allclose(result.metrics["validation"]["loss"], loss, rtol=1e-8)
-
-
-def test_short_records_are_rolled_out_by_a_scan():
-    assert isinstance(fit_method(None, SEQUENTIAL_STEPS), dynsys.Sequential)
-    assert fit_method(None, SEQUENTIAL_STEPS + 1) is None  # rollout's default
-    chunked = dynsys.Chunked(8)
-    assert fit_method(chunked, 10) is chunked  # the user's choice is kept

@@ -23,7 +23,6 @@ from .._rollout.rollout import rollout
 from .._rollout.sharding import to_host
 from .._systems.system import AbstractSystem
 from .covariance import LazyCovariance, ParameterCovariance
-from .fit_method import fit_method
 from .flat_loss import FLAT_STEPS, HELD_OUT_PATIENCE
 from .least_squares import _check_data, step_mask
 from .losses import (
@@ -211,7 +210,6 @@ def _channel_weights(ys: np.ndarray, mask: np.ndarray, dtype) -> Array:
 
 
 def _objective(loss, data, model, fit_x0, method, adjoint) -> FitObjective:
-    method = fit_method(method, data.num_steps)
     if _has_outputs(data):
         ys = to_host(data.ys)  # gathered when spread over processes
         weights = _channel_weights(ys, step_mask(data), _model_dtype(model))
@@ -514,9 +512,7 @@ def _validation_loss(loss, val_data, model, method, adjoint, data):
         and val_data.num_trajectories == data.num_trajectories
         and padding > 0
     ):
-        val_objective = dataclasses.replace(
-            val_objective, method=fit_method(method, data.num_steps)
-        )
+        val_objective = dataclasses.replace(val_objective, method=method)
         val_batch = _padded(val_batch, padding)
     return _ValidationLoss(val_objective, val_batch)
 
@@ -628,9 +624,7 @@ def fit(
     - `val_data`: an optional held-out `Dataset` of the same kind (on output data,
         linear models only); its loss, every 10 steps, picks the best model.
     - `method`, `adjoint`: passed to `rollout` (default `Autodiff()`). With
-        `LinearAdjoint` the default optimiser is L-BFGS (no forward mode). Without
-        a `method`, trajectories of up to 1024 steps are rolled out by
-        `Sequential()` (a scan compiles faster), longer ones by `rollout`'s default.
+        `LinearAdjoint` the default optimiser is L-BFGS (no forward mode).
     - `callback`: `callback(step, model, loss)` after each step; return `True` to
         stop (one step per dispatch then).
     - `filter_spec`: which parts of the model train, as in `train` (e.g. freeze `B`).
