@@ -77,6 +77,16 @@ class PredictionError(eqx.Module):
     horizon: int = eqx.field(static=True)
 
 
+def masked_signals(batch) -> tuple[Array, Array | None, Array]:
+    """`(ys (N, T, p), us (N, T, m) or None, mask (N, T))` of an output batch with
+    the padded steps zeroed (they then enter no sum and no closed-form solve)."""
+    mask = batch["mask"]
+    us = batch.get("us")
+    if us is not None:
+        us = jnp.where(mask[..., None], us, 0.0)
+    return jnp.where(mask[..., None], batch["ys"], 0.0), us, mask
+
+
 def materialise(model):
     """Compute derived matrices once per loss evaluation, not once per step.
 
@@ -378,11 +388,7 @@ class FitObjective(AbstractObjective):
         `(N, n)` from one closed-form solve (`residuals` and `initial_states`
         would each solve it again)."""
         model = materialise(model)
-        mask = batch["mask"]
-        us = batch.get("us")
-        if us is not None:
-            us = jnp.where(mask[..., None], us, 0.0)
-        ys = jnp.where(mask[..., None], batch["ys"], 0.0)
+        ys, us, mask = masked_signals(batch)
         G, forced, x0 = self._closed_form(model, ys, us, mask)
         predicted = forced + jnp.einsum("tpn,in->itp", G, x0)
         return self._weighted(predicted - ys, mask, mask), predicted, x0
@@ -433,11 +439,7 @@ class FitObjective(AbstractObjective):
         """The initial states the loss uses for `model` on `batch` when they are
         estimated in closed form: `(N, n)`, or `(N, W, n)` for multiple shooting."""
         model = materialise(model)
-        mask = batch["mask"]
-        us = batch.get("us")
-        if us is not None:
-            us = jnp.where(mask[..., None], us, 0.0)
-        ys = jnp.where(mask[..., None], batch["ys"], 0.0)
+        ys, us, mask = masked_signals(batch)
         N, T, p = ys.shape
         if isinstance(self.kind, PredictionError):
             return self._prediction_closed_form(model, ys, us, mask)[2]

@@ -9,7 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._systems.innovation import InnovationSystem
-from .losses import FitObjective, is_linear, materialise, PredictionError
+from .losses import (
+    FitObjective,
+    is_linear,
+    masked_signals,
+    materialise,
+    PredictionError,
+)
 
 
 def predictor_radius(model: InnovationSystem) -> float:
@@ -108,11 +114,7 @@ def warn_after_fit(start, model, loss, outputs: bool) -> None:
 def kalman_outputs(objective: FitObjective, model, batch):
     """The Kalman predictor's `horizon`-step predictions `(N, T, p)` (initial state
     estimated)."""
-    mask = batch["mask"]
-    us = batch.get("us")
-    if us is not None:
-        us = jnp.where(mask[..., None], us, 0.0)
-    ys = jnp.where(mask[..., None], batch["ys"], 0.0)
+    ys, us, mask = masked_signals(batch)
     G, forced, x0 = objective._prediction_closed_form(model, ys, us, mask)
     return forced + jnp.einsum("tpn,in->itp", G, x0)
 
