@@ -119,7 +119,7 @@ class ParameterCovariance:
         fitted one) as one vector, and `rebuild(flat) -> model`."""
         model = self.model if model is None else model
         params, static = eqx.partition(model, self.trained)
-        flat, unravel = ravel_pytree(params)
+        flat, unravel = _ravelled(params)
         if flat.size != self.num_parameters:
             raise ValueError(
                 "ParameterCovariance: the model has "
@@ -131,6 +131,27 @@ class ParameterCovariance:
             return eqx.combine(unravel(vector), static)
 
         return flat, rebuild
+
+
+def _ravelled(params):
+    """`jax.flatten_util.ravel_pytree(params)`, the vector built on the host: the
+    same order and dtype, without compiling one small program per leaf shape."""
+    leaves, treedef = jax.tree.flatten(params)
+    dtype = jnp.result_type(*leaves) if leaves else jnp.float32
+    flat = np.concatenate(
+        [np.ravel(np.asarray(leaf, dtype)) for leaf in leaves] or [np.zeros(0, dtype)]
+    )
+    shapes = [(np.shape(leaf), jnp.result_type(leaf)) for leaf in leaves]
+
+    def unravel(vector):
+        parts, start = [], 0
+        for shape, leaf_dtype in shapes:
+            size = int(np.prod(shape))
+            parts.append(vector[start : start + size].reshape(shape).astype(leaf_dtype))
+            start += size
+        return jax.tree.unflatten(treedef, parts)
+
+    return jnp.asarray(flat), unravel
 
 
 # Parameter directions whose derivatives a Jacobian is built from at once.

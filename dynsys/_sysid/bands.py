@@ -45,6 +45,13 @@ def _eigenvalue_gradients(K: np.ndarray, dK: np.ndarray):
     return eigenvalues, gradients
 
 
+def _at(covariance, model):
+    """The model to linearise at: `model`, by default the fitted one (checked
+    against the covariance's parameter count)."""
+    covariance.split(model)
+    return covariance.model if model is None else model
+
+
 def _std(rows: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     return np.sqrt(np.maximum(np.einsum("ip,pq,iq->i", rows, matrix, rows), 0.0))
 
@@ -75,8 +82,10 @@ def pole_uncertainty(covariance, model=None) -> PoleUncertainty:
     """
     covariance = _check_covariance("pole_uncertainty", covariance)
     flat, rebuild = covariance.split(model)
-    linear = _discrete("pole_uncertainty", rebuild(flat))
-    dK = jax.jacfwd(lambda v: _discrete("pole_uncertainty", rebuild(v)).K)(flat)
+    linear = _discrete("pole_uncertainty", _at(covariance, model))
+    dK = jax.jit(jax.jacfwd(lambda v: _discrete("pole_uncertainty", rebuild(v)).K))(
+        flat
+    )
     K = np.asarray(linear.K, np.float64)
     eigenvalues, gradients = _eigenvalue_gradients(K, np.asarray(dK, np.float64))
     dt = 1.0 if linear.dt is None else linear.dt
@@ -116,14 +125,15 @@ def static_gain_uncertainty(covariance, model=None) -> tuple[Array, Array]:
     `(gain, std)`, both `(p, m)`.
     """
     covariance = _check_covariance("static_gain_uncertainty", covariance)
-    flat, rebuild = covariance.split(model)
-    zero = jnp.zeros((1,), flat.dtype)
+    model = _at(covariance, model)
+    zero = np.zeros((1,), covariance.split(model)[0].dtype)
 
     def gain(system):
         return jnp.real(_frequency_response(system, zero)[0])
 
-    std = propagate_std(gain, covariance, rebuild(flat))
-    return gain(rebuild(flat)), jnp.asarray(std)
+    std = propagate_std(gain, covariance, model)
+    value = np.real(np.asarray(_frequency_response(model, zero))[0])
+    return jnp.asarray(value), jnp.asarray(std)
 
 
 def step_response_band(covariance, num_steps: int, model=None) -> tuple[Array, Array]:
@@ -135,11 +145,11 @@ def step_response_band(covariance, num_steps: int, model=None) -> tuple[Array, A
     `(response, std)`, both `(num_steps, p, m)`.
     """
     covariance = _check_covariance("step_response_band", covariance)
-    flat, rebuild = covariance.split(model)
+    model = _at(covariance, model)
     std = propagate_std(
-        lambda system: step_response(system, num_steps), covariance, rebuild(flat)
+        lambda system: step_response(system, num_steps), covariance, model
     )
-    return step_response(rebuild(flat), num_steps), jnp.asarray(std)
+    return step_response(model, num_steps), jnp.asarray(std)
 
 
 def simulation_band(covariance, data, model=None) -> tuple[Array, Array]:
@@ -157,8 +167,8 @@ def simulation_band(covariance, data, model=None) -> tuple[Array, Array]:
     `(predicted, std)`, both `(N, T, p)`.
     """
     covariance = _check_covariance("simulation_band", covariance)
-    flat, rebuild = covariance.split(model)
+    model = _at(covariance, model)
     std = propagate_std(
-        lambda system: compare(system, data).predicted, covariance, rebuild(flat)
+        lambda system: compare(system, data).predicted, covariance, model
     )
-    return compare(rebuild(flat), data).predicted, jnp.asarray(std)
+    return compare(model, data).predicted, jnp.asarray(std)

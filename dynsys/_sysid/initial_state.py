@@ -1,11 +1,12 @@
 """Initial states that best explain measured outputs: closed-form least squares."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .._systems.system import AbstractSystem, LinearSystem
-from .signals import check_model_matches, linear_of, signals
+from .signals import check_model_matches, linear_of, Signals, signals
 
 
 def observability_rows(
@@ -120,24 +121,41 @@ def estimate_x0(model: AbstractSystem, data) -> Float[Array, "N n"]:
     call = "estimate_x0"
     s = signals(data, call)
     check_model_matches(call, model, s)
+    check_initial_states(call, model, s)
+    return _initial_states_compiled(model, s._replace(lengths=(), names=(), dt=None))
+
+
+def check_initial_states(call: str, model: AbstractSystem, s: Signals) -> None:
+    """One-line `ValueError` when `estimate_x0` cannot give `model`'s initial
+    states on the data `s`: a model that is not linear needs the data's states."""
+    if linear_of(model) is not None:
+        return
+    if s.xs is None:
+        raise ValueError(
+            f"{call}(model=...): the initial state is estimated in closed form "
+            f"for linear models only, got {type(model).__name__} and data "
+            "without states; pass x0 explicitly, or fit it (dynsys.fit)."
+        )
+    if s.xs.shape[-1] != model.state_size:
+        raise ValueError(
+            f"{call}(model=..., data=...): the model is not linear, so its initial "
+            f"states are the data's measured states, but those have "
+            f"{s.xs.shape[-1]} columns and the model's state_size is "
+            f"{model.state_size}."
+        )
+
+
+def initial_states_of(model: AbstractSystem, s: Signals) -> Float[Array, "N n"]:
+    """The array part of `estimate_x0` on checked signals (traceable)."""
     linear = linear_of(model)
     if linear is None:
-        if s.xs is None:
-            raise ValueError(
-                f"{call}(model=...): the initial state is estimated in closed form "
-                f"for linear models only, got {type(model).__name__} and data "
-                "without states; pass x0 explicitly, or fit it (dynsys.fit)."
-            )
-        if s.xs.shape[-1] != model.state_size:
-            raise ValueError(
-                f"{call}(model=..., data=...): the model is not linear, so its initial "
-                f"states are the data's measured states, but those have "
-                f"{s.xs.shape[-1]} columns and the model's state_size is "
-                f"{model.state_size}."
-            )
         return s.xs[:, 0]
     if s.from_states:
         linear = LinearSystem(
             linear.K, linear.B, offset=linear.offset, input_level=linear.input_level
         )
     return linear_x0(linear, s.ys, s.us, s.mask)
+
+
+# One compiled program per model structure and data shape (not one per operation).
+_initial_states_compiled = eqx.filter_jit(initial_states_of)

@@ -42,7 +42,10 @@ def propagate_std(
     """
     covariance = _check_covariance("propagate_std", covariance)
     flat, rebuild = covariance.split(model)
-    jacobian = jacobian_in_groups(lambda vector: fn(rebuild(vector)), flat)
+    # One compiled program (the derivative and its assembly), not one per operation.
+    jacobian = jax.jit(
+        lambda vector: jacobian_in_groups(lambda v: fn(rebuild(v)), vector)
+    )(flat)
     jacobian = np.asarray(jacobian, np.float64)
     shape = jacobian.shape[:-1]
     rows = jacobian.reshape(-1, flat.size)

@@ -1,5 +1,7 @@
 """Responses of linear systems: frequency, step and impulse responses, and modes."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -100,12 +102,21 @@ def _frequency_response(system, frequencies) -> Array:
         )
     if isinstance(system, LinearODE):
         square, B, C, D = system.A, system.B, system.C, system.D
-        points = 1j * w
+        dt = 0.0
     else:
         linear = _discrete(call, system)
         square, B, C, D = linear.K, linear.B, linear.C, linear.D
-        points = jnp.exp(1j * w * (1.0 if linear.dt is None else linear.dt))
+        dt = 1.0 if linear.dt is None else float(linear.dt)
     _needs_input(call, B)
+    return _response_at((square, B, C, D), w, dt)
+
+
+@functools.partial(jax.jit, static_argnames="dt")
+def _response_at(matrices, w, dt: float) -> Array:
+    """$C (z I - K)^{-1} B + D$ at $z = e^{i w\,dt}$ (at $z = i w$ for `dt == 0`,
+    continuous time), shape `(F, p, m)`."""
+    square, B, C, D = matrices
+    points = 1j * w if dt == 0.0 else jnp.exp(1j * w * dt)
     n = square.shape[0]
     C = _output_matrix(C, n, square.dtype)
     identity = jnp.eye(n, dtype=square.dtype)
@@ -118,7 +129,7 @@ def _frequency_response(system, frequencies) -> Array:
     return H
 
 
-def _impulse(call: str, system, num_steps: int) -> Array:
+def _impulse(call: str, system, num_steps: int, cumulative: bool = False) -> Array:
     linear = _discrete(call, system)
     _needs_input(call, linear.B)
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
@@ -126,16 +137,24 @@ def _impulse(call: str, system, num_steps: int) -> Array:
             f"{call}(num_steps=...): num_steps must be a positive int, got "
             f"{num_steps!r}."
         )
-    K, B = linear.K, linear.B
-    C = _output_matrix(linear.C, linear.state_size, K.dtype)
-    p, m = C.shape[0], B.shape[1]
-    first = jnp.zeros((p, m), K.dtype) if linear.D is None else linear.D
+    matrices = (linear.K, linear.B, linear.C, linear.D)
+    return _markov_parameters(matrices, num_steps, cumulative)
+
+
+@functools.partial(jax.jit, static_argnames=("num_steps", "cumulative"))
+def _markov_parameters(matrices, num_steps: int, cumulative: bool = False) -> Array:
+    """$D, CB, CKB, \dots$ (`num_steps` of them, `(num_steps, p, m)`), or their
+    running sum (the step response) when `cumulative`."""
+    K, B, C, D = matrices
+    C = _output_matrix(C, K.shape[0], K.dtype)
+    first = jnp.zeros((C.shape[0], B.shape[1]), K.dtype) if D is None else D
 
     def body(KB, _):
         return K @ KB, C @ KB
 
     _, rest = jax.lax.scan(body, B, None, length=num_steps - 1)
-    return jnp.concatenate([first[None], rest], axis=0)
+    markov = jnp.concatenate([first[None], rest], axis=0)
+    return jnp.cumsum(markov, axis=0) if cumulative else markov
 
 
 def impulse_response(system, num_steps: int) -> Float[Array, "num_steps p m"]:
@@ -194,7 +213,7 @@ def step_response(system, num_steps: int) -> Float[Array, "num_steps p m"]:
     dynsys.step_response(system, 4)[:, 0, 0]  # [0, 1, 1.5, 1.75]
     ```
     """
-    return jnp.cumsum(_impulse("step_response", system, num_steps), axis=0)
+    return _impulse("step_response", system, num_steps, cumulative=True)
 
 
 class Modes(eqx.Module):

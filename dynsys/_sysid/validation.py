@@ -2,6 +2,7 @@
 k-step-ahead prediction) and residual analysis."""
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
@@ -10,7 +11,12 @@ from .._fitting.metrics import no_variance
 from .._rollout.rollout import rollout
 from .._systems.innovation import InnovationSystem
 from .._systems.system import AbstractSystem, LinearSystem
-from .initial_state import estimate_x0, forced_outputs, observability_rows
+from .initial_state import (
+    check_initial_states,
+    forced_outputs,
+    initial_states_of,
+    observability_rows,
+)
 from .prediction import kalman_prediction
 from .signals import check_model_matches, linear_of, Signals, signals
 
@@ -51,6 +57,21 @@ def _fit_percent(y: Array, y_hat: Array, weight: Array, axes) -> Array:
     peak = jnp.max(jnp.abs(y * weight), axis=axes)
     flat = no_variance(spread, peak, count, y.dtype)  # undefined: NaN, not -inf
     return jnp.where(flat, jnp.nan, 100.0 * (1.0 - error / jnp.where(flat, 1, spread)))
+
+
+@jax.jit
+def _scores(predicted, ys, mask):
+    """`(predicted, measured, fit % (p,), fit % per experiment (N, p))`, the
+    signals zeroed past each experiment's end."""
+    weight = mask.astype(ys.dtype)[..., None]
+    predicted = predicted * weight
+    measured = ys * weight
+    return (
+        predicted,
+        measured,
+        _fit_percent(measured, predicted, weight, (0, 1)),
+        _fit_percent(measured, predicted, weight, 1),
+    )
 
 
 def _check_horizon(call: str, horizon) -> None:
@@ -94,12 +115,6 @@ def _checked_x0(call: str, model, s: Signals, x0) -> Array | None:
             f"got {tuple(x0.shape)}."
         )
     return x0
-
-
-def _initial_states(call: str, model, data, s: Signals, x0) -> Array:
-    if x0 is None:
-        return estimate_x0(model, data)
-    return _checked_x0(call, model, s, x0)
 
 
 def _linear_prediction(
@@ -155,9 +170,10 @@ def _window(call: str, model, window) -> int:
     return window
 
 
-def _prediction(call: str, model, s: Signals, x0: Array, horizon, window) -> Array:
+def _prediction(model, s: Signals, x0: Array, horizon, window) -> Array:
     """The predicted outputs (states, for data without outputs), `(N, T, p)`: free
-    run or `horizon`-step-ahead prediction, by the kind of data and model."""
+    run or `horizon`-step-ahead prediction, by the kind of data and model (k-step
+    prediction of output data needs a linear model: `compare` checks)."""
     linear = linear_of(model)
     if s.from_states:
         if linear is not None:
@@ -170,24 +186,16 @@ def _prediction(call: str, model, s: Signals, x0: Array, horizon, window) -> Arr
         return _state_prediction(model, s, x0, horizon)
     if linear is not None:
         return _linear_prediction(linear, s, x0, horizon, window)
-    if horizon is not None:
-        raise ValueError(
-            f"{call}(horizon=...): k-step-ahead prediction on output data needs a "
-            f"linear model (it re-estimates the state), got "
-            f"{type(model).__name__}; use horizon=None or data with states."
-        )
     return rollout(model, x0, s.ys.shape[1], inputs=s.us).ys
 
 
 def _comparison(s: Signals, predicted: Array, x0: Array, horizon) -> Comparison:
     """The `Comparison` of the predictions with the measurements, both zeroed past
     each experiment's end."""
-    weight = s.mask.astype(s.ys.dtype)[..., None]
-    predicted = predicted * weight
-    measured = s.ys * weight
+    predicted, measured, fit, fit_per_experiment = _scores(predicted, s.ys, s.mask)
     return Comparison(
-        fit_percent=_fit_percent(measured, predicted, weight, (0, 1)),
-        fit_percent_per_experiment=_fit_percent(measured, predicted, weight, 1),
+        fit_percent=fit,
+        fit_percent_per_experiment=fit_per_experiment,
         predicted=predicted,
         measured=measured,
         x0=x0,
@@ -279,9 +287,30 @@ def compare(
         x0 = _checked_x0(call, model, s, x0)
         predicted, x0 = kalman_prediction(model, s, x0, horizon)
         return _comparison(s, predicted, x0, horizon)
-    x0 = _initial_states(call, model, data, s, x0)
-    predicted = _prediction(call, model, s, x0, horizon, window)
+    if x0 is None:
+        check_initial_states(call, model, s)
+    else:
+        x0 = _checked_x0(call, model, s, x0)
+    if linear_of(model) is None and horizon is not None and not s.from_states:
+        raise ValueError(
+            f"{call}(horizon=...): k-step-ahead prediction on output data needs a "
+            f"linear model (it re-estimates the state), got "
+            f"{type(model).__name__}; use horizon=None or data with states."
+        )
+    # Names, lengths and dt do not enter the arithmetic: one program for every
+    # dataset of these shapes.
+    arrays = s._replace(lengths=(), names=(), dt=None)
+    predicted, x0 = _free_run_or_ahead(model, arrays, x0, horizon, window)
     return _comparison(s, predicted, x0, horizon)
+
+
+@eqx.filter_jit
+def _free_run_or_ahead(model, s: Signals, x0, horizon: int | None, window: int):
+    """`(predicted (N, T, p), x0 (N, n))` of `compare` without a Kalman predictor,
+    one compiled program per model structure and data shape."""
+    if x0 is None:
+        x0 = initial_states_of(model, s)
+    return _prediction(model, s, x0, horizon, window), x0
 
 
 def predict(
@@ -372,6 +401,25 @@ def _lagged_sums(a: Array, b: Array, max_lag: int, negative: bool) -> Array:
     return jnp.einsum("iltp,itm->lpm", shifted, b)
 
 
+@eqx.filter_jit
+def _correlations(difference, us, mask, max_lag: int):
+    """`(residuals (N, T, p), auto-correlation (L+1, p), cross-correlation
+    (2L+1, p, m) or None)` of `residual_analysis`, from `(measured, predicted)`."""
+    measured, predicted = difference
+    e = measured - predicted
+    energy = jnp.sum(e**2, axis=(0, 1))  # (p,)
+    auto = (
+        jnp.einsum("lpp->lp", _lagged_sums(e, e, max_lag, negative=False))
+        / energy[None]
+    )
+    cross = None
+    if us is not None:
+        u = us * mask.astype(us.dtype)[..., None]
+        scale = jnp.sqrt(energy[:, None] * jnp.sum(u**2, axis=(0, 1))[None, :])
+        cross = _lagged_sums(e, u, max_lag, negative=True) / scale[None]
+    return e, auto, cross
+
+
 def residual_analysis(
     model: AbstractSystem,
     data,
@@ -438,24 +486,15 @@ def residual_analysis(
             f"{call}(max_lag=...): max_lag must be a positive int below the longest "
             f"experiment's {T} steps, got {max_lag!r}."
         )
-    e = comparison.measured - comparison.predicted
-    energy = jnp.sum(e**2, axis=(0, 1))  # (p,)
-    auto = (
-        jnp.einsum("lpp->lp", _lagged_sums(e, e, max_lag, negative=False))
-        / energy[None]
-    )
     s = signals(data, call)
-    cross = None
-    if s.us is not None:
-        u = s.us * s.mask.astype(s.us.dtype)[..., None]
-        scale = jnp.sqrt(energy[:, None] * jnp.sum(u**2, axis=(0, 1))[None, :])
-        cross = _lagged_sums(e, u, max_lag, negative=True) / scale[None]
+    difference = (comparison.measured, comparison.predicted)
+    e, auto, cross = _correlations(difference, s.us, s.mask, max_lag)
     num_samples = int(sum(comparison.lengths))
     return Residuals(
         autocorrelation=auto,
         cross_correlation=cross,
-        lags=jnp.arange(max_lag + 1),
-        cross_lags=jnp.arange(-max_lag, max_lag + 1),
+        lags=jnp.asarray(np.arange(max_lag + 1)),
+        cross_lags=jnp.asarray(np.arange(-max_lag, max_lag + 1)),
         bound=2.58 / float(np.sqrt(num_samples)),
         residuals=e,
         num_samples=num_samples,
