@@ -42,10 +42,9 @@ def propagate_std(
     """
     covariance = _check_covariance("propagate_std", covariance)
     flat, rebuild = covariance.split(model)
-    # One compiled program (the derivative and its assembly), not one per operation.
-    jacobian = jax.jit(
-        lambda vector: jacobian_in_groups(lambda v: fn(rebuild(v)), vector)
-    )(flat)
+    # Not wrapped in one `jax.jit`: on the CPU that program (jax 0.10, batched
+    # `solve`s of a frequency response inside `lax.map`) deadlocked at random.
+    jacobian = jacobian_in_groups(lambda v: fn(rebuild(v)), flat)
     jacobian = np.asarray(jacobian, np.float64)
     shape = jacobian.shape[:-1]
     rows = jacobian.reshape(-1, flat.size)
