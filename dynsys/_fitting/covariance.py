@@ -167,9 +167,13 @@ def jacobian_in_groups(fn: Callable, flat: Array) -> Array:
     def derivative(direction):
         return jax.jvp(fn, (flat,), (direction,))[1]
 
-    directions = jnp.eye(flat.size, dtype=flat.dtype)
-    columns = jax.lax.map(derivative, directions, batch_size=JACOBIAN_DIRECTIONS)
-    return jnp.moveaxis(columns, 0, -1)
+    # Zero directions pad the count to whole groups: `lax.map` then has no
+    # remainder, which outside `jit` would run (and compile) op by op.
+    group = max(1, min(JACOBIAN_DIRECTIONS, flat.size))
+    padded = -(-flat.size // group) * group
+    directions = jnp.asarray(np.eye(padded, flat.size, dtype=flat.dtype))
+    columns = jax.lax.map(derivative, directions, batch_size=group)
+    return jnp.moveaxis(columns[: flat.size], 0, -1)
 
 
 def trained_mask(model, filter_spec) -> Any:
