@@ -94,7 +94,9 @@ def frequency_response(
 
 def _frequency_response(system, frequencies) -> Array:
     call = "frequency_response"
-    w = jnp.asarray(frequencies)
+    w = frequencies
+    if not isinstance(w, jax.Array):  # host data: no program compiled to move it
+        w = jax.device_put(np.asarray(w))
     if w.ndim != 1:
         raise ValueError(
             f"{call}(frequencies=...): frequencies must have shape (F,), got "
@@ -113,7 +115,7 @@ def _frequency_response(system, frequencies) -> Array:
 
 @functools.partial(jax.jit, static_argnames="dt")
 def _response_at(matrices, w, dt: float) -> Array:
-    """$C (z I - K)^{-1} B + D$ at $z = e^{i w\,dt}$ (at $z = i w$ for `dt == 0`,
+    """$C (z I - K)^{-1} B + D$ at $z = e^{i w\\,dt}$ (at $z = i w$ for `dt == 0`,
     continuous time), shape `(F, p, m)`."""
     square, B, C, D = matrices
     points = 1j * w if dt == 0.0 else jnp.exp(1j * w * dt)
@@ -143,7 +145,7 @@ def _impulse(call: str, system, num_steps: int, cumulative: bool = False) -> Arr
 
 @functools.partial(jax.jit, static_argnames=("num_steps", "cumulative"))
 def _markov_parameters(matrices, num_steps: int, cumulative: bool = False) -> Array:
-    """$D, CB, CKB, \dots$ (`num_steps` of them, `(num_steps, p, m)`), or their
+    """$D, CB, CKB, \\dots$ (`num_steps` of them, `(num_steps, p, m)`), or their
     running sum (the step response) when `cumulative`."""
     K, B, C, D = matrices
     C = _output_matrix(C, K.shape[0], K.dtype)

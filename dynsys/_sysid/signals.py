@@ -3,7 +3,7 @@ measured signals (outputs, or states when there are none), inputs and valid step
 
 from typing import NamedTuple
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
@@ -43,12 +43,14 @@ def signals(data, call: str) -> Signals:
         names = tuple(getattr(data, "state_names", ()))
     else:
         names = tuple(getattr(data, "output_names", ()))
-    ys = jnp.asarray(ys)
+    # `device_put`, not `jnp.asarray`: the latter compiles a program per shape
+    # for a numpy array (jax 0.10); both convert to JAX's default dtypes.
+    ys = jax.device_put(ys)
     N, T, p = ys.shape
     if len(names) != p:
         names = tuple(f"{'x' if from_states else 'y'}{j}" for j in range(p))
     lengths = tuple(int(t) for t in getattr(data, "lengths", None) or (T,) * N)
-    mask = jnp.asarray(np.arange(T)[None, :] < np.asarray(lengths)[:, None])
+    mask = jax.device_put(np.arange(T)[None, :] < np.asarray(lengths)[:, None])
     dt = getattr(data, "dt", None)
     return Signals(ys, us, mask, lengths, xs, from_states, names, dt)
 
