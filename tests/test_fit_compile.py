@@ -5,39 +5,13 @@ the training and the validation data alike: no separate validation-loss or
 initial-state programs, no swarm of one-operation programs), and a second fit of the same shapes compiles nothing."""
 
 import collections
-import contextlib
 
-import jax
-import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 
 import dynsys
 
-
-_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
-_recording: list[collections.Counter] = []
-
-
-def _listener(event, duration, **kwargs):
-    del duration
-    if event == _BACKEND_COMPILE:
-        for counter in _recording:
-            counter.update([kwargs.get("fun_name", "?")])
-
-
-jax.monitoring.register_event_duration_secs_listener(_listener)
-
-
-@contextlib.contextmanager
-def _compiled():
-    """The names of the programs XLA compiles inside the block, with counts."""
-    counter = collections.Counter()
-    _recording.append(counter)
-    try:
-        yield counter
-    finally:
-        _recording.remove(counter)
+from .compile_count import compiled_programs
 
 
 def _records(num_steps):
@@ -67,7 +41,7 @@ def _big(counter: collections.Counter) -> collections.Counter:
 def test_one_fit_compiles_one_chunk_and_one_prediction_program():
     train, val = _records(157)
     start = dynsys.fit_subspace(train, 3)
-    with _compiled() as first:
+    with compiled_programs() as first:
         result = dynsys.fit(start, train, val_data=val, num_steps=4, progress=False)
     assert result.val_losses  # the validation loss was evaluated during the fit
     # The chunk once; one prediction program for the training and the (padded)
@@ -75,7 +49,7 @@ def test_one_fit_compiles_one_chunk_and_one_prediction_program():
     assert _big(first) == {"jit(run_chunk)": 1, "jit(_predict)": 1}, first
     # The rest are a few small set-up programs (data to the device, weights).
     assert sum(first.values()) <= 12, first
-    with _compiled() as second:
+    with compiled_programs() as second:
         again = dynsys.fit(start, train, val_data=val, num_steps=4, progress=False)
     assert sum(second.values()) == 0, second
     np.testing.assert_array_equal(again.losses, result.losses)

@@ -5,45 +5,12 @@ compile a few whole programs per model structure and data shape, not one per
 operation (a `dynsys fit` on a real record compiled ~220 of those), and a second
 call with another model and data of the same shapes compiles nothing."""
 
-import collections
-import contextlib
-
-import equinox as eqx
-import jax
-import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 
 import dynsys
 
-
-_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
-_recording: list[collections.Counter] = []
-
-
-def _listener(event, duration, **kwargs):
-    del duration
-    if event == _BACKEND_COMPILE:
-        for counter in _recording:
-            counter.update([kwargs.get("fun_name", "?")])
-
-
-jax.monitoring.register_event_duration_secs_listener(_listener)
-
-
-@contextlib.contextmanager
-def _compiled(*, fresh: bool):
-    """The names of the programs XLA compiles inside the block, with counts; with
-    `fresh`, from empty caches."""
-    if fresh:
-        jax.clear_caches()
-        eqx.clear_caches()
-    counter = collections.Counter()
-    _recording.append(counter)
-    try:
-        yield counter
-    finally:
-        _recording.remove(counter)
+from .compile_count import compiled_programs
 
 
 def _model_and_data(seed: int):
@@ -67,20 +34,20 @@ def _model_and_data(seed: int):
 def test_compare_and_residual_analysis_compile_a_few_programs_once():
     model, data = _model_and_data(0)
     other_model, other_data = _model_and_data(1)
-    with _compiled(fresh=True) as first:
+    with compiled_programs(fresh=True) as first:
         comparison = dynsys.compare(model, data)
         ahead = dynsys.compare(model, data, horizon=3)
         residuals = dynsys.residual_analysis(model, data, max_lag=10)
     # Free run and k-step prediction (each: initial states and prediction in one
     # program, the fit % in another), the correlations: not one per operation.
     assert sum(first.values()) <= 6, first
-    with _compiled(fresh=True) as second:
+    with compiled_programs(fresh=True) as second:
         dynsys.compare(other_model, other_data)
         dynsys.compare(other_model, other_data, horizon=3)
         dynsys.residual_analysis(other_model, other_data, max_lag=10)
     # The caches were cleared: what compiles again is exactly the first call's.
     assert second == first
-    with _compiled(fresh=False) as third:
+    with compiled_programs(fresh=False) as third:
         repeat = dynsys.compare(other_model, other_data)
         dynsys.residual_analysis(other_model, other_data, max_lag=10)
     assert sum(third.values()) == 0, third
@@ -94,13 +61,13 @@ def test_compare_and_residual_analysis_compile_a_few_programs_once():
 def test_responses_and_initial_states_compile_one_program_each():
     model, data = _model_and_data(2)
     other_model, other_data = _model_and_data(3)
-    with _compiled(fresh=True) as first:
+    with compiled_programs(fresh=True) as first:
         dynsys.frequency_response(model, jnp.linspace(0.0, 3.0, 17))
         dynsys.step_response(model, 31)
         dynsys.impulse_response(model, 31)
         x0 = dynsys.estimate_x0(model, data)
     assert sum(first.values()) <= 5, first  # the linspace is one of them
-    with _compiled(fresh=False) as second:
+    with compiled_programs(fresh=False) as second:
         response = dynsys.frequency_response(other_model, np.linspace(0.0, 3.0, 17))
         steps = dynsys.step_response(other_model, 31)
         dynsys.estimate_x0(other_model, other_data)

@@ -46,9 +46,7 @@ def _eigenvalue_gradients(K: np.ndarray, dK: np.ndarray):
 
 
 def _at(covariance, model):
-    """The model to linearise at: `model`, by default the fitted one (checked
-    against the covariance's parameter count)."""
-    covariance.split(model)
+    """The model to linearise at: `model`, by default the fitted one."""
     return covariance.model if model is None else model
 
 
@@ -125,8 +123,9 @@ def static_gain_uncertainty(covariance, model=None) -> tuple[Array, Array]:
     `(gain, std)`, both `(p, m)`.
     """
     covariance = _check_covariance("static_gain_uncertainty", covariance)
+    flat, _ = covariance.split(model)  # checks the model against the covariance
     model = _at(covariance, model)
-    zero = np.zeros((1,), covariance.split(model)[0].dtype)
+    zero = np.zeros((1,), flat.dtype)
 
     def gain(system):
         return jnp.real(_frequency_response(system, zero)[0])

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .._systems.system import AbstractSystem, LinearSystem
-from .signals import check_model_matches, linear_of, Signals, signals
+from .signals import arrays_only, check_model_matches, linear_of, Signals, signals
 
 
 def observability_rows(
@@ -122,7 +122,7 @@ def estimate_x0(model: AbstractSystem, data) -> Float[Array, "N n"]:
     s = signals(data, call)
     check_model_matches(call, model, s)
     check_initial_states(call, model, s)
-    return _initial_states_compiled(model, s._replace(lengths=(), names=(), dt=None))
+    return _initial_states_compiled(model, arrays_only(s))
 
 
 def check_initial_states(call: str, model: AbstractSystem, s: Signals) -> None:

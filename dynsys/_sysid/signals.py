@@ -55,6 +55,13 @@ def signals(data, call: str) -> Signals:
     return Signals(ys, us, mask, lengths, xs, from_states, names, dt)
 
 
+def arrays_only(s: Signals) -> Signals:
+    """`s` without the names, lengths and dt, which do not enter the arithmetic:
+    passed to a compiled function, one program serves every dataset of its
+    shapes."""
+    return s._replace(lengths=(), names=(), dt=None)
+
+
 def linear_of(model: AbstractSystem) -> LinearSystem | None:
     """`model` as a `LinearSystem` (itself, or its `to_linear()`), else `None`."""
     if isinstance(model, LinearSystem):

@@ -18,7 +18,7 @@ from .initial_state import (
     observability_rows,
 )
 from .prediction import kalman_prediction
-from .signals import check_model_matches, linear_of, Signals, signals
+from .signals import arrays_only, check_model_matches, linear_of, Signals, signals
 
 
 class Comparison(eqx.Module):
@@ -297,10 +297,7 @@ def compare(
             f"linear model (it re-estimates the state), got "
             f"{type(model).__name__}; use horizon=None or data with states."
         )
-    # Names, lengths and dt do not enter the arithmetic: one program for every
-    # dataset of these shapes.
-    arrays = s._replace(lengths=(), names=(), dt=None)
-    predicted, x0 = _free_run_or_ahead(model, arrays, x0, horizon, window)
+    predicted, x0 = _free_run_or_ahead(model, arrays_only(s), x0, horizon, window)
     return _comparison(s, predicted, x0, horizon)
 
 
@@ -493,8 +490,8 @@ def residual_analysis(
     return Residuals(
         autocorrelation=auto,
         cross_correlation=cross,
-        lags=jnp.asarray(np.arange(max_lag + 1)),
-        cross_lags=jnp.asarray(np.arange(-max_lag, max_lag + 1)),
+        lags=jax.device_put(np.arange(max_lag + 1)),
+        cross_lags=jax.device_put(np.arange(-max_lag, max_lag + 1)),
         bound=2.58 / float(np.sqrt(num_samples)),
         residuals=e,
         num_samples=num_samples,
