@@ -703,7 +703,18 @@ def _main(args: argparse.Namespace, distributed: bool) -> int:
         return 2
     except KeyboardInterrupt as error:
         name = error.args[0] if error.args else "SIGINT"
-        print(f"{prefix}: interrupted ({name}); nothing was written.", file=sys.stderr)
+        cause = error.__cause__
+        # A signal that ended the run in another error (a half-made result): say
+        # which, so that the moment it arrived is known.
+        how = (
+            f" while running ({type(cause).__name__}: {_one_line(cause)})"
+            if cause is not None and not isinstance(cause, KeyboardInterrupt)
+            else ""
+        )
+        print(
+            f"{prefix}: interrupted ({name}){how}; nothing was written.",
+            file=sys.stderr,
+        )
         return 128 + int(getattr(signal, str(name), signal.SIGINT))
 
 

@@ -521,7 +521,9 @@ def test_ctrl_c_stops_a_whole_sweep(tmp_path):
     process.send_signal(signal.SIGINT)
     output = seen + process.communicate(timeout=180)[0]
     assert process.returncode == 130, output
-    (folder,) = _check_runs(tmp_path / "runs")
+    complete = _check_runs(tmp_path / "runs")
+    assert len(complete) == 1, output
+    (folder,) = complete
     metrics = _strict_json((folder / "metrics.json").read_text())
     assert metrics["status"] == "interrupted"
     assert [run["status"] for run in metrics["runs"]] == ["interrupted"]

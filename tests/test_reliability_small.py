@@ -72,6 +72,39 @@ def test_a_full_disk_while_writing_a_run_names_the_run_folder(
     assert os.listdir(out) == []  # nothing half-written is kept
 
 
+def test_a_signal_that_ends_a_run_in_another_error_names_it(
+    tmp_path, monkeypatch, capsys
+):
+    """A signal whose `KeyboardInterrupt` a runner turns into another error (a
+    half-made result): the run is an interrupted one (130, nothing kept) and the
+    line names the error, so the moment the signal arrived is known."""
+    import signal
+    import time
+
+    from dynsys._experiments import single
+
+    def runner(config, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5.0)  # the handler raises in here
+        except KeyboardInterrupt:
+            raise RuntimeError("a half-made result") from None
+        raise AssertionError("the signal never came")
+
+    monkeypatch.setitem(single.RUNNERS, "fit", runner)
+    config = tmp_path / "disk.toml"
+    config.write_text(_CONFIG)
+    out = tmp_path / "runs"
+    code = cli.main(["run", str(config), "--out-root", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 128 + signal.SIGINT, err
+    assert err == (
+        "dynsys run: interrupted (SIGINT) while running (RuntimeError: a half-made "
+        "result); nothing was written."
+    )
+    assert os.listdir(out) == []
+
+
 def _fails(argv, capsys, tmp_path) -> str:
     out = tmp_path / "run"
     code = cli.main([*argv, "--no-progress", "--out", str(out)])
