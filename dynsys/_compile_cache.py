@@ -10,11 +10,12 @@ changes no JAX setting). Where it lives, first match wins:
 4. `$XDG_CACHE_HOME/dynsys/jax` (default `~/.cache/dynsys/jax`).
 
 A folder dynsys chooses gets every compiled program (no minimum compile time or
-size), so that a second run of the same shapes compiles nothing. The cache never
-makes a run fail: a folder that cannot be written, or a disk with almost no space
-left, turns it off with one warning; JAX itself ignores (with a warning) an entry it
-cannot read, and entries of another JAX version never match (the version is part of
-the key).
+size), so that a second run of the same shapes compiles nothing, and is kept under
+2 GiB by `prune_folder` (at most once a day; JAX's own size limit would scan the
+whole folder on every write). The cache never makes a run fail: a folder that
+cannot be written, or a disk with almost no space left, turns it off with one
+warning; JAX itself ignores (with a warning) an entry it cannot read, and entries of
+another JAX version never match (the version is part of the key).
 """
 
 import dataclasses
@@ -22,14 +23,17 @@ import os
 import pathlib
 import shutil
 import tempfile
+import time
 import warnings
 
 
 ENVIRONMENT_VARIABLE = "DYNSYS_CACHE_DIR"
 # Below this much free space the cache is not used: its entries would fail to write.
 _MIN_FREE_BYTES = 64 * 2**20
-# The most a folder dynsys chose may hold; JAX evicts the least recently used beyond.
+# The most a folder dynsys chose may hold (`prune_folder`), and how often it is checked.
 _MAX_BYTES = 2 * 2**30
+_PRUNE_EVERY_SECONDS = 24 * 3600
+_PRUNED_STAMP = ".dynsys-pruned"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,14 +164,54 @@ def _apply(status: CacheStatus) -> None:
         # what a second run should not compile again.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-        if _has_filelock():  # JAX needs it to bound the folder's size
-            jax.config.update("jax_compilation_cache_max_size", _MAX_BYTES)
+        # No size limit of JAX's: with one (and `filelock` installed) JAX lists and
+        # reads every entry's access time on each write, 0.4 s per program in a
+        # folder of 7,000 entries. `prune_folder` bounds the folder instead.
+        jax.config.update("jax_compilation_cache_max_size", -1)
+        prune_folder(pathlib.Path(status.folder))
 
 
-def _has_filelock() -> bool:
-    import importlib.util
+def prune_folder(
+    folder: pathlib.Path,
+    max_bytes: int = _MAX_BYTES,
+    every_seconds: float = _PRUNE_EVERY_SECONDS,
+) -> int:
+    """Remove the least recently used compiled programs of a cache folder until
+    it holds at most `max_bytes`; at most once per `every_seconds` (a stamp file in
+    the folder says when it last ran). Only JAX's entries (`*-cache` and their
+    `*-atime` companions) are touched; a failure to list or remove one is ignored.
 
-    return importlib.util.find_spec("filelock") is not None
+    **Returns:** the number of programs removed.
+    """
+    stamp = folder / _PRUNED_STAMP
+    try:
+        if time.time() - stamp.stat().st_mtime < every_seconds:
+            return 0
+    except OSError:
+        pass  # never pruned
+    entries, total = [], 0
+    try:
+        for entry in os.scandir(folder):
+            if entry.name.endswith("-cache") and entry.is_file():
+                info = entry.stat()
+                used = max(info.st_atime, info.st_mtime)
+                entries.append((used, entry.path, info.st_size))
+                total += info.st_size
+        stamp.touch()
+    except OSError:
+        return 0
+    removed = 0
+    for _, path, size in sorted(entries):
+        if total <= max_bytes:
+            break
+        for name in (path, path[: -len("-cache")] + "-atime"):
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+        total -= size
+        removed += 1
+    return removed
 
 
 def _say_once(message: str) -> None:

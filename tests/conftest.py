@@ -12,13 +12,108 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     ).strip()
 
-# Tests write no compilation cache into the user's home (dynsys's default folder);
-# the tests of the cache (test_compile_cache.py) give it a folder of their own.
-os.environ.setdefault("DYNSYS_CACHE_DIR", "off")
+# Compiled programs are shared by the whole test run through JAX's persistent
+# compilation cache in a temporary folder (`_shared_compile_cache`), never dynsys's
+# default folder in the user's home. A run given a cache by the user (either variable
+# below) keeps it; DYNSYS_TEST_SHARED_CACHE=0, or a process that does not take part,
+# compiles everything itself (DYNSYS_CACHE_DIR=off). The tests of the cache
+# (test_compile_cache.py) give it folders of their own.
+_USERS_CACHE = any(
+    name in os.environ for name in ("DYNSYS_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")
+)
+_SHARE_CACHE = os.environ.get("DYNSYS_TEST_SHARED_CACHE", "1") != "0"
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # (a worker inherits the shared one)
+    os.environ.setdefault("DYNSYS_CACHE_DIR", "off")
 
 import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
+import jax.monitoring  # noqa: E402
 import pytest  # noqa: E402
+
+
+# The shared cache. Most CLI tests fit the same built-in data and most library tests
+# the same few shapes, in different modules and workers (each worker drops its
+# compiled programs after every module, see below): a program one of them compiled is
+# read back by the others. Only programs that take at least _SHARED_MIN_SECONDS to
+# compile are written (they are most of the compile time; JAX scans the folder on
+# every write), and a size limit makes JAX lock the folder around each read and write
+# (filelock), so that two processes never read a half-written entry.
+_SHARED_MIN_SECONDS = 0.2
+_SHARED_VARIABLES = {
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": str(_SHARED_MIN_SECONDS),
+    "JAX_COMPILATION_CACHE_MAX_SIZE": str(8 * 2**30),
+}
+
+
+def _shared_compile_cache(config) -> str | None:
+    """In the process that starts the run (the xdist controller, or the only
+    process): a temporary cache folder, handed to every process started after it
+    (xdist workers, the dynsys processes tests start) by JAX's environment
+    variables, and to this one by its config. `None` when not shared."""
+    import tempfile
+
+    if hasattr(config, "workerinput") or _USERS_CACHE or not _SHARE_CACHE:
+        return None
+    folder = tempfile.mkdtemp(prefix="dynsys-test-compile-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
+    os.environ.update(_SHARED_VARIABLES)
+    del os.environ["DYNSYS_CACHE_DIR"]  # dynsys then uses JAX's folder as it is
+    from jax.experimental.compilation_cache import compilation_cache
+
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", _SHARED_MIN_SECONDS)
+    jax.config.update("jax_compilation_cache_max_size", 8 * 2**30)
+    compilation_cache.reset_cache()
+    return folder
+
+
+def pytest_configure(config):
+    config._dynsys_shared_cache = _shared_compile_cache(config)
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    folder = getattr(config, "_dynsys_shared_cache", None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_CACHE_OPTIONS = (
+    "jax_enable_compilation_cache",
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+    "jax_compilation_cache_max_size",
+)
+
+
+@pytest.fixture
+def pristine_cache(monkeypatch):
+    """Restore JAX's cache options and dynsys's record of them after a test that
+    changes them."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    from dynsys import _compile_cache
+
+    saved = {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
+    monkeypatch.setattr(_compile_cache, "_current", None)
+    monkeypatch.setattr(_compile_cache, "_said", set())
+    yield
+    for name, value in saved.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()
+
+
+@pytest.fixture
+def no_persistent_cache(pristine_cache):
+    """No persistent compilation cache inside the test, for the tests that count or
+    time compilations (a program read back from the shared cache is not compiled)."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    yield
 
 
 # float64 is needed for exactness checks; float32 tests ask for it explicitly.
@@ -95,22 +190,38 @@ def _peak_megabytes() -> float:
 
 _peaks: dict[str, float] = {}
 
+# What the shared compilation cache gave this process (JAX's own events): programs
+# read back instead of compiled. (JAX's "compile time saved" event is not used: it
+# reads about zero where whole runs take half the time.)
+_read_back = {"programs": 0}
+
+
+def _count_read_back(event, **kwargs):
+    if event == "/jax/compilation_cache/cache_hits":
+        _read_back["programs"] += 1
+
+
+jax.monitoring.register_event_listener(_count_read_back)
+
 
 def pytest_sessionfinish(session):
     output = getattr(session.config, "workeroutput", None)
     if output is not None:  # an xdist worker: tell the controller
         output["peak_megabytes"] = _peak_megabytes()
+        output["read_back"] = dict(_read_back)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
     """An xdist worker finished: keep its peak memory for the summary."""
-    peak = getattr(node, "workeroutput", {}).get("peak_megabytes")
-    if peak is not None:
-        _peaks[node.gateway.id] = peak
+    output = getattr(node, "workeroutput", {})
+    if output.get("peak_megabytes") is not None:
+        _peaks[node.gateway.id] = output["peak_megabytes"]
+    for key, value in output.get("read_back", {}).items():
+        _read_back[key] += value
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
     if not _peaks:  # no workers: this process ran the tests
         _peaks["main"] = _peak_megabytes()
     report = ", ".join(f"{name} {mb:,.0f} MB" for name, mb in sorted(_peaks.items()))
@@ -118,6 +229,12 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(
         f"peak memory per process (ru_maxrss; compiled programs {caches}): {report}"
     )
+    if getattr(config, "_dynsys_shared_cache", None) is not None:
+        terminalreporter.write_line(
+            f"shared compilation cache: {_read_back['programs']:,} programs read back "
+            "instead of compiled in the test processes (not counting the dynsys "
+            "processes tests start)"
+        )
 
 
 def pytest_collection_modifyitems(items):

@@ -127,6 +127,7 @@ def test_checkpointed_nonlinear_with_mlp_controller(getkey):
         assert_trees_close(eqx.filter_grad(f)(model, adjoint), want)
 
 
+@pytest.mark.usefixtures("no_persistent_cache")  # counts or times compilations
 def test_checkpointed_bounds_memory(getkey):
     """Recomputation: far less temporary memory than Autodiff for a neural controller."""
     system = dynsys.LinearSystem(0.9 * jnp.eye(4), jnp.ones((4, 2)))

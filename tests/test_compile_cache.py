@@ -54,7 +54,8 @@ def _fit(tmp_path: pathlib.Path, cache: str, out: str, **env) -> tuple[dict, str
 
 
 def _entries(cache: pathlib.Path) -> set[str]:
-    return {p.name for p in cache.iterdir() if not p.name.startswith(".")}
+    """The compiled programs in a cache folder (not JAX's access-time files)."""
+    return {p.name for p in cache.iterdir() if p.name.endswith("-cache")}
 
 
 def _metrics(tmp_path: pathlib.Path, out: str) -> dict:
@@ -125,7 +126,12 @@ def test_import_leaves_jax_alone_and_fit_uses_the_default_folder(tmp_path):
         "dynsys.fit(system, data, num_steps=2, progress=False)\n"
         "print(jax.config.jax_compilation_cache_dir)\n"
     )
-    environment = {k: v for k, v in os.environ.items() if k != "DYNSYS_CACHE_DIR"}
+    # Neither dynsys's variable nor JAX's (the test run's shared cache).
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "DYNSYS_CACHE_DIR" and not k.startswith("JAX_COMPILATION_CACHE")
+    }
     environment["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -138,26 +144,6 @@ def test_import_leaves_jax_alone_and_fit_uses_the_default_folder(tmp_path):
     folder = tmp_path / "xdg" / "dynsys" / "jax"
     assert result.stdout.split() == ["None", str(folder)]
     assert _entries(folder)
-
-
-@pytest.fixture
-def pristine_cache(monkeypatch):
-    """Restore JAX's cache options and dynsys's record of them after a test."""
-    names = (
-        "jax_compilation_cache_dir",
-        "jax_persistent_cache_min_compile_time_secs",
-        "jax_persistent_cache_min_entry_size_bytes",
-        "jax_compilation_cache_max_size",
-    )
-    saved = {name: getattr(jax.config, name) for name in names}
-    monkeypatch.setattr(_compile_cache, "_current", None)
-    monkeypatch.setattr(_compile_cache, "_said", set())
-    yield
-    from jax.experimental.compilation_cache import compilation_cache
-
-    for name, value in saved.items():
-        jax.config.update(name, value)
-    compilation_cache.reset_cache()
 
 
 def test_which_setting_wins(tmp_path, monkeypatch, pristine_cache):
@@ -209,3 +195,25 @@ def test_a_full_disk_turns_the_cache_off(tmp_path, monkeypatch, pristine_cache):
         _compile_cache.use_compile_cache(str(tmp_path / "cache"))  # said once
     assert len(caught) == 1
     assert status.folder is None and jax.config.jax_compilation_cache_dir is None
+
+
+def test_a_folder_over_its_size_loses_its_least_recently_used_programs(tmp_path):
+    """`prune_folder` keeps the most recently used programs within the size, leaves
+    other files alone, and runs at most once per period (a stamp file)."""
+    for k in range(6):
+        entry = tmp_path / f"jit_f-{k}-cache"
+        entry.write_bytes(b"x" * 1000)
+        (tmp_path / f"jit_f-{k}-atime").write_bytes(b"12345678")
+        os.utime(entry, (1_000_000 + k, 1_000_000 + k))  # entry k used at time k
+    (tmp_path / "notes.txt").write_text("not the cache's")
+    removed = _compile_cache.prune_folder(tmp_path, max_bytes=3500)
+    assert removed == 3
+    assert _entries(tmp_path) == {f"jit_f-{k}-cache" for k in (3, 4, 5)}
+    atimes = {p.name for p in tmp_path.iterdir() if p.name.endswith("-atime")}
+    assert atimes == {f"jit_f-{k}-atime" for k in (3, 4, 5)}
+    assert (tmp_path / "notes.txt").read_text() == "not the cache's"
+    # Within the period nothing is checked again, however full the folder.
+    (tmp_path / "jit_g-0-cache").write_bytes(b"y" * 5000)
+    assert _compile_cache.prune_folder(tmp_path, max_bytes=3500) == 0
+    assert _compile_cache.prune_folder(tmp_path, max_bytes=5000, every_seconds=0) == 3
+    assert _entries(tmp_path) == {"jit_g-0-cache"}  # the newest, alone at the limit

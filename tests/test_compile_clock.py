@@ -15,6 +15,11 @@ import dynsys
 from dynsys._experiments.compile_clock import stage, StageClock
 
 
+# These tests count or time compilations: a program read back from the test run's
+# shared compilation cache would not be counted.
+pytestmark = pytest.mark.usefixtures("no_persistent_cache")
+
+
 def _fresh_function():
     """A jitted function no other test has compiled (its own cache)."""
 

@@ -8,10 +8,16 @@ import collections
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import dynsys
 
 from .compile_count import compiled_programs
+
+
+# These tests count or time compilations: a program read back from the test run's
+# shared compilation cache would not be counted.
+pytestmark = pytest.mark.usefixtures("no_persistent_cache")
 
 
 def _records(num_steps):

@@ -177,6 +177,7 @@ def _compile_ratio(deep, shallow, rounds=5) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("no_persistent_cache")  # counts or times compilations
 def test_depth_64_compiles_like_depth_2_and_matches_tuple_form(getkey):
     key = getkey()
     shallow = dynsys.StackedController.mlp(2, 1, 8, 2, bound=2.0, key=key)

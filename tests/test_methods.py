@@ -374,6 +374,7 @@ def test_sequential_batched_inputs(getkey, batch, n, shared_inputs):
     )
 
 
+@pytest.mark.usefixtures("no_persistent_cache")  # counts or times compilations
 def test_default_gradient_memory_below_sequential(getkey):
     """Chunked autodiff keeps only the chunk starts and the powers of K for the
     reverse pass, not the trajectory: less temporary memory than the scan."""

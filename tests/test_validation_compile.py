@@ -7,10 +7,16 @@ call with another model and data of the same shapes compiles nothing."""
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import dynsys
 
 from .compile_count import compiled_programs
+
+
+# These tests count or time compilations: a program read back from the test run's
+# shared compilation cache would not be counted.
+pytestmark = pytest.mark.usefixtures("no_persistent_cache")
 
 
 def _model_and_data(seed: int):
