@@ -40,14 +40,18 @@ def _raw_columns(path, names):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ROLES))
-def test_real_file_as_received(name, tmp_path, capsys):
+def test_real_file_as_received(name, tmp_path, capsys, monkeypatch):
+    from dynsys._experiments import fit_order
+
     inputs, outputs = ROLES[name]
     out = tmp_path / "run"
     argv = ["fit", str(REAL / name), "--inputs", ",".join(inputs)]
     argv += ["--outputs", ",".join(outputs), "--no-progress", "--out", str(out)]
-    # A step cap keeps CI short; what is checked (the reported fit is the saved
-    # model's on the raw held-out samples) does not depend on how far the fit ran.
+    # Step caps (the fit's, and the structure scan's for each refined candidate)
+    # keep CI short; what is checked (the reported fit is the saved model's on the
+    # raw held-out samples) does not depend on how far either ran.
     argv += ["--steps", "20"]
+    monkeypatch.setattr(fit_order, "SCAN_REFINE_STEPS", 10)
     assert cli.main(argv) == 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and "UserWarning" not in err
@@ -136,6 +140,11 @@ def test_dt_labels_the_model_and_the_figure_shows_the_printed_fit(
         return fig
 
     monkeypatch.setattr(dynsys.plot, "comparison", recording)
+    # What is checked (dt and the figure's labels) does not depend on how far the
+    # fit or the structure scan's refinement ran.
+    from dynsys._experiments import fit_order
+
+    monkeypatch.setattr(fit_order, "SCAN_REFINE_STEPS", 2)
     argv = ["fit", str(REAL / "cd_player_arm.csv"), "--inputs", "u1,u2"]
     argv += ["--outputs", "y1,y2", "--dt", "0.1", "--steps", "2", "--no-progress"]
     argv += ["--out", str(tmp_path / "run")]
