@@ -39,9 +39,10 @@ import pytest  # noqa: E402
 # every write), and a size limit makes JAX lock the folder around each read and write
 # (filelock), so that two processes never read a half-written entry.
 _SHARED_MIN_SECONDS = 0.2
+_SHARED_MAX_BYTES = 8 * 2**30
 _SHARED_VARIABLES = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": str(_SHARED_MIN_SECONDS),
-    "JAX_COMPILATION_CACHE_MAX_SIZE": str(8 * 2**30),
+    "JAX_COMPILATION_CACHE_MAX_SIZE": str(_SHARED_MAX_BYTES),
 }
 
 
@@ -50,9 +51,12 @@ def _shared_compile_cache(config) -> str | None:
     process): a temporary cache folder, handed to every process started after it
     (xdist workers, the dynsys processes tests start) by JAX's environment
     variables, and to this one by its config. `None` when not shared."""
+    import importlib.util
     import tempfile
 
     if hasattr(config, "workerinput") or _USERS_CACHE or not _SHARE_CACHE:
+        return None
+    if importlib.util.find_spec("filelock") is None:  # (a test extra) no locking
         return None
     folder = tempfile.mkdtemp(prefix="dynsys-test-compile-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
@@ -62,7 +66,7 @@ def _shared_compile_cache(config) -> str | None:
 
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", _SHARED_MIN_SECONDS)
-    jax.config.update("jax_compilation_cache_max_size", 8 * 2**30)
+    jax.config.update("jax_compilation_cache_max_size", _SHARED_MAX_BYTES)
     compilation_cache.reset_cache()
     return folder
 
