@@ -39,10 +39,9 @@ import pytest  # noqa: E402
 # every write), and a size limit makes JAX lock the folder around each read and write
 # (filelock), so that two processes never read a half-written entry.
 _SHARED_MIN_SECONDS = 0.2
-_SHARED_MAX_BYTES = 8 * 2**30
-_SHARED_VARIABLES = {
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": str(_SHARED_MIN_SECONDS),
-    "JAX_COMPILATION_CACHE_MAX_SIZE": str(_SHARED_MAX_BYTES),
+_SHARED_OPTIONS = {  # JAX's options; each is also read from JAX_<NAME> at import
+    "jax_persistent_cache_min_compile_time_secs": _SHARED_MIN_SECONDS,
+    "jax_compilation_cache_max_size": 8 * 2**30,
 }
 
 
@@ -59,14 +58,12 @@ def _shared_compile_cache(config) -> str | None:
     if importlib.util.find_spec("filelock") is None:  # (a test extra) no locking
         return None
     folder = tempfile.mkdtemp(prefix="dynsys-test-compile-cache-")
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
-    os.environ.update(_SHARED_VARIABLES)
     del os.environ["DYNSYS_CACHE_DIR"]  # dynsys then uses JAX's folder as it is
     from jax.experimental.compilation_cache import compilation_cache
 
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", _SHARED_MIN_SECONDS)
-    jax.config.update("jax_compilation_cache_max_size", _SHARED_MAX_BYTES)
+    for name, value in {"jax_compilation_cache_dir": folder, **_SHARED_OPTIONS}.items():
+        os.environ[name.upper()] = str(value)  # the processes started later
+        jax.config.update(name, value)  # this one (JAX is imported already)
     compilation_cache.reset_cache()
     return folder
 
