@@ -668,6 +668,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if argv is None:  # the command's own process: JAX has not started yet
+        from ._jit import use_for_process
+
+        use_for_process()
     distributed = getattr(args, "distributed", False)
     if distributed:
         from ._experiments.supervise import supervise, SUPERVISED

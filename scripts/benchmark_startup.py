@@ -73,25 +73,38 @@ def startup_rows(repeats: int) -> list[tuple[str, float]]:
     return [(name, statistics.median(values)) for name, values in times.items()]
 
 
-def cache_rows(repeats: int, quick: bool) -> list[tuple[str, str, str]]:
-    """`(workload, cold, warm)`: `dynsys fit --no-progress` with an empty cache
-    folder, then again with the folder the first run filled (medians of `repeats`
-    pairs, each pair with a new folder)."""
+def cache_rows(repeats: int, quick: bool) -> list[tuple[str, str, str, str]]:
+    """`(workload, cold, warm, cold with XLA's default emitters)`: `dynsys fit
+    --no-progress` with an empty cache folder, again with the folder the first run
+    filled, and with an empty folder and `XLA_FLAGS` naming the option dynsys sets
+    (`dynsys/_jit.py`), so that XLA's default is used (medians of `repeats` triples,
+    each with new folders)."""
+    from dynsys._jit import compiler_options
+
     dynsys = _dynsys_command()
+    options = compiler_options("")
+    defaults = [f"--{name}={str(not value).lower()}" for name, value in options.items()]
+    default_flags = " ".join([os.environ.get("XLA_FLAGS", ""), *defaults]).strip()
     rows = []
     for name, arguments in FITS.items():
         if quick:  # a smoke test: tiny simulated data
             if not name.startswith("demo"):
                 continue
             arguments = ["--trajectories", "4", "--length", "20", "--steps", "3"]
-        cold, warm, failure = [], [], None
+        cold, warm, default, failure = [], [], [], None
         for _ in range(repeats):
             with tempfile.TemporaryDirectory(prefix="dynsys-bench-") as scratch:
                 env = {**os.environ, "DYNSYS_CACHE_DIR": os.path.join(scratch, "c")}
+                env_default = {
+                    **env,
+                    "DYNSYS_CACHE_DIR": os.path.join(scratch, "d"),
+                    "XLA_FLAGS": default_flags,
+                }
                 command = [*dynsys, "fit", *arguments, "--no-progress"]
-                for times in (cold, warm):
+                runs = ((cold, env), (warm, env), (default, env_default))
+                for times, run_env in runs[: 3 if options else 2]:
                     out = ["--out", os.path.join(scratch, "run")]
-                    seconds, result = _wall(command + out, env=env, cwd=scratch)
+                    seconds, result = _wall(command + out, env=run_env, cwd=scratch)
                     if result.returncode != 0:
                         failure = result.stderr.strip().splitlines()[-1]
                         break
@@ -99,13 +112,14 @@ def cache_rows(repeats: int, quick: bool) -> list[tuple[str, str, str]]:
             if failure:
                 break
         if failure:
-            rows.append((name, "not run", failure.replace("|", "/")[:120]))
+            rows.append((name, "not run", failure.replace("|", "/")[:120], ""))
         else:
             rows.append(
                 (
                     name,
                     f"{statistics.median(cold):.1f} s",
                     f"{statistics.median(warm):.1f} s",
+                    f"{statistics.median(default):.1f} s" if default else "not run",
                 )
             )
     return rows
@@ -127,13 +141,14 @@ def run(quick: bool = False) -> tuple[list[str], list[tuple[str, str, bool]]]:
         "|---|---|---|",
         *(f"| {name} | {t:.3f} s | {t / base:.2f}× |" for name, t in startup),
         "",
-        "`dynsys fit --no-progress` with an empty compilation cache (cold) and "
-        "again with the cache the first run filled (warm); median of "
-        f"{1 if quick else 3} pairs:",
+        "`dynsys fit --no-progress` with an empty compilation cache (cold), "
+        "again with the cache the first run filled (warm), and cold with XLA's "
+        "default CPU code generators (the option dynsys sets named in `XLA_FLAGS`); "
+        f"median of {1 if quick else 3} triples:",
         "",
-        "| data | cold | warm |",
-        "|---|---|---|",
-        *(f"| {name} | {cold} | {warm} |" for name, cold, warm in fits),
+        "| data | cold | warm | cold, XLA's default emitters |",
+        "|---|---|---|---|",
+        *(f"| {n} | {cold} | {warm} | {default} |" for n, cold, warm, default in fits),
         "",
     ]
     target = (

@@ -5,6 +5,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._jit import top_level_jit
 from .._rollout.sharding import constrain_batch
 
 
@@ -23,7 +24,7 @@ def _gather(data, indices, shardings):
     return constrain_batch(batch, shardings)
 
 
-@eqx.filter_jit
+@top_level_jit
 def init_carry(strategy, params):
     return strategy.init(params)
 
@@ -37,12 +38,12 @@ def evaluate(evaluator, params, static):
     return _evaluate(evaluator, params, static)
 
 
-@eqx.filter_jit
+@top_level_jit
 def _evaluate(evaluator, params, static):
     return evaluator(eqx.combine(params, static))
 
 
-@eqx.filter_jit
+@top_level_jit
 def run_chunk(
     strategy,
     objective,

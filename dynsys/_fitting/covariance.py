@@ -22,6 +22,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
+from .._jit import top_level_jit
+
 
 # The largest residual Jacobian (entries) and parameter count `fit` computes the
 # covariance for; past these it reports why it did not.
@@ -208,7 +210,7 @@ def _residual_jacobian(objective, params, batch, mask):
     return jacobian_in_groups(residuals, flat), residuals(flat), num_model
 
 
-@eqx.filter_jit
+@top_level_jit
 def _covariance_parts(objective, params, batch, mask, num_channels: int):
     jacobian, residuals, num_model = _residual_jacobian(objective, params, batch, mask)
     matrix, variance, rank = gauss_newton_covariance(jacobian, residuals, num_channels)

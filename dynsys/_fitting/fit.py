@@ -17,6 +17,7 @@ from jaxtyping import Array, PRNGKeyArray, PyTree
 from .._compile_cache import use_compile_cache
 from .._data.checks import check_data, warn_findings
 from .._data.dataset import Dataset
+from .._jit import top_level_jit
 from .._rollout.adjoint import AbstractAdjoint, LinearAdjoint
 from .._rollout.method import AbstractMethod
 from .._rollout.rollout import rollout
@@ -353,7 +354,7 @@ def _exact_loss(batch) -> float:
     return (1e3 * eps) ** 2 * scale
 
 
-@eqx.filter_jit
+@top_level_jit
 def _predict(objective: FitObjective, model, x0s, batch):
     """Free-run predictions over all steps (outputs `(N, T, p)`, or states `(N, T,
     n)`) and, on state data, one-step predictions; plus the loss and the initial
@@ -388,7 +389,7 @@ def _predict(objective: FitObjective, model, x0s, batch):
     return loss, free[:, 1:], one_step_predictions(linear, xs, us), x0s
 
 
-@eqx.filter_jit
+@top_level_jit
 def _initial_states(objective: FitObjective, model, batch):
     """The closed-form initial states alone (`fit` takes them from `_predict`)."""
     return objective.initial_states(model, batch)

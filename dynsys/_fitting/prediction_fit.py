@@ -8,6 +8,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
+from .._jit import top_level_jit
 from .._systems.innovation import InnovationSystem
 from .losses import (
     FitObjective,
@@ -110,7 +111,7 @@ def warn_after_fit(start, model, loss, outputs: bool) -> None:
         )
 
 
-@eqx.filter_jit
+@top_level_jit
 def kalman_outputs(objective: FitObjective, model, batch):
     """The Kalman predictor's `horizon`-step predictions `(N, T, p)` (initial state
     estimated)."""

@@ -1,0 +1,95 @@
+"""The XLA options of dynsys's host-loop programs (`dynsys/_jit.py`): given only with
+the jaxlib versions they were measured on, never over a user's own `XLA_FLAGS`,
+attached to the programs (JAX refuses them on a nested one), and the programs
+compute what they compute without them."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dynsys import _jit
+
+
+_OPTION = "xla_cpu_use_fusion_emitters"
+
+
+@pytest.fixture
+def measured_jaxlib(monkeypatch):
+    monkeypatch.setattr(_jit, "_jaxlib_version", lambda: _jit._MEASURED_JAXLIB[0])
+
+
+def test_the_options_are_given_only_with_a_measured_jaxlib(monkeypatch):
+    monkeypatch.setattr(_jit, "_jaxlib_version", lambda: _jit._MEASURED_JAXLIB[0])
+    assert _jit.compiler_options("") == {_OPTION: False}
+    for other in ((0, 5), (99, 0), None):
+        monkeypatch.setattr(_jit, "_jaxlib_version", lambda other=other: other)
+        assert _jit.compiler_options("") == {}
+        environ = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+        _jit.use_for_process(environ)
+        assert environ == {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+
+def test_the_installed_jaxlib_version_is_read():
+    major, minor = (int(part) for part in jax.lib.__version__.split(".")[:2])
+    assert _jit._jaxlib_version() == (major, minor)
+
+
+def test_a_users_own_xla_flags_setting_wins(measured_jaxlib):
+    assert _jit.compiler_options(f"--{_OPTION}=true") == {}
+    environ = {"XLA_FLAGS": f"--{_OPTION}=true"}
+    _jit.use_for_process(environ)
+    assert environ == {"XLA_FLAGS": f"--{_OPTION}=true"}
+
+
+def test_the_command_process_gets_the_options_once(measured_jaxlib):
+    environ = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
+    _jit.use_for_process(environ)
+    _jit.use_for_process(environ)
+    assert environ["XLA_FLAGS"].split() == [
+        "--xla_backend_optimization_level=0",
+        f"--{_OPTION}=false",
+    ]
+    empty = {}
+    _jit.use_for_process(empty)
+    assert empty == {"XLA_FLAGS": f"--{_OPTION}=false"}
+
+
+def _rollout_jacobian(K, x0, u):
+    """A fit's kind of program: a linear rollout, its forward-mode Jacobian with
+    respect to `K`, and an SVD of it."""
+
+    def outputs(K):
+        def step(x, u_t):
+            x = K @ x + u_t
+            return x, x[0]
+
+        return jax.lax.scan(step, x0, u)[1]
+
+    jacobian = jax.jacfwd(outputs)(K).reshape(u.shape[0], -1)
+    return outputs(K), jnp.linalg.svd(jacobian, compute_uv=False)
+
+
+def test_a_program_compiled_with_the_options_computes_the_same():
+    options = _jit.compiler_options("")
+    if not options:
+        pytest.skip("the installed jaxlib is not one the options were measured on")
+    rng = np.random.default_rng(0)
+    K = jnp.asarray(0.3 * rng.normal(size=(4, 4)) + 0.5 * np.eye(4))
+    x0 = jnp.asarray(rng.normal(size=4))
+    u = jnp.asarray(rng.normal(size=(200, 4)))
+    plain = jax.jit(_rollout_jacobian)(K, x0, u)
+    with_options = jax.jit(_rollout_jacobian, compiler_options=options)(K, x0, u)
+    for a, b in zip(plain, with_options):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-12, atol=0)
+
+
+def test_top_level_jit_attaches_the_options(monkeypatch):
+    if not _jit.compiler_options(""):
+        pytest.skip("the installed jaxlib is not one the options were measured on")
+    monkeypatch.setenv("XLA_FLAGS", "")  # (the test run may set them for all)
+    double = _jit.top_level_jit(lambda x: 2 * x)
+    assert float(double(jnp.array(1.5))) == 3.0
+    # JAX refuses compiler options on a nested program: proof they are attached.
+    with pytest.raises(ValueError, match="compiler_options"):
+        jax.jit(lambda x: double(x) + 1)(jnp.array(1.5))
