@@ -26,6 +26,7 @@ covariance); functions a user may call under their own `jax.jit` use
 
 import functools
 import os
+import pathlib
 
 
 _OPTIONS = {"xla_cpu_use_fusion_emitters": False}
@@ -34,13 +35,20 @@ _MEASURED_JAXLIB = ((0, 10),)
 
 
 def _jaxlib_version() -> tuple[int, ...] | None:
-    """The installed jaxlib's `(major, minor)`, read without importing it."""
-    from importlib.metadata import PackageNotFoundError, version
+    """The installed jaxlib's `(major, minor)`, read from its `version.py` without
+    importing it (nor `importlib.metadata`, which costs a refusal of the `dynsys`
+    command 0.1 s)."""
+    import importlib.util
+    import re
 
     try:
-        return tuple(int(part) for part in version("jaxlib").split(".")[:2])
-    except (PackageNotFoundError, ValueError):
+        spec = importlib.util.find_spec("jaxlib")
+        folder = pathlib.Path(spec.submodule_search_locations[0])
+        text = (folder / "version.py").read_text()
+    except (AttributeError, ImportError, IndexError, OSError, TypeError):
         return None
+    found = re.search(r'^_version\b[^=]*=\s*"(\d+)\.(\d+)', text, re.M)
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def compiler_options(xla_flags: str | None = None) -> dict:
