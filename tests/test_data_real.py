@@ -2,6 +2,7 @@
 single-experiment tables, time columns, units, whitespace-separated files."""
 
 import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -33,11 +34,14 @@ ROLES = {
 
 @pytest.fixture(params=["fast", "built-in"])
 def reader(request, monkeypatch):
-    """Run a test with pandas' reader (when installed) and with the built-in one."""
-    if request.param == "built-in":
-        from dynsys._data import fast_csv
+    """Run a test with pandas' reader (when installed; for files of any size) and
+    with the built-in one."""
+    from dynsys._data import fast_csv, reader
 
+    if request.param == "built-in":
         monkeypatch.setattr(fast_csv, "read_fast", lambda *args: None)
+    else:
+        monkeypatch.setattr(reader, "FAST_READER_MIN_BYTES", 0)
     return request.param
 
 
@@ -217,11 +221,32 @@ def test_fast_reader_is_used_when_pandas_is_installed(tmp_path, monkeypatch):
 def test_both_readers_agree_on_a_state_file_and_its_errors(tmp_path, monkeypatch):
     text = "trajectory,time,x0,u0,y0\na,0,1,2,3\nb,0,4,5,6\na,1,7,,\nb,1,8,,\n"
     path = _write(tmp_path, text)
-    fast = dynsys.load_dataset(path)
-    from dynsys._data import fast_csv
+    from dynsys._data import fast_csv, reader
 
+    monkeypatch.setattr(reader, "FAST_READER_MIN_BYTES", 0)
+    fast = dynsys.load_dataset(path)
     monkeypatch.setattr(fast_csv, "read_fast", lambda *args: None)
     slow = dynsys.load_dataset(path)
     for name in ("xs", "us", "ys", "ts"):
         np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name))
     np.testing.assert_array_equal(fast.xs[:, :, 0], [[1, 7], [4, 8]])  # interleaved
+
+
+def test_a_small_file_is_read_without_importing_pandas(tmp_path, monkeypatch):
+    from dynsys._data import fast_csv, reader
+
+    calls = []
+    monkeypatch.setattr(fast_csv, "read_fast", lambda *args: calls.append(args))
+    monkeypatch.delitem(sys.modules, "pandas", raising=False)  # (restored after)
+    path = _write(tmp_path, "trajectory,time,x0,u0,y0\na,0,1,2,3\na,1,4,5,6\n")
+    data = dynsys.load_dataset(path)
+    assert calls == [] and "pandas" not in sys.modules
+    np.testing.assert_array_equal(data.xs[0, :, 0], [1, 4])
+    # From the size limit on (or with pandas imported), the fast reader is asked.
+    monkeypatch.setattr(reader, "FAST_READER_MIN_BYTES", path.stat().st_size)
+    dynsys.load_dataset(path)
+    assert len(calls) == 1
+    monkeypatch.setattr(reader, "FAST_READER_MIN_BYTES", path.stat().st_size + 1)
+    monkeypatch.setitem(sys.modules, "pandas", object())
+    dynsys.load_dataset(path)
+    assert len(calls) == 2
