@@ -120,6 +120,24 @@ def test_import_dynsys_imports_no_jax_until_a_name_is_used():
     assert result.stdout.split() == ["False", "True", "dynsys._fitting.fit"]
 
 
+def test_a_discrete_time_fit_of_a_file_imports_no_diffrax():
+    # diffrax (0.7 s to import) is for sampled ODEs only: loading a file, the zoo's
+    # names and a linear fit's building blocks do not need it; a `Sampled` does.
+    code = (
+        "import sys, dynsys, dynsys.models, dynsys._fitting.fit\n"
+        f"dynsys.load_dataset({str(ROOT / 'data' / 'real' / 'heating.csv')!r}, "
+        "inputs=['drive_V'], outputs=['temp_C'])\n"
+        "before = 'diffrax' in sys.modules\n"
+        "dynsys.models.pendulum_ode()\n"
+        "print(before, 'diffrax' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True"]
+
+
 def _type_checking_imports() -> dict[str, str]:
     """`{name: module}` of the imports in `dynsys/__init__.py`'s `TYPE_CHECKING`
     block, read with `ast` here (independently of the module's own reading)."""

@@ -2,9 +2,8 @@
 
 import abc
 import math
-from typing import Literal
+from typing import Literal, TYPE_CHECKING
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -19,6 +18,10 @@ from .system import (
     LinearSystem,
     state_space_output,
 )
+
+
+if TYPE_CHECKING:  # imported where used: diffrax takes 0.7 s, and a discrete-time
+    import diffrax  # fit (every `dynsys fit` of a data file) never needs it
 
 
 class AbstractODE(eqx.Module):
@@ -341,9 +344,9 @@ class Sampled(_AbstractSampledODE):
 
     ode: AbstractODE
     dt: float = eqx.field(static=True)
-    solver: diffrax.AbstractSolver
-    stepsize_controller: diffrax.AbstractStepSizeController
-    adjoint: diffrax.AbstractAdjoint
+    solver: "diffrax.AbstractSolver"
+    stepsize_controller: "diffrax.AbstractStepSizeController"
+    adjoint: "diffrax.AbstractAdjoint"
     dt0: float | None = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
 
@@ -352,14 +355,16 @@ class Sampled(_AbstractSampledODE):
         ode: AbstractODE,
         dt: float,
         *,
-        solver: diffrax.AbstractSolver | None = None,
+        solver: "diffrax.AbstractSolver | None" = None,
         rtol: float | None = None,
         atol: float | None = None,
-        stepsize_controller: diffrax.AbstractStepSizeController | None = None,
+        stepsize_controller: "diffrax.AbstractStepSizeController | None" = None,
         dt0: float | None = None,
         max_steps: int = 4096,
-        adjoint: diffrax.AbstractAdjoint | None = None,
+        adjoint: "diffrax.AbstractAdjoint | None" = None,
     ):
+        import diffrax
+
         if not isinstance(ode, AbstractODE):
             raise TypeError(
                 f"Sampled(ode=...): expected an AbstractODE, got {type(ode).__name__}."
@@ -408,6 +413,8 @@ class Sampled(_AbstractSampledODE):
             )
 
     def step(self, t: Time, x: State, u: Input) -> State:
+        import diffrax
+
         dtype = jnp.result_type(x.dtype, float)
         t = jnp.asarray(t, dtype=dtype)
         dt0 = self.dt0
