@@ -7,8 +7,8 @@ inside a scan of optimiser steps, the held-out predictions, the covariance's
 Jacobian) compile in about 0.6x the time with the older emitters and run as fast
 (measured in `docs/performance.md`, "Compile less").
 
-The options are XLA debug options: other backends ignore them, they are part of the
-persistent cache's key, and only these programs get them (not a user's). A user who
+The options are XLA debug options for the CPU backend (not checked on a GPU), part of
+the persistent cache's key, and only these programs get them (not a user's). A user who
 names an option in `XLA_FLAGS` keeps their own setting. They are used only with the
 jaxlib versions they were measured on (`_MEASURED_JAXLIB`): XLA is retiring the older
 emitters, and an option name it does not know fails the compilation (in
@@ -34,6 +34,7 @@ _OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 _MEASURED_JAXLIB = ((0, 10),)
 
 
+@functools.cache  # asked once per `top_level_jit` program at import
 def _jaxlib_version() -> tuple[int, ...] | None:
     """The installed jaxlib's `(major, minor)`, read from its `version.py` without
     importing it (nor `importlib.metadata`, which costs a refusal of the `dynsys`
@@ -62,6 +63,11 @@ def compiler_options(xla_flags: str | None = None) -> dict:
     return {name: value for name, value in _OPTIONS.items() if name not in xla_flags}
 
 
+def as_flags(options: dict) -> list[str]:
+    """`options` as `XLA_FLAGS` entries: `{"xla_x": False}` -> `["--xla_x=false"]`."""
+    return [f"--{name}={str(value).lower()}" for name, value in options.items()]
+
+
 def top_level_jit(fun=None, **kwargs):
     """`equinox.filter_jit(fun, compiler_options=compiler_options(), **kwargs)`;
     as a decorator, with or without arguments. Never call the result inside
@@ -78,9 +84,6 @@ def use_for_process(environ=os.environ) -> None:
     `environ["XLA_FLAGS"]`; call before JAX starts (XLA reads the variable once).
     For a process dynsys owns (the `dynsys` command), not for a library call."""
     flags = environ.get("XLA_FLAGS", "")
-    extra = [
-        f"--{name}={str(value).lower()}"
-        for name, value in compiler_options(flags).items()
-    ]
+    extra = as_flags(compiler_options(flags))
     if extra:
         environ["XLA_FLAGS"] = " ".join([flags, *extra]).strip()

@@ -79,11 +79,11 @@ def cache_rows(repeats: int, quick: bool) -> list[tuple[str, str, str, str]]:
     filled, and with an empty folder and `XLA_FLAGS` naming the option dynsys sets
     (`dynsys/_jit.py`), so that XLA's default is used (medians of `repeats` triples,
     each with new folders)."""
-    from dynsys._jit import compiler_options
+    from dynsys._jit import as_flags, compiler_options
 
     dynsys = _dynsys_command()
     options = compiler_options("")
-    defaults = [f"--{name}={str(not value).lower()}" for name, value in options.items()]
+    defaults = as_flags({name: not value for name, value in options.items()})
     default_flags = " ".join([os.environ.get("XLA_FLAGS", ""), *defaults]).strip()
     rows = []
     for name, arguments in FITS.items():
