@@ -136,6 +136,21 @@ def _scaled(factor, rhs, basis, scale) -> tuple[Factorisation, Float[Array, " P"
     return factorisation, scale
 
 
+def _residual_struct(objective, params, static, batch) -> jax.ShapeDtypeStruct:
+    """The shape and dtype of `objective.residuals` on `batch`: counted, when the
+    objective can count them (`num_residuals`), rather than traced (a trace of the
+    residuals is a trace of the whole rollout, a fifth of a second of every
+    compilation of a chunk)."""
+    count = getattr(objective, "num_residuals", None)
+    if count is None:
+        return jax.eval_shape(
+            lambda: objective.residuals(eqx.combine(params, static), batch)
+        )
+    arrays = [params, batch, objective]
+    leaves = jax.tree.leaves(eqx.filter(arrays, eqx.is_inexact_array))
+    return jax.ShapeDtypeStruct((count(batch),), jnp.result_type(*leaves))
+
+
 def split_experiments(batch: dict, blocks: int) -> dict:
     """`batch` (arrays with `N` experiments on their leading axis) as `blocks`
     groups: every array `(N, ...)` becomes `(blocks, N / blocks, ...)`."""
@@ -202,9 +217,7 @@ class LevenbergMarquardtStrategy(eqx.Module):
     def begin(self, objective, params, static, carry, batch):
         damping, growth, scale, terminate = carry
         flat, unravel = ravel_pytree(params)
-        residual_struct = jax.eval_shape(
-            lambda: objective.residuals(eqx.combine(params, static), batch)
-        )
+        residual_struct = _residual_struct(objective, params, static, batch)
         basis_struct = jax.eval_shape(lambda: self._basis(objective, params, static))
         q = flat.size if basis_struct is None else basis_struct.shape[1]
         zeros = jnp.zeros
@@ -242,6 +255,14 @@ class LevenbergMarquardtStrategy(eqx.Module):
         delta = jnp.where(state.first, 0.0, state.factorisation.step(state.damping))
         trial = flat + delta
         trial_residual = residuals(trial)
+        if trial_residual.shape != state.residual.shape or (
+            trial_residual.dtype != state.residual.dtype
+        ):
+            raise TypeError(
+                f"{type(objective).__name__}.residuals returned shape "
+                f"{trial_residual.shape} {trial_residual.dtype}; its num_residuals "
+                f"said {state.residual.shape} {state.residual.dtype}."
+            )
         trial_loss = jnp.sum(trial_residual**2)
         predicted = state.factorisation.predicted_change(state.damping)
         actual = trial_loss - loss
