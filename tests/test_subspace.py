@@ -149,3 +149,31 @@ def test_bad_input(getkey):
     no_inputs = dynsys.Dataset(ys=data.ys, lengths=data.lengths)
     with pytest.raises(ValueError, match="no inputs, so there is no D"):
         dynsys.fit_subspace(no_inputs, feedthrough=True)
+
+
+def test_orders_share_the_past_projection_and_realise_as_alone(getkey, monkeypatch):
+    """The windows' past projection (the noise model's state estimates) depends on
+    the data and the horizon only: an order scan computes it once, and each order's
+    innovation model equals the one realised from a basis of its own."""
+    from dynsys._sysid import subspace
+
+    data = _data(_random_system(getkey()), [300, 250], getkey(), snr_db=30)
+    computed = []
+    original = subspace.past_projection
+
+    def counted(*args):
+        computed.append(args[1])
+        return original(*args)
+
+    monkeypatch.setattr(subspace, "past_projection", counted)
+    bases = subspace.subspace_bases("test", data, horizon=10, offset=False)
+    shared = [subspace.realise("test", bases(n), n, True, True) for n in (2, 4, 6)]
+    assert computed == [10]
+    for n, model in zip((2, 4, 6), shared):
+        alone = subspace.subspace_bases("test", data, horizon=10, offset=False)(n)
+        reference = subspace.realise("test", alone, n, True, True)
+        for name in ("K", "B", "C", "D", "kalman_gain"):
+            np.testing.assert_array_equal(
+                getattr(model, name), getattr(reference, name), err_msg=name
+            )
+    assert len(computed) == 4

@@ -3,6 +3,7 @@ the innovation covariance and Kalman gain (Riccati equation), and `B`, `D` that 
 well conditioned when the estimated `K` is unstable or marginal."""
 
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -74,19 +75,30 @@ def _past_projection(
     return regressors[..., first_past:] @ theta[first_past:], valid
 
 
+def past_projection(
+    s: Signals, horizon: int, constant: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """`_past_projection` of the prepared signals `s`, in NumPy (float64): `(N, W,
+    s p)` and `(N, W)`. It depends on the data and the horizon only, so an order
+    scan computes it once for all its orders (`SubspaceBasis.past`)."""
+    past, valid = _past_projection(
+        s.ys, s.us, jnp.asarray(s.lengths), horizon, constant
+    )
+    return np.asarray(past, np.float64), np.asarray(valid)
+
+
 def window_states(
-    ys: Array, us: Array | None, lengths: Array, horizon: int, constant: bool, gamma
+    past: np.ndarray, valid: np.ndarray, gamma
 ) -> tuple[np.ndarray, np.ndarray]:
     """The state $\\hat x_{j+s}$ of every window `j` of every experiment, `(N, W,
-    n)`, and whether the window lies inside the experiment, `(N, W)`, in NumPy.
+    n)`, and whether the window lies inside the experiment, `(N, W)`, in NumPy,
+    from the windows' `past_projection`.
 
-    The part of the future outputs the past explains (`_past_projection`) is
-    $\\Gamma \\hat x$, so $\\hat x = \\Gamma^{+}\\,\\Theta_{\\mathrm{past}}
-    z_{\\mathrm{past}}$, in the state basis of the observability matrix
-    `gamma (s p, n)`."""
-    past, valid = _past_projection(ys, us, lengths, horizon, constant)
+    The part of the future outputs the past explains is $\\Gamma \\hat x$, so
+    $\\hat x = \\Gamma^{+}\\,\\Theta_{\\mathrm{past}} z_{\\mathrm{past}}$, in the
+    state basis of the observability matrix `gamma (s p, n)`."""
     gamma = np.asarray(gamma, np.float64)
-    return np.asarray(past, np.float64) @ np.linalg.pinv(gamma).T, np.asarray(valid)
+    return past @ np.linalg.pinv(gamma).T, valid
 
 
 def _state_regression(
@@ -205,7 +217,17 @@ def _predictor_inputs(K, C, L, c, s: Signals, feedthrough: bool):
 
 
 def noise_model(
-    K, C, B, D, c, gamma, s: Signals, horizon: int, feedthrough: bool, constant: bool
+    K,
+    C,
+    B,
+    D,
+    c,
+    gamma,
+    s: Signals,
+    horizon: int,
+    feedthrough: bool,
+    constant: bool,
+    past: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> NoiseModel:
     """The noise model of the subspace estimate `K`, `C`, `B`, `D`, `c`: state
     estimates from the windows (`window_states`), then the Kalman gain and
@@ -213,10 +235,13 @@ def noise_model(
     the constant output term `c` as their mean. When `K` is unstable or marginal
     (spectral radius at least 0.999) or `B`, `D` are not finite, `B`, `D`, `c` are
     re-estimated from the states and then through the stable predictor
-    (`_predictor_inputs`)."""
-    xs, valid = window_states(
-        s.ys, s.us, jnp.asarray(s.lengths), horizon, constant, gamma
-    )
+    (`_predictor_inputs`). `past`: the windows' `past_projection` for these
+    signals and horizon, when the caller keeps it for several orders."""
+    if past is None:
+        projection = past_projection(s, horizon, constant)
+    else:
+        projection = past()
+    xs, valid = window_states(*projection, gamma)
     finite = all(
         a is None or bool(np.all(np.isfinite(np.asarray(a)))) for a in (B, D, c)
     )

@@ -3,6 +3,7 @@ input-output data of several experiments."""
 
 import functools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -14,7 +15,7 @@ from .._data.checks import check_data, warn_findings
 from .._systems.innovation import InnovationSystem
 from .._systems.system import LinearSystem
 from .input_matrices import input_matrices
-from .noise_model import noise_model as estimate_noise_model
+from .noise_model import noise_model as estimate_noise_model, past_projection
 from .operating_point import data_levels, deviations
 from .signals import Signals, signals
 
@@ -365,6 +366,8 @@ class SubspaceBasis(NamedTuple):
     max_order: int
     U: Array
     singular_values: Array
+    # The windows' `past_projection` (computed at the first call, then kept).
+    past: Callable[[], tuple[np.ndarray, np.ndarray]]
 
 
 def subspace_basis(
@@ -386,9 +389,11 @@ def subspace_bases(call: str, data, *, horizon: int | None, offset: bool):
         rows = _horizon(call, s, horizon, order)
         max_order = _max_order(call, s, rows, order)
         if rows not in factorised:
-            factorised[rows] = _projected_singular_values(call, s, rows, constant)
-        U, S = factorised[rows]
-        return SubspaceBasis(s, levels, constant, rows, max_order, U, S)
+            U, S = _projected_singular_values(call, s, rows, constant)
+            past = functools.cache(lambda: past_projection(s, rows, constant))
+            factorised[rows] = U, S, past
+        U, S, past = factorised[rows]
+        return SubspaceBasis(s, levels, constant, rows, max_order, U, S, past)
 
     return basis
 
@@ -408,7 +413,7 @@ def realise(
     L = covariance = None
     if noise_model or _needs_noise_model(K, B, D):
         B, D, c, L, covariance = estimate_noise_model(
-            K, C, B, D, c, gamma, s, basis.horizon, feedthrough, constant
+            K, C, B, D, c, gamma, s, basis.horizon, feedthrough, constant, basis.past
         )
     output_level = None if c is None else y_bar + c
     linear = LinearSystem(
