@@ -56,6 +56,7 @@ def _write_files(config, folder: pathlib.Path, outcome: Outcome) -> list:
     """Everything but `metrics.json` and `summary.md`: the config, the loss
     history, the model, the kind's own files and the figures (their paths)."""
     from .._io import save
+    from ..plot._save import save_png
 
     with stage("writing"):
         (folder / "config.toml").write_text(
@@ -68,7 +69,7 @@ def _write_files(config, folder: pathlib.Path, outcome: Outcome) -> list:
     figures = []
     with stage("figures"):  # matplotlib draws them here
         for name, figure in outcome.figures.items():
-            figure.savefig(folder / name, dpi=100)
+            save_png(figure, folder / name, dpi=100)
             figures.append(folder / name)
     return figures
 
