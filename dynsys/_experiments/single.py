@@ -11,6 +11,7 @@ from .config import (
     dump_toml,
 )
 from .data_checks import undefined_fit
+from .heap import earlier_objects_frozen
 from .interrupt import Interrupts
 from .kinds import RUNNERS
 from .outcome import Outcome
@@ -67,7 +68,7 @@ def _write_files(config, folder: pathlib.Path, outcome: Outcome) -> list:
         for name, writer in outcome.files.items():
             writer(folder / name)
     figures = []
-    with stage("figures"):  # matplotlib draws them here
+    with stage("figures"), earlier_objects_frozen():  # matplotlib draws them here
         for name, figure in outcome.figures.items():
             save_png(figure, folder / name, dpi=100)
             figures.append(folder / name)
