@@ -113,7 +113,8 @@ def test_sweep_label_names_the_quantity_and_unit(key, expected):
 
 def test_figures_are_drawn_with_the_earlier_objects_frozen():
     """The figure stages freeze the objects made before them (the garbage collector
-    skips them) and unfreeze them after, also after an error."""
+    skips them) and unfreeze them after, also after an error; objects the caller
+    froze stay frozen."""
     import gc
 
     from dynsys._experiments.heap import earlier_objects_frozen
@@ -125,3 +126,11 @@ def test_figures_are_drawn_with_the_earlier_objects_frozen():
     with pytest.raises(RuntimeError), earlier_objects_frozen():
         raise RuntimeError
     assert gc.get_freeze_count() == 0
+    gc.freeze()  # the caller's own frozen objects stay frozen
+    try:
+        frozen = gc.get_freeze_count()
+        with earlier_objects_frozen():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
