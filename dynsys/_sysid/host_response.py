@@ -67,21 +67,27 @@ def matrices_of(system, call: str) -> Matrices:
 def frequency_response(matrices: Matrices, w_sample: np.ndarray) -> np.ndarray:
     """$C (z I - K)^{-1} B + D$ at $z = e^{i w}$, `w_sample` `(F,)` in rad/sample;
     complex, shape `(F, p, m)`."""
-    H, _, _ = _resolvent_products(matrices, w_sample)
-    return H
+    K, B, C, D = matrices
+    return C @ np.linalg.solve(_resolvent(K, w_sample), _stacked(B, len(w_sample))) + D
+
+
+def _resolvent(K: np.ndarray, w_sample: np.ndarray) -> np.ndarray:
+    """$z I - K$ at each $z = e^{i w}$, `(F, n, n)`."""
+    z = np.exp(1j * np.asarray(w_sample, np.float64))
+    return z[:, None, None] * np.eye(K.shape[0]) - K
+
+
+def _stacked(matrix: np.ndarray, count: int) -> np.ndarray:
+    return np.broadcast_to(matrix, (count, *matrix.shape))
 
 
 def _resolvent_products(matrices: Matrices, w_sample: np.ndarray) -> tuple:
     """`(H (F, p, m), X = (zI - K)^{-1} B (F, n, m), Y = C (zI - K)^{-1} (F, p, n))`."""
     K, B, C, D = matrices
-    n, F = K.shape[0], len(w_sample)
-    z = np.exp(1j * np.asarray(w_sample, np.float64))
-    resolvent = z[:, None, None] * np.eye(n) - K
-    X = np.linalg.solve(resolvent, np.broadcast_to(B, (F, *B.shape)))
-    Y = np.linalg.solve(
-        np.swapaxes(resolvent, 1, 2), np.broadcast_to(C.T, (F, *C.T.shape))
-    ).swapaxes(1, 2)
-    return C @ X + D, X, Y
+    resolvent, count = _resolvent(K, w_sample), len(w_sample)
+    X = np.linalg.solve(resolvent, _stacked(B, count))
+    Y = np.linalg.solve(np.swapaxes(resolvent, 1, 2), _stacked(C.T, count))
+    return C @ X + D, X, np.swapaxes(Y, 1, 2)
 
 
 def step_response(matrices: Matrices, num_steps: int) -> np.ndarray:
