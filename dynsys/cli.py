@@ -167,6 +167,7 @@ def _write_simulation(args: argparse.Namespace, system, traj, out, names) -> dic
         replace_folder,
         staging_folder,
     )
+    from dynsys.plot._save import save_png
 
     clean_stale(out.absolute().parent)
     staging = staging_folder(out)
@@ -178,7 +179,7 @@ def _write_simulation(args: argparse.Namespace, system, traj, out, names) -> dic
             time_label="t" + unit,
             title=f"{os.path.basename(args.model)}: {args.batch} trajectories",
         )
-        fig.savefig(staging / "trajectory.png", dpi=120)
+        save_png(fig, staging / "trajectory.png", dpi=120)
         # The states (and inputs) as a dataset with the zoo's names: `dynsys fit
         # trajectory.npz` reads them back as measured states.
         dynsys.Dataset(

@@ -499,3 +499,27 @@ def test_error_messages_name_the_call_and_argument(getkey):
     for make, message in cases:
         with pytest.raises(ValueError, match=message):
             make()
+
+
+def test_save_png_writes_what_savefig_writes(tmp_path, rotation):
+    """`plot._save.save_png` draws a constrained-layout figure once; the file has
+    the pixels `savefig` writes (of the same figure drawn anew), and the figure
+    keeps its canvas and dpi."""
+    from matplotlib.image import imread
+
+    from dynsys.plot._save import save_png
+
+    figures = {
+        "bode": lambda: plot.bode({"fitted": rotation}, title="a title"),
+        "step": lambda: plot.step_response({"a": rotation}, 30, input_names=["u (N)"]),
+    }
+    for name, make in figures.items():
+        fig = make()
+        canvas, dpi = fig.canvas, fig.dpi
+        save_png(fig, tmp_path / f"{name}_once.png", dpi=60)
+        assert fig.canvas is canvas and fig.dpi == dpi
+        make().savefig(tmp_path / f"{name}_savefig.png", dpi=60)
+        once = imread(tmp_path / f"{name}_once.png")
+        twice = imread(tmp_path / f"{name}_savefig.png")
+        assert once.shape == twice.shape
+        np.testing.assert_array_equal(once, twice)

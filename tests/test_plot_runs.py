@@ -109,3 +109,28 @@ def test_train_controller_figures_separate_units_and_draw_the_bound():
 def test_sweep_label_names_the_quantity_and_unit(key, expected):
     config = dynsys.resolve_config({"kind": "fit"})
     assert sweep_label(config, key) == expected
+
+
+def test_figures_are_drawn_with_the_earlier_objects_frozen():
+    """The figure stages freeze the objects made before them (the garbage collector
+    skips them) and unfreeze them after, also after an error; objects the caller
+    froze stay frozen."""
+    import gc
+
+    from dynsys._experiments.heap import earlier_objects_frozen
+
+    before = gc.get_freeze_count()
+    with earlier_objects_frozen():
+        assert gc.get_freeze_count() > before
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError), earlier_objects_frozen():
+        raise RuntimeError
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # the caller's own frozen objects stay frozen
+    try:
+        frozen = gc.get_freeze_count()
+        with earlier_objects_frozen():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

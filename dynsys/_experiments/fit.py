@@ -36,6 +36,7 @@ from .fit_uncertainty import (
     uncertainty_metrics,
     uncertainty_notes,
 )
+from .heap import earlier_objects_frozen
 from .outcome import loss_history_lines, Outcome
 
 
@@ -456,7 +457,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     metrics |= uncertainty
     notes += uncertainty_notes(uncertainty, channels, list(report.input_names))
     truth = None if clean_val is None else np.asarray(clean_val.ys[0])
-    with stage("figures"):
+    with stage("figures"), earlier_objects_frozen():
         figures = _output_figures(
             report, comparisons, models, truth, singular_values, order, residuals,
             result, which, references,
@@ -651,7 +652,7 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
         "B": None if fitted.B is None else np.asarray(fitted.B).tolist(),
         "timing": {"fit_seconds": fit_seconds},
     }
-    with stage("figures"):
+    with stage("figures"), earlier_objects_frozen():
         figures = _state_figures(
             report, runs, models, clean_val, result, fit_cfg, which
         )

@@ -11,6 +11,7 @@ from .config import (
     dump_toml,
 )
 from .data_checks import undefined_fit
+from .heap import earlier_objects_frozen
 from .interrupt import Interrupts
 from .kinds import RUNNERS
 from .outcome import Outcome
@@ -56,6 +57,7 @@ def _write_files(config, folder: pathlib.Path, outcome: Outcome) -> list:
     """Everything but `metrics.json` and `summary.md`: the config, the loss
     history, the model, the kind's own files and the figures (their paths)."""
     from .._io import save
+    from ..plot._save import save_png
 
     with stage("writing"):
         (folder / "config.toml").write_text(
@@ -66,9 +68,9 @@ def _write_files(config, folder: pathlib.Path, outcome: Outcome) -> list:
         for name, writer in outcome.files.items():
             writer(folder / name)
     figures = []
-    with stage("figures"):  # matplotlib draws them here
+    with stage("figures"), earlier_objects_frozen():  # matplotlib draws them here
         for name, figure in outcome.figures.items():
-            figure.savefig(folder / name, dpi=100)
+            save_png(figure, folder / name, dpi=100)
             figures.append(folder / name)
     return figures
 

@@ -81,6 +81,7 @@ def _write_sweep(
     config: dict, folder: pathlib.Path, runs: list, interrupts: Interrupts
 ) -> ExperimentResult:
     from .. import plot
+    from ..plot._save import save_png
 
     key, values = config["sweep"]["key"], config["sweep"]["values"]
     seeds = config["sweep"].get("seeds")
@@ -106,7 +107,7 @@ def _write_sweep(
         roles=ROLES,
         title=config["description"] or None,
     )
-    figure.savefig(folder / "sweep.png", dpi=100)
+    save_png(figure, folder / "sweep.png", dpi=100)
     status = "interrupted" if interrupts.interrupted else "complete"
     metrics = {
         "status": status,

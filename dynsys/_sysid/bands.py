@@ -3,11 +3,11 @@
 propagated from a `ParameterCovariance` by linearisation."""
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
+from .host_response import matrix_sensitivity
 from .propagate import _check_covariance, propagate_std
 from .response import _discrete, _frequency_response, step_response
 from .validation import compare
@@ -79,13 +79,11 @@ def pole_uncertainty(covariance, model=None) -> PoleUncertainty:
     ```
     """
     covariance = _check_covariance("pole_uncertainty", covariance)
-    flat, rebuild = covariance.split(model)
     linear = _discrete("pole_uncertainty", _at(covariance, model))
-    dK = jax.jit(jax.jacfwd(lambda v: _discrete("pole_uncertainty", rebuild(v)).K))(
-        flat
-    )
+    # dK/dtheta from the program the figures' bands share (traced once).
+    dK = matrix_sensitivity(covariance, model).derivatives.K
     K = np.asarray(linear.K, np.float64)
-    eigenvalues, gradients = _eigenvalue_gradients(K, np.asarray(dK, np.float64))
+    eigenvalues, gradients = _eigenvalue_gradients(K, dK)
     dt = 1.0 if linear.dt is None else linear.dt
     with np.errstate(divide="ignore", invalid="ignore"):
         poles = np.log(eigenvalues.astype(np.complex128)) / dt

@@ -23,20 +23,15 @@ def level_label(label: str, level: float) -> str:
 
 def magnitude_bands(confidence, w_sample: np.ndarray, level: float, call: str) -> dict:
     """Label -> `(response (F, p, m), magnitude_std (F, p, m))` of each covariance's
-    model at `w_sample` rad/sample."""
-    from .._sysid.response import frequency_response
-    from .._sysid.signals import linear_of
+    model at `w_sample` rad/sample (as `dynsys.frequency_response(...,
+    covariance=...)`, computed on the host)."""
+    from .._sysid.host_response import frequency_band, matrix_sensitivity
 
     quantile(level, call)
-    bands = {}
-    for label, covariance in checked_covariances(confidence, call).items():
-        linear = linear_of(covariance.model)
-        dt = getattr(linear, "dt", None) or 1.0
-        response, std = frequency_response(
-            covariance.model, np.asarray(w_sample) / dt, covariance=covariance
-        )
-        bands[label] = (np.asarray(response), np.asarray(std))
-    return bands
+    return {
+        label: frequency_band(matrix_sensitivity(covariance), w_sample)
+        for label, covariance in checked_covariances(confidence, call).items()
+    }
 
 
 def draw_magnitude_band(mag, x, pair, band, z: float, color, label: str):
@@ -128,12 +123,12 @@ def draw_mode_bars(a, poles, z: float, color, scale: float):
 
 def step_bands(confidence, num_steps: int, level: float, call: str) -> dict:
     """Label → `(response, std)`, each `(num_steps, p, m)`, of each covariance's
-    model."""
-    from .._sysid.bands import step_response_band
+    model (as `dynsys.step_response_band`, computed on the host)."""
+    from .._sysid.host_response import matrix_sensitivity, step_band
 
     quantile(level, call)
     return {
-        label: tuple(np.asarray(x) for x in step_response_band(covariance, num_steps))
+        label: step_band(matrix_sensitivity(covariance), num_steps)
         for label, covariance in checked_covariances(confidence, call).items()
     }
 

@@ -52,8 +52,9 @@ def _linear(system):
 
 
 def frequency_response(system, w_sample: np.ndarray, call: str, label: str):
-    """`dynsys.frequency_response` at `w_sample` rad/sample, shape `(F, p, m)`."""
-    from .._sysid.response import frequency_response as response
+    """`dynsys.frequency_response` at `w_sample` rad/sample, shape `(F, p, m)`
+    (computed on the host, in float64)."""
+    from .._sysid import host_response
 
     linear = _linear(system)
     if linear is None or linear.B is None:
@@ -61,22 +62,24 @@ def frequency_response(system, w_sample: np.ndarray, call: str, label: str):
             f"{call}(systems=...): {label!r} must be a linear system with inputs "
             f"(or a precomputed response array), got {type(system).__name__}."
         )
-    w = np.asarray(w_sample) / (linear.dt if linear.dt else 1.0)
-    return np.asarray(response(linear, w))
+    matrices = host_response.matrices_of(linear, "frequency_response")
+    return host_response.frequency_response(matrices, w_sample)
 
 
 def step_response(system, num_steps: int, call: str, label: str) -> np.ndarray:
     """Outputs $y_0 \\dots y_{T-1}$ from $x_0 = 0$ under a unit step on each input,
-    shape `(T, p, m)`: `dynsys.step_response` for a linear system, else one
-    `dynsys.rollout` per input (any system with inputs)."""
+    shape `(T, p, m)`: `dynsys.step_response` for a linear system (computed on the
+    host, in float64), else one `dynsys.rollout` per input (any system with
+    inputs)."""
     import jax.numpy as jnp
 
     from .._rollout.rollout import rollout
-    from .._sysid.response import step_response as linear_step
+    from .._sysid import host_response
 
     linear = _linear(system)
     if linear is not None and linear.B is not None:
-        return np.asarray(linear_step(linear, num_steps))
+        matrices = host_response.matrices_of(linear, "step_response")
+        return host_response.step_response(matrices, num_steps)
     m = getattr(system, "input_size", 0)
     if not m:
         raise ValueError(
