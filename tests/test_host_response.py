@@ -133,3 +133,27 @@ def test_poles_of_a_model_without_inputs_and_band_errors(getkey):
         host.matrix_sensitivity(np.eye(4))
     with pytest.raises(TypeError, match=r"matrix_sensitivity\(system=...\): expec"):
         host.matrix_sensitivity(cov, zoo.Pendulum())
+
+
+@pytest.mark.parametrize("name", ["linear, C and D", "linear, no C or D",
+                                  "stable, with levels"])  # fmt: skip
+def test_static_gain_uncertainty_equals_the_propagated_jax_gain(getkey, name):
+    """`static_gain_uncertainty` (now on the host) against the gain by JAX's
+    frequency response at zero frequency, its std by `propagate_std` (a Jacobian
+    of that function)."""
+    from dynsys._sysid.propagate import propagate_std
+    from dynsys._sysid.response import _frequency_response
+
+    model = _models(getkey)[name]
+    cov = _covariance(model, getkey())
+    zero = np.zeros(1)
+
+    def gain(system):
+        return jnp.real(_frequency_response(system, zero)[0])
+
+    value, std = dynsys.static_gain_uncertainty(cov)
+    np.testing.assert_allclose(value, gain(model), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        std, propagate_std(gain, cov, model), rtol=1e-8, atol=1e-12
+    )
+    assert value.shape == std.shape == (model.output_size, model.input_size)

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .host_response import matrix_sensitivity
+from .host_response import matrix_sensitivity, static_gain_band
 from .propagate import _check_covariance, propagate_std
-from .response import _discrete, _frequency_response, step_response
+from .response import _discrete, step_response
 from .validation import compare
 
 
@@ -121,16 +121,10 @@ def static_gain_uncertainty(covariance, model=None) -> tuple[Array, Array]:
     `(gain, std)`, both `(p, m)`.
     """
     covariance = _check_covariance("static_gain_uncertainty", covariance)
-    flat, _ = covariance.split(model)  # checks the model against the covariance
-    model = _at(covariance, model)
-    zero = np.zeros((1,), flat.dtype)
-
-    def gain(system):
-        return jnp.real(_frequency_response(system, zero)[0])
-
-    std = propagate_std(gain, covariance, model)
-    value = np.real(np.asarray(_frequency_response(model, zero))[0])
-    return jnp.asarray(value), jnp.asarray(std)
+    # In closed form from the derivatives of K, B, C, D (the program
+    # `pole_uncertainty` and the figures' bands share), on the host.
+    gain, std = static_gain_band(matrix_sensitivity(covariance, model))
+    return jnp.asarray(gain), jnp.asarray(std)
 
 
 def step_response_band(covariance, num_steps: int, model=None) -> tuple[Array, Array]:

@@ -164,12 +164,32 @@ def frequency_band(
 ) -> tuple[np.ndarray, np.ndarray]:
     """`(response, magnitude_std)`, both `(F, p, m)`: the frequency response at
     `w_sample` rad/sample and the standard deviation of its magnitude, as
-    `frequency_response(model, w, covariance=...)` gives them.
-
-    With $R = (zI - K)^{-1}$: $dH = dC\\,RB + CR\\,dK\\,RB + CR\\,dB + dD$ and
-    $d|H| = \\mathrm{Re}(\\bar H\\,dH) / |H|$ (0 where $H = 0$, as in JAX).
+    `frequency_response(model, w, covariance=...)` gives them; $d|H| =
+    \\mathrm{Re}(\\bar H\\,dH) / |H|$ (0 where $H = 0$, as in JAX).
     """
     _with_inputs(sensitivity, "frequency_response")
+    H, dH = _response_and_derivative(sensitivity, w_sample)
+    magnitude = np.abs(H)
+    safe = np.where(magnitude == 0.0, 1.0, magnitude)
+    gradient = np.real(np.conj(H)[..., None] * dH) / safe[..., None]
+    return H, _std(gradient, sensitivity.covariance)
+
+
+def static_gain_band(sensitivity: Sensitivity) -> tuple[np.ndarray, np.ndarray]:
+    """`(gain, std)`, both `(p, m)`: the static gain $C (I - K)^{-1} B + D$ (the
+    response at $z = 1$) and its standard deviation, as
+    `static_gain_uncertainty` gives them."""
+    _with_inputs(sensitivity, "static_gain_uncertainty")
+    H, dH = _response_and_derivative(sensitivity, np.zeros(1))
+    return np.real(H[0]), _std(np.real(dH[0]), sensitivity.covariance)
+
+
+def _response_and_derivative(
+    sensitivity: Sensitivity, w_sample: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`(H (F, p, m), dH (F, p, m, P))`: the frequency response at `w_sample`
+    rad/sample and its derivative with respect to the trained parameters; with $R
+    = (zI - K)^{-1}$, $dH = dC\\,RB + CR\\,dK\\,RB + CR\\,dB + dD$."""
     dK, dB, dC, dD = sensitivity.derivatives
     H, X, Y = _resolvent_products(sensitivity.matrices, w_sample)
     dH = (
@@ -178,10 +198,7 @@ def frequency_band(
         + np.einsum("fia,ajq->fijq", Y, dB)
         + dD[None]
     )
-    magnitude = np.abs(H)
-    safe = np.where(magnitude == 0.0, 1.0, magnitude)
-    gradient = np.real(np.conj(H)[..., None] * dH) / safe[..., None]
-    return H, _std(gradient, sensitivity.covariance)
+    return H, dH
 
 
 def step_band(
