@@ -8,6 +8,7 @@ what it needs when it runs.
 """
 
 import argparse
+import gc
 import os
 import pathlib
 import sys
@@ -658,6 +659,15 @@ def _one_line(error: BaseException) -> str:
     return text or type(error).__name__
 
 
+# The cyclic garbage collector's thresholds in the command's own process. A fit run
+# keeps hundreds of thousands of objects alive (JAX's traces and caches, the data);
+# at Python's default (700, 10, 10) the collector ran some 830 times and walked them
+# for about 1.1 s of a 15 s heating-record fit; at these it runs about ten times
+# (0.4 s), and the cd_player_arm run's peak memory was no higher (534 against
+# 564 MB).
+COMMAND_GC_THRESHOLDS = (50_000, 20, 20)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The `dynsys` command. Bad input (a `ValueError` from the library, such as a
     `ConfigError`, or a file that cannot be read or written) is one line on stderr
@@ -673,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
         from ._jit import use_for_process
 
         use_for_process()
+        gc.set_threshold(*COMMAND_GC_THRESHOLDS)
     distributed = getattr(args, "distributed", False)
     if distributed:
         from ._experiments.supervise import supervise, SUPERVISED

@@ -189,3 +189,19 @@ def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="module 'dynsys' has no attribute 'fitt'"):
         dynsys.fitt  # noqa: B018
     assert not hasattr(dynsys, "jax")
+
+
+def test_the_command_collects_garbage_less_often_and_a_library_call_does_not():
+    # Process-wide settings are the command's (argv None), never a library call's.
+    missing = str(ROOT / "no-such-file.csv")
+    code = (
+        "import gc, sys\n"
+        "from dynsys import cli\n"
+        "default = gc.get_threshold()\n"
+        f"cli.main(['fit', {missing!r}])\n"
+        "print(gc.get_threshold() == default)\n"
+        f"sys.argv = ['dynsys', 'fit', {missing!r}]\n"
+        "cli.main()\n"
+        "print(gc.get_threshold() == cli.COMMAND_GC_THRESHOLDS)\n"
+    )
+    assert _printed_by(code) == ["True", "True"]
