@@ -3,7 +3,6 @@ the innovation covariance and Kalman gain (Riccati equation), and `B`, `D` that 
 well conditioned when the estimated `K` is unstable or marginal."""
 
 import functools
-from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -227,7 +226,7 @@ def noise_model(
     horizon: int,
     feedthrough: bool,
     constant: bool,
-    past: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
+    past: tuple[np.ndarray, np.ndarray],
 ) -> NoiseModel:
     """The noise model of the subspace estimate `K`, `C`, `B`, `D`, `c`: state
     estimates from the windows (`window_states`), then the Kalman gain and
@@ -236,12 +235,8 @@ def noise_model(
     (spectral radius at least 0.999) or `B`, `D` are not finite, `B`, `D`, `c` are
     re-estimated from the states and then through the stable predictor
     (`_predictor_inputs`). `past`: the windows' `past_projection` for these
-    signals and horizon, when the caller keeps it for several orders."""
-    if past is None:
-        projection = past_projection(s, horizon, constant)
-    else:
-        projection = past()
-    xs, valid = window_states(*projection, gamma)
+    signals and horizon (an order scan computes it once for all its orders)."""
+    xs, valid = window_states(*past, gamma)
     finite = all(
         a is None or bool(np.all(np.isfinite(np.asarray(a)))) for a in (B, D, c)
     )

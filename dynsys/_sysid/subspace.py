@@ -413,7 +413,7 @@ def realise(
     L = covariance = None
     if noise_model or _needs_noise_model(K, B, D):
         B, D, c, L, covariance = estimate_noise_model(
-            K, C, B, D, c, gamma, s, basis.horizon, feedthrough, constant, basis.past
+            K, C, B, D, c, gamma, s, basis.horizon, feedthrough, constant, basis.past()
         )
     output_level = None if c is None else y_bar + c
     linear = LinearSystem(
