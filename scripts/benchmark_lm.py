@@ -6,8 +6,10 @@ shapes), and a long single record.
 "Before" is another checkout of dynsys (e.g. `git archive main | tar -x -C DIR`),
 run in a subprocess with `PYTHONPATH=DIR`; "after" is this tree.
 
-    python scripts/benchmark_lm.py --before DIR [--records heating:3,dryer:4]
+    python scripts/benchmark_lm.py --before DIR [--records heating:3,dryer:4:D]
         [--long-samples 65000]
+
+A record is `name:order`, or `name:order:D` for a model with feedthrough.
 """
 
 import argparse
@@ -58,9 +60,9 @@ def _measure_records(records):
 
     rows = []
     for record in records:
-        name, order = record.split(":")
+        name, order, *feedthrough = record.split(":")
         data = _estimation_data(name)
-        start = dynsys.fit_subspace(data, int(order))
+        start = dynsys.fit_subspace(data, int(order), feedthrough=feedthrough == ["D"])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result, first, loss = _timed_fit(start, data)
@@ -69,6 +71,7 @@ def _measure_records(records):
             {
                 "record": name,
                 "order": int(order),
+                "feedthrough": feedthrough == ["D"],
                 "steps": result.steps_run,
                 "converged": result.converged,
                 "loss": loss,
