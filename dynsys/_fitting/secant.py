@@ -33,7 +33,7 @@ def update_secant(
     `(P, P)` the symmetric estimate closest to `secant` (in the norm weighted by
     the secant pair) with `S_+ s = y - J_+^T J_+ s`, after shrinking `secant` by
     `min(1, |s^T y#| / |s^T S s|)` (Dennis, Gay and Welsch's sizing, which keeps
-    an estimate from earlier, far-away points from dominating). Unchanged when
+    an estimate from earlier, far-away points from dominating). Only sized when
     `y^T s` is not positive (no curvature information along `s`).
     """
     target = gradient_change - curvature_step  # y#
@@ -48,11 +48,8 @@ def update_secant(
     secant = sizing * secant
     moved = sizing * moved
     curvature = gradient_change @ step
-    tiny = (
-        jnp.finfo(step.dtype).eps
-        * jnp.linalg.norm(gradient_change)
-        * (jnp.linalg.norm(step))
-    )
+    norms = jnp.linalg.norm(gradient_change) * jnp.linalg.norm(step)
+    tiny = jnp.finfo(step.dtype).eps * norms
     usable = curvature > tiny
     denominator = jnp.where(usable, curvature, 1.0)
     error = target - moved
