@@ -393,76 +393,39 @@ class LevenbergMarquardtStrategy(eqx.Module):
         ratio = jnp.where(usable, actual / jnp.where(usable, predicted, -1.0), -1.0)
         accept = state.first | (ratio > 1e-3)
 
+        # Which model the next step is taken on, from this step's change of the
+        # loss (kept at the warm-up step, which takes no step).
+        use_newton = state.use_newton
+        if self._uses_secant:
+            better = self._better_model(state, delta, actual)
+            use_newton = jnp.where(state.first, state.use_newton, better)
+
         def accepted(_):
-            basis = self._basis(objective, unravel(trial), static)
-            if not self._uses_secant:
-                if self.blocks > 1:
-                    factorisation, scale = self._factorise_blocks(
-                        objective, unravel, static, trial, basis, state, batch
-                    )
-                else:
-                    factorisation, scale = self._factorise(
-                        residuals, trial, trial_residual, basis, state
-                    )
-                return (
-                    factorisation,
-                    factorisation,
-                    state.linearisation,
-                    state.secant,
-                    state.use_newton,
-                    scale,
-                )
-            if self.blocks > 1:
-                linearisation = self._linearise_blocks(
-                    objective, unravel, static, trial, basis, batch
-                )
-            else:
-                linearisation = self._linearise(residuals, trial, trial_residual, basis)
-            factorisation, scale = factorise_normal(
-                linearisation.normal, linearisation.gradient, basis, state.scale
+            return self._at_accepted_point(
+                objective,
+                unravel,
+                static,
+                state,
+                batch,
+                residuals,
+                trial,
+                trial_residual,
+                delta,
             )
-            secant, use_newton = self._update_secant(
-                state, linearisation, delta, trial_loss - loss
-            )
-            reduced_secant = linearisation.reduced(linearisation.reduced(secant).T)
-            newton = factorise_model(
-                linearisation.normal + reduced_secant,
-                linearisation.gradient,
-                basis,
-                scale,
-            )
-            return factorisation, newton, linearisation, secant, use_newton, scale
 
         def rejected(_):
-            use_newton = (
-                self._better_model(state, delta, trial_loss - loss)
-                if self._uses_secant
-                else state.use_newton
-            )
             return (
                 state.factorisation,
                 state.newton,
                 state.linearisation,
                 state.secant,
-                use_newton,
                 state.scale,
             )
 
-        factorisation, newton, linearisation, secant, use_newton, scale = jax.lax.cond(
+        factorisation, newton, linearisation, secant, scale = jax.lax.cond(
             accept, accepted, rejected, None
         )
-        damping = jnp.where(
-            state.first,
-            state.damping,
-            jnp.where(
-                accept,
-                state.damping * jnp.maximum(1 / 3, 1 - (2 * ratio - 1) ** 3),
-                state.damping * state.growth,
-            ),
-        )
-        growth = jnp.where(
-            state.first, state.growth, jnp.where(accept, 2.0, 2 * state.growth)
-        ).astype(state.growth.dtype)
+        damping, growth = self._next_damping(state, accept, ratio)
         small = self._small_step(flat, trial, state.residual, trial_residual)
         new_state = _State(
             jnp.array(False),
@@ -473,7 +436,7 @@ class LevenbergMarquardtStrategy(eqx.Module):
             secant,
             use_newton,
             scale,
-            damping.astype(state.damping.dtype),
+            damping,
             growth,
             state.terminate,
         )
@@ -485,9 +448,58 @@ class LevenbergMarquardtStrategy(eqx.Module):
         new_params = unravel(jnp.where(accept, trial, flat))
         return loss, finite, new_params, new_state, converged
 
-    def _factorise(self, residuals, point, residual, basis, state):
-        """The Jacobian at `point` along `basis` (columns; all parameters when
-        `None`), one forward-mode derivative per column, and its factorisation."""
+    def _at_accepted_point(
+        self, objective, unravel, static, state, batch, residuals, point, residual, step
+    ):
+        """The models at the accepted `point` (where `residuals` is `residual`,
+        reached by `step`): Gauss–Newton's factorisation, the augmented one, the
+        linearisation and the secant estimate they come from, and the damping
+        scales."""
+        basis = self._basis(objective, unravel(point), static)
+        if not self._uses_secant:
+            if self.blocks > 1:
+                factorisation, scale = self._factorise_blocks(
+                    objective, unravel, static, point, basis, state, batch
+                )
+            else:
+                factorisation, scale = self._factorise(
+                    residuals, point, residual, basis, state
+                )
+            return (
+                factorisation,
+                factorisation,
+                state.linearisation,
+                state.secant,
+                scale,
+            )
+        if self.blocks > 1:
+            linearisation = self._linearise_blocks(
+                objective, unravel, static, point, basis, batch
+            )
+        else:
+            linearisation = self._linearise(residuals, point, residual, basis)
+        normal, gradient = linearisation.normal, linearisation.gradient
+        factorisation, scale = factorise_normal(normal, gradient, basis, state.scale)
+        secant = self._update_secant(state, linearisation, step)
+        reduced_secant = linearisation.reduced(linearisation.reduced(secant).T)
+        newton = factorise_model(normal + reduced_secant, gradient, basis, scale)
+        return factorisation, newton, linearisation, secant, scale
+
+    def _next_damping(self, state: _State, accept, ratio):
+        """Nielsen's update of the damping and of its growth factor (both kept at
+        the warm-up step)."""
+        shrink = jnp.maximum(1 / 3, 1 - (2 * ratio - 1) ** 3)
+        damping = jnp.where(
+            accept, state.damping * shrink, state.damping * state.growth
+        )
+        growth = jnp.where(accept, 2.0, 2 * state.growth)
+        damping = jnp.where(state.first, state.damping, damping)
+        growth = jnp.where(state.first, state.growth, growth)
+        return damping.astype(state.damping.dtype), growth.astype(state.growth.dtype)
+
+    def _jacobian(self, residuals, point, basis):
+        """The residuals' Jacobian at `point` along `basis` (columns; all parameters
+        when `None`), one forward-mode derivative per column: `(R, Q)`."""
         directions = (
             jnp.eye(point.size, dtype=point.dtype) if basis is None else basis.T
         )
@@ -495,33 +507,25 @@ class LevenbergMarquardtStrategy(eqx.Module):
         def derivative(direction):
             return jax.jvp(residuals, (point,), (direction,))[1]
 
-        jac = jax.vmap(derivative, out_axes=1)(directions)
+        return jax.vmap(derivative, out_axes=1)(directions)
+
+    def _factorise(self, residuals, point, residual, basis, state):
+        """The Jacobian at `point` along `basis` and its factorisation."""
+        jac = self._jacobian(residuals, point, basis)
         return factorise(jac, residual, basis, state.scale, self.normal_equations)
 
     def _linearise(self, residuals, point, residual, basis) -> _Linearisation:
-        """`J^T J` and `J^T r` at `point` along `basis` (one forward-mode derivative
-        per column)."""
-        directions = (
-            jnp.eye(point.size, dtype=point.dtype) if basis is None else basis.T
-        )
-
-        def derivative(direction):
-            return jax.jvp(residuals, (point,), (direction,))[1]
-
-        jac = jax.vmap(derivative, out_axes=1)(directions)
+        """`J^T J` and `J^T r` at `point` along `basis`."""
+        jac = self._jacobian(residuals, point, basis)
         return _Linearisation(jac.T @ jac, jac.T @ residual, basis)
 
-    def _update_secant(self, state: _State, new: _Linearisation, step, actual):
-        """The estimate of `S` after the accepted `step`, and whether the augmented
-        model predicted the step's change `actual` of the sum of squares better than
-        Gauss–Newton's (both models at the point the step left)."""
+    def _update_secant(self, state: _State, new: _Linearisation, step):
+        """The estimate of `S` after the accepted `step` (kept at the warm-up step)."""
         old = state.linearisation
         gradient_change = new.full(new.gradient) - old.full(old.gradient)
         curvature_step = new.full(new.normal @ new.reduced(step))
         secant = update_secant(state.secant, step, gradient_change, curvature_step)
-        use_newton = self._better_model(state, step, actual)
-        secant = jnp.where(state.first, state.secant, secant)
-        return secant, jnp.where(state.first, state.use_newton, use_newton)
+        return jnp.where(state.first, state.secant, secant)
 
     def _better_model(self, state: _State, step, actual):
         """Whether the augmented model at the accepted point predicts the change
