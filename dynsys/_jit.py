@@ -1,21 +1,31 @@
 """`top_level_jit`: `equinox.filter_jit` with the XLA options that make dynsys's
-largest programs compile faster.
+programs compile faster.
 
-On the CPU, XLA generates the code of each fused loop with its newer MLIR "fusion
-emitters" by default. The fit's programs (a rollout and its forward-mode Jacobian
-inside a scan of optimiser steps, the held-out predictions, the covariance's
-Jacobian) compile in about 0.6x the time with the older emitters and run as fast
-(measured in `docs/performance.md`, "Compile less").
+Two kinds of option, both for the CPU backend:
 
-The options are XLA debug options for the CPU backend (not checked on a GPU), part of
-the persistent cache's key, and only these programs get them (not a user's). A user who
-names an option in `XLA_FLAGS` keeps their own setting. They are used only with the
-jaxlib versions they were measured on (`_MEASURED_JAXLIB`): XLA is retiring the older
-emitters, and an option name it does not know fails the compilation (in
-`XLA_FLAGS`, it aborts the process). The `dynsys` command owns its
-process: `use_for_process` gives every program of it the options (through
-`XLA_FLAGS`, before JAX starts), as a cold `dynsys fit` also compiles many smaller
-programs.
+- **The older fusion emitters** (`_OPTIONS`). On the CPU, XLA generates the code of
+    each fused loop with its newer MLIR "fusion emitters" by default. The fit's
+    programs (a rollout and its forward-mode Jacobian inside a scan of optimiser
+    steps, the held-out predictions, the covariance's Jacobian) compile in about 0.6x
+    the time with the older emitters and run as fast (measured in
+    `docs/performance.md`, "Compile less").
+- **LLVM's optimisation level by how often a program runs** (`_RUN_ONCE`,
+    `_REPEATED`). Most of a fit's programs run once or once per chunk (the
+    predictions, the covariance's Jacobian, the subspace and validation views), and
+    LLVM's optimisation (XLA's default, level 3) was most of their compilation; they
+    are compiled at level 0. The optimiser's chunk runs its step hundreds of times,
+    and at level 0 it ran up to 2x slower: it keeps level 3 (`repeated=True`).
+
+The options are XLA debug options, part of the persistent cache's key, and only these
+programs get them (not a user's). A user who names an option in `XLA_FLAGS` keeps their
+own setting. They are used only with the jaxlib versions they were measured on
+(`_MEASURED_JAXLIB`): XLA is retiring the older emitters, and an option name it does
+not know fails the compilation (in `XLA_FLAGS`, it aborts the process). The levels are
+given only where no accelerator plugin is installed (or `JAX_PLATFORMS` is `cpu`):
+they would reach a GPU's code generation too, where they were not measured. The
+`dynsys` command owns its process: `use_for_process` gives every program of it the
+options and level 0 (through `XLA_FLAGS`, before JAX starts), as a cold `dynsys fit`
+also compiles many smaller programs; the chunk's `repeated=True` overrides it.
 
 JAX accepts compiler options only on a program that is not traced inside another
 (`jax.jit` raises otherwise), so only functions that dynsys calls from its host
@@ -30,7 +40,16 @@ import pathlib
 
 
 _OPTIONS = {"xla_cpu_use_fusion_emitters": False}
-# jaxlib `(major, minor)` versions whose XLA has `_OPTIONS` and was measured with them.
+_LEVEL = "xla_backend_optimization_level"
+_RUN_ONCE = {_LEVEL: 0}
+_REPEATED = {_LEVEL: 3}  # XLA's default, stated over the command's process-wide 0
+# XLA's own settings of these options (for comparisons: `scripts/benchmark_startup.py`).
+XLA_DEFAULTS = {"xla_cpu_use_fusion_emitters": True, _LEVEL: 3}
+# The entries `use_for_process` added to `XLA_FLAGS` (inherited by child processes),
+# so that they are not taken for the user's own settings.
+_ADDED = "DYNSYS_XLA_FLAGS_ADDED"
+# jaxlib `(major, minor)` versions whose XLA has these options and was measured with
+# them.
 _MEASURED_JAXLIB = ((0, 10),)
 
 
@@ -52,38 +71,75 @@ def _jaxlib_version() -> tuple[int, ...] | None:
     return (int(found[1]), int(found[2])) if found else None
 
 
-def compiler_options(xla_flags: str | None = None) -> dict:
-    """The XLA options of `top_level_jit`'s programs: `_OPTIONS` less any the user
-    set in `xla_flags` (default: the `XLA_FLAGS` environment variable); none with a
+@functools.cache
+def _cpu_only() -> bool:
+    """Whether JAX can only use the CPU here: `JAX_PLATFORMS` is `cpu`, or no
+    accelerator plugin (a `jax_plugins` package, as CUDA and ROCm installs bring)
+    is installed. Looked up without importing JAX."""
+    import importlib.util
+
+    platforms = os.environ.get("JAX_PLATFORMS", "").strip().lower()
+    if platforms:
+        return platforms == "cpu"
+    try:
+        return importlib.util.find_spec("jax_plugins") is None
+    except (ImportError, ValueError):
+        return False
+
+
+def users_flags(environ=os.environ) -> str:
+    """`environ["XLA_FLAGS"]` less the entries `use_for_process` added to it."""
+    added = set(environ.get(_ADDED, "").split())
+    return " ".join(f for f in environ.get("XLA_FLAGS", "").split() if f not in added)
+
+
+def compiler_options(xla_flags: str | None = None, repeated: bool = False) -> dict:
+    """The XLA options of `top_level_jit`'s programs: `_OPTIONS`, and LLVM's
+    optimisation level (`_REPEATED` for a program that runs many times, such as the
+    optimiser's chunk, else `_RUN_ONCE`) where JAX can only use the CPU; less any
+    option the user set in `xla_flags` (default: `users_flags()`); none with a
     jaxlib they were not measured on."""
     if _jaxlib_version() not in _MEASURED_JAXLIB:
         return {}
     if xla_flags is None:
-        xla_flags = os.environ.get("XLA_FLAGS", "")
-    return {name: value for name, value in _OPTIONS.items() if name not in xla_flags}
+        xla_flags = users_flags()
+    options = dict(_OPTIONS)
+    if _cpu_only():
+        options.update(_REPEATED if repeated else _RUN_ONCE)
+    return {name: value for name, value in options.items() if name not in xla_flags}
 
 
 def as_flags(options: dict) -> list[str]:
-    """`options` as `XLA_FLAGS` entries: `{"xla_x": False}` -> `["--xla_x=false"]`."""
+    """`options` as `XLA_FLAGS` entries: `{"xla_x": False}` -> `["--xla_x=false"]`,
+    `{"xla_y": 0}` -> `["--xla_y=0"]`."""
     return [f"--{name}={str(value).lower()}" for name, value in options.items()]
 
 
-def top_level_jit(fun=None, **kwargs):
-    """`equinox.filter_jit(fun, compiler_options=compiler_options(), **kwargs)`;
-    as a decorator, with or without arguments. Never call the result inside
-    another trace (see the module's docstring)."""
+def top_level_jit(fun=None, *, repeated: bool = False, **kwargs):
+    """`equinox.filter_jit(fun, compiler_options=compiler_options(repeated=...),
+    **kwargs)`; as a decorator, with or without arguments. `repeated`: the program
+    runs many times per call of dynsys (the optimiser's chunk), so it is compiled
+    for speed. Never call the result inside another trace (see the module's
+    docstring)."""
     import equinox as eqx  # here: the `dynsys` command imports this module before JAX
 
     if fun is None:
-        return functools.partial(top_level_jit, **kwargs)
-    return eqx.filter_jit(fun, compiler_options=compiler_options(), **kwargs)
+        return functools.partial(top_level_jit, repeated=repeated, **kwargs)
+    options = compiler_options(repeated=repeated)
+    return eqx.filter_jit(fun, compiler_options=options, **kwargs)
 
 
 def use_for_process(environ=os.environ) -> None:
-    """Give every program of this process `compiler_options()`, by adding them to
-    `environ["XLA_FLAGS"]`; call before JAX starts (XLA reads the variable once).
-    For a process dynsys owns (the `dynsys` command), not for a library call."""
-    flags = environ.get("XLA_FLAGS", "")
-    extra = as_flags(compiler_options(flags))
+    """Give every program of this process `compiler_options()` (the options of a
+    program that runs once), by adding them to `environ["XLA_FLAGS"]`; call before
+    JAX starts (XLA reads the variable once). For a process dynsys owns (the
+    `dynsys` command), not for a library call. The added entries are listed in
+    `environ["DYNSYS_XLA_FLAGS_ADDED"]`, so that this process's `top_level_jit`
+    programs (and child processes) still tell the user's settings from them."""
+    flags = environ.get("XLA_FLAGS", "").split()
+    extra = [
+        f for f in as_flags(compiler_options(users_flags(environ))) if f not in flags
+    ]
     if extra:
-        environ["XLA_FLAGS"] = " ".join([flags, *extra]).strip()
+        environ["XLA_FLAGS"] = " ".join([*flags, *extra])
+        environ[_ADDED] = " ".join([*environ.get(_ADDED, "").split(), *extra])

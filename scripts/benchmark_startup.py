@@ -74,16 +74,16 @@ def startup_rows(repeats: int) -> list[tuple[str, float]]:
 
 
 def cache_rows(repeats: int, quick: bool) -> list[tuple[str, str, str, str]]:
-    """`(workload, cold, warm, cold with XLA's default emitters)`: `dynsys fit
+    """`(workload, cold, warm, cold with XLA's default options)`: `dynsys fit
     --no-progress` with an empty cache folder, again with the folder the first run
-    filled, and with an empty folder and `XLA_FLAGS` naming the option dynsys sets
-    (`dynsys/_jit.py`), so that XLA's default is used (medians of `repeats` triples,
-    each with new folders)."""
-    from dynsys._jit import as_flags, compiler_options
+    filled, and with an empty folder and `XLA_FLAGS` naming the options dynsys sets
+    (`dynsys/_jit.py`) at XLA's own values, so that XLA's defaults are used
+    (medians of `repeats` triples, each with new folders)."""
+    from dynsys._jit import as_flags, compiler_options, XLA_DEFAULTS
 
     dynsys = _dynsys_command()
     options = compiler_options("")
-    defaults = as_flags({name: not value for name, value in options.items()})
+    defaults = as_flags({name: XLA_DEFAULTS[name] for name in options})
     default_flags = " ".join([os.environ.get("XLA_FLAGS", ""), *defaults]).strip()
     rows = []
     for name, arguments in FITS.items():
@@ -143,10 +143,11 @@ def run(quick: bool = False) -> tuple[list[str], list[tuple[str, str, bool]]]:
         "",
         "`dynsys fit --no-progress` with an empty compilation cache (cold), "
         "again with the cache the first run filled (warm), and cold with XLA's "
-        "default CPU code generators (the option dynsys sets named in `XLA_FLAGS`); "
+        "default CPU code generation (the fusion emitters and LLVM optimisation "
+        "level dynsys sets, named in `XLA_FLAGS` at XLA's values); "
         f"median of {1 if quick else 3} triples:",
         "",
-        "| data | cold | warm | cold, XLA's default emitters |",
+        "| data | cold | warm | cold, XLA's defaults |",
         "|---|---|---|---|",
         *(f"| {n} | {cold} | {warm} | {default} |" for n, cold, warm, default in fits),
         "",

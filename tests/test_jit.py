@@ -12,16 +12,19 @@ from dynsys import _jit
 
 
 _OPTION = "xla_cpu_use_fusion_emitters"
+_LEVEL = "xla_backend_optimization_level"
 
 
 @pytest.fixture
 def measured_jaxlib(monkeypatch):
     monkeypatch.setattr(_jit, "_jaxlib_version", lambda: _jit._MEASURED_JAXLIB[0])
+    monkeypatch.setattr(_jit, "_cpu_only", lambda: True)
 
 
 def test_the_options_are_given_only_with_a_measured_jaxlib(monkeypatch):
     monkeypatch.setattr(_jit, "_jaxlib_version", lambda: _jit._MEASURED_JAXLIB[0])
-    assert _jit.compiler_options("") == {_OPTION: False}
+    monkeypatch.setattr(_jit, "_cpu_only", lambda: True)
+    assert _jit.compiler_options("") == {_OPTION: False, _LEVEL: 0}
     for other in ((0, 5), (99, 0), None):
         monkeypatch.setattr(_jit, "_jaxlib_version", lambda other=other: other)
         assert _jit.compiler_options("") == {}
@@ -35,24 +38,87 @@ def test_the_installed_jaxlib_version_is_read():
     assert _jit._jaxlib_version() == (major, minor)
 
 
+def test_a_program_that_runs_many_times_keeps_llvms_default_level(measured_jaxlib):
+    assert _jit.compiler_options("", repeated=True) == {_OPTION: False, _LEVEL: 3}
+
+
+def test_the_levels_are_given_only_where_jax_can_only_use_the_cpu(monkeypatch):
+    monkeypatch.setattr(_jit, "_jaxlib_version", lambda: _jit._MEASURED_JAXLIB[0])
+    monkeypatch.setattr(_jit, "_cpu_only", lambda: False)
+    assert _jit.compiler_options("") == {_OPTION: False}
+    assert _jit.compiler_options("", repeated=True) == {_OPTION: False}
+
+
+@pytest.mark.parametrize(
+    "platforms, plugins, expected",
+    [("cpu", True, True), ("cuda", False, False), ("", False, True), ("", True, False)],
+)
+def test_cpu_only_reads_jax_platforms_then_the_plugins(
+    monkeypatch, platforms, plugins, expected
+):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name == "jax_plugins":
+            return object() if plugins else None
+        return real_find_spec(name, *args)
+
+    monkeypatch.setenv("JAX_PLATFORMS", platforms)
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    _jit._cpu_only.cache_clear()
+    try:
+        assert _jit._cpu_only() is expected
+    finally:
+        _jit._cpu_only.cache_clear()
+
+
 def test_a_users_own_xla_flags_setting_wins(measured_jaxlib):
-    assert _jit.compiler_options(f"--{_OPTION}=true") == {}
-    environ = {"XLA_FLAGS": f"--{_OPTION}=true"}
+    assert _jit.compiler_options(f"--{_OPTION}=true") == {_LEVEL: 0}
+    assert _jit.compiler_options(f"--{_LEVEL}=2", repeated=True) == {_OPTION: False}
+    environ = {"XLA_FLAGS": f"--{_OPTION}=true --{_LEVEL}=1"}
     _jit.use_for_process(environ)
-    assert environ == {"XLA_FLAGS": f"--{_OPTION}=true"}
+    assert environ == {"XLA_FLAGS": f"--{_OPTION}=true --{_LEVEL}=1"}
+
+
+def test_the_commands_own_flags_are_not_taken_for_the_users(measured_jaxlib):
+    environ = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    _jit.use_for_process(environ)
+    assert f"--{_LEVEL}=0" in environ["XLA_FLAGS"].split()
+    assert _jit.users_flags(environ) == "--xla_force_host_platform_device_count=2"
+    # the chunk of this process (and of a child process) is still compiled at 3
+    flags = _jit.users_flags(environ)
+    assert _jit.compiler_options(flags, repeated=True) == {_OPTION: False, _LEVEL: 3}
 
 
 def test_the_command_process_gets_the_options_once(measured_jaxlib):
-    environ = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
+    environ = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     _jit.use_for_process(environ)
     _jit.use_for_process(environ)
     assert environ["XLA_FLAGS"].split() == [
-        "--xla_backend_optimization_level=0",
+        "--xla_force_host_platform_device_count=2",
         f"--{_OPTION}=false",
+        f"--{_LEVEL}=0",
     ]
     empty = {}
     _jit.use_for_process(empty)
-    assert empty == {"XLA_FLAGS": f"--{_OPTION}=false"}
+    assert empty["XLA_FLAGS"] == f"--{_OPTION}=false --{_LEVEL}=0"
+
+
+def test_top_level_jit_passes_the_level_of_its_kind_of_program(
+    measured_jaxlib, monkeypatch
+):
+    import equinox as eqx
+
+    monkeypatch.setenv("XLA_FLAGS", "")
+    given = []
+    monkeypatch.setattr(
+        eqx, "filter_jit", lambda fun, **kwargs: given.append(kwargs) or fun
+    )
+    _jit.top_level_jit(lambda x: x)
+    _jit.top_level_jit(repeated=True)(lambda x: x)
+    assert [kwargs["compiler_options"][_LEVEL] for kwargs in given] == [0, 3]
 
 
 def _rollout_jacobian(K, x0, u):
@@ -70,8 +136,9 @@ def _rollout_jacobian(K, x0, u):
     return outputs(K), jnp.linalg.svd(jacobian, compute_uv=False)
 
 
-def test_a_program_compiled_with_the_options_computes_the_same():
-    options = _jit.compiler_options("")
+@pytest.mark.parametrize("repeated", [False, True])
+def test_a_program_compiled_with_the_options_computes_the_same(repeated):
+    options = _jit.compiler_options("", repeated=repeated)
     if not options:
         pytest.skip("the installed jaxlib is not one the options were measured on")
     rng = np.random.default_rng(0)

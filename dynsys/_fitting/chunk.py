@@ -43,7 +43,7 @@ def _evaluate(evaluator, params, static):
     return evaluator(eqx.combine(params, static))
 
 
-@top_level_jit
+@top_level_jit(repeated=True)
 def run_chunk(
     strategy,
     objective,
