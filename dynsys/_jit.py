@@ -20,12 +20,13 @@ The options are XLA debug options, part of the persistent cache's key, and only 
 programs get them (not a user's). A user who names an option in `XLA_FLAGS` keeps their
 own setting. They are used only with the jaxlib versions they were measured on
 (`_MEASURED_JAXLIB`): XLA is retiring the older emitters, and an option name it does
-not know fails the compilation (in `XLA_FLAGS`, it aborts the process). The levels are
-given only where no accelerator plugin is installed (or `JAX_PLATFORMS` is `cpu`):
-they would reach a GPU's code generation too, where they were not measured. The
-`dynsys` command owns its process: `use_for_process` gives every program of it the
-options and level 0 (through `XLA_FLAGS`, before JAX starts), as a cold `dynsys fit`
-also compiles many smaller programs; the chunk's `repeated=True` overrides it.
+not know fails the compilation (in `XLA_FLAGS`, it aborts the process). The levels
+are given only where no accelerator plugin or `libtpu` is installed (or
+`JAX_PLATFORMS` is `cpu`): they would reach an accelerator's code generation too,
+where they were not measured. The `dynsys` command owns its process:
+`use_for_process` gives every program of it the options and level 0 (through
+`XLA_FLAGS`, before JAX starts), as a cold `dynsys fit` also compiles many smaller
+programs; the chunk's `repeated=True` overrides it.
 
 JAX accepts compiler options only on a program that is not traced inside another
 (`jax.jit` raises otherwise), so only functions that dynsys calls from its host
@@ -74,15 +75,17 @@ def _jaxlib_version() -> tuple[int, ...] | None:
 @functools.cache
 def _cpu_only() -> bool:
     """Whether JAX can only use the CPU here: `JAX_PLATFORMS` is `cpu`, or no
-    accelerator plugin (a `jax_plugins` package, as CUDA and ROCm installs bring)
-    is installed. Looked up without importing JAX."""
+    accelerator runtime is installed (a `jax_plugins` package, as CUDA and ROCm
+    installs bring, or TPUs' `libtpu`). Looked up without importing JAX."""
     import importlib.util
 
     platforms = os.environ.get("JAX_PLATFORMS", "").strip().lower()
     if platforms:
         return platforms == "cpu"
     try:
-        return importlib.util.find_spec("jax_plugins") is None
+        return all(
+            importlib.util.find_spec(name) is None for name in ("jax_plugins", "libtpu")
+        )
     except (ImportError, ValueError):
         return False
 

@@ -50,19 +50,25 @@ def test_the_levels_are_given_only_where_jax_can_only_use_the_cpu(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "platforms, plugins, expected",
-    [("cpu", True, True), ("cuda", False, False), ("", False, True), ("", True, False)],
+    "platforms, installed, expected",
+    [
+        ("cpu", ("jax_plugins",), True),
+        ("cuda", (), False),
+        ("", (), True),
+        ("", ("jax_plugins",), False),
+        ("", ("libtpu",), False),
+    ],
 )
 def test_cpu_only_reads_jax_platforms_then_the_plugins(
-    monkeypatch, platforms, plugins, expected
+    monkeypatch, platforms, installed, expected
 ):
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
 
     def find_spec(name, *args):
-        if name == "jax_plugins":
-            return object() if plugins else None
+        if name in ("jax_plugins", "libtpu"):
+            return object() if name in installed else None
         return real_find_spec(name, *args)
 
     monkeypatch.setenv("JAX_PLATFORMS", platforms)
