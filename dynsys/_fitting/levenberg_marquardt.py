@@ -252,6 +252,12 @@ def _select(condition, if_true: PyTree, if_false: PyTree) -> PyTree:
     return jax.tree.map(lambda a, b: jnp.where(condition, a, b), if_true, if_false)
 
 
+def _directions(point, basis):
+    """The directions of the Jacobian's columns as rows `(Q, P)`: `basis`'s columns,
+    or every parameter when `basis` is `None`."""
+    return jnp.eye(point.size, dtype=point.dtype) if basis is None else basis.T
+
+
 class LevenbergMarquardtStrategy(eqx.Module):
     """Levenberg–Marquardt on the objective's residual vector.
 
@@ -500,9 +506,7 @@ class LevenbergMarquardtStrategy(eqx.Module):
     def _jacobian(self, residuals, point, basis):
         """The residuals' Jacobian at `point` along `basis` (columns; all parameters
         when `None`), one forward-mode derivative per column: `(R, Q)`."""
-        directions = (
-            jnp.eye(point.size, dtype=point.dtype) if basis is None else basis.T
-        )
+        directions = _directions(point, basis)
 
         def derivative(direction):
             return jax.jvp(residuals, (point,), (direction,))[1]
@@ -543,9 +547,7 @@ class LevenbergMarquardtStrategy(eqx.Module):
         experiments (each group's Jacobian built and dropped in turn): the residuals
         of one experiment depend on its data only, up to the normalisation by the
         batch's size (`objective.group_share`)."""
-        directions = (
-            jnp.eye(point.size, dtype=point.dtype) if basis is None else basis.T
-        )
+        directions = _directions(point, basis)
 
         def group(totals, group_batch):
             def residuals(p):
