@@ -14,6 +14,7 @@ multiple of the trajectory's bytes. It prints a table and writes the section of
     python scripts/benchmark.py --no-fit       # rollout workloads only
     python scripts/benchmark.py --fit-only --no-write   # the fitting section only
     python scripts/benchmark.py --no-startup   # without start-up and cold/warm fits
+    python scripts/benchmark.py --peers-python /tmp/peers/bin/python   # and SIPPY
     python scripts/benchmark.py --csv-only [--csv-rows 10000000]   # CSV reading
 
 With inputs (U1, U2 and W1u, W3u: `m` open-loop inputs, the gradient also with
@@ -648,6 +649,11 @@ def main(argv=None):
         help="skip the start-up and compilation-cache section",
     )
     parser.add_argument(
+        "--peers-python",
+        help="a Python with sippy_unipi: the start-up section also times SIPPY's "
+        "N4SID on the heating record",
+    )
+    parser.add_argument(
         "--csv-only",
         action="store_true",
         help="only CSV reading: dynsys's fast and built-in paths against pandas",
@@ -702,7 +708,9 @@ def main(argv=None):
         fit_lines, fit_targets = benchmark_fit.run(args.quick)
         target_rows += fit_targets
     if not args.no_startup:
-        startup_lines, startup_targets = benchmark_startup.run(args.quick)
+        startup_lines, startup_targets = benchmark_startup.run(
+            args.quick, args.peers_python
+        )
         fit_lines += startup_lines
         target_rows += startup_targets
 

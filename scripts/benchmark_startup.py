@@ -4,6 +4,12 @@ warm compilation cache for `dynsys fit`. Every figure is a whole command's wall 
 
     python scripts/benchmark_startup.py            # print the section
     python scripts/benchmark_startup.py --quick    # fewer runs, the demo only
+    python scripts/benchmark_startup.py --peers-python /tmp/peers/bin/python
+
+With `--peers-python` (a Python with `sippy_unipi` installed, as
+`scripts/compare_peers.py` says), the same run also times SIPPY's N4SID on the
+heating record as a whole command, for the issue's "report SIPPY on the same record
+in the same run".
 
 `scripts/benchmark.py` runs it too (its "Start-up and compilation cache" section).
 """
@@ -21,11 +27,14 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+HEATING = "heating.csv, 801 samples, SISO"
+# SIPPY's N4SID as `scripts/compare_peers.py --methods` names it.
+PEERS = {"sippy": "its order rule", "sippy-aic": "its AIC order scan, 1..10"}
 # `dynsys fit` workloads: the demo (`python3 dev.py demo`), and a real record as a
 # user has it (read only where the single-experiment reader is available).
 FITS = {
     "demo (`dynsys fit --measure 0,1`)": ["--measure", "0,1"],
-    "heating.csv, 801 samples, SISO": [
+    HEATING: [
         str(ROOT / "data" / "real" / "heating.csv"),
         "--inputs",
         "drive_V",
@@ -125,12 +134,81 @@ def cache_rows(repeats: int, quick: bool) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def run(quick: bool = False) -> tuple[list[str], list[tuple[str, str, bool]]]:
-    """The section's markdown lines, and its `(target, measured, met)` rows."""
+def peer_rows(repeats: int, peers_python: str) -> list[tuple[str, str, str, str]]:
+    """`(method, order, held-out fit %, wall)`: SIPPY's N4SID on the heating record
+    (split and scored as `dynsys fit` does), each a whole command
+    (`scripts/compare_peers.py` in `peers_python`: interpreter, imports, reading,
+    identification, scoring), median of `repeats` runs, interleaved."""
+    script = str(ROOT / "scripts" / "compare_peers.py")
+    commands = {
+        method: [peers_python, script, "--files", "heating", "--methods", method]
+        for method in PEERS
+    }
+    times: dict[str, list[float]] = {method: [] for method in commands}
+    rows: dict[str, list[str]] = {}
+    for _ in range(repeats):
+        for method, command in commands.items():
+            seconds, result = _wall(command)
+            lines = [
+                line for line in result.stdout.splitlines() if "| heating |" in line
+            ]
+            if result.returncode != 0 or not lines or "skipped" in lines[-1]:
+                reason = (lines[-1] if lines else result.stderr.strip()[-120:]) or "?"
+                return [
+                    (
+                        f"SIPPY N4SID ({PEERS[method]})",
+                        "",
+                        reason.replace("|", "/"),
+                        "not run",
+                    )
+                ]
+            rows[method] = [cell.strip() for cell in lines[-1].strip("|").split("|")]
+            times[method].append(seconds)
+    return [
+        (
+            f"SIPPY N4SID ({PEERS[method]})",
+            rows[method][2],
+            rows[method][3],
+            f"{statistics.median(times[method]):.1f} s",
+        )
+        for method in PEERS
+    ]
+
+
+def _seconds(cell: str) -> float | None:
+    """`12.3` from a table cell `"12.3 s"`; `None` from one that is not a time."""
+    number, _, unit = cell.partition(" ")
+    try:
+        return float(number) if unit == "s" else None
+    except ValueError:
+        return None
+
+
+def _fit_targets(fits) -> list[tuple[str, str, bool]]:
+    """The issue's targets for `dynsys fit` on a 1,000-sample SISO record (the
+    heating record, 801 samples): cold under 10 s, warm under 3 s."""
+    rows = []
+    for name, cold, warm, _ in fits:
+        if name != HEATING:
+            continue
+        for kind, cell, goal in (("cold", cold, 10.0), ("warm", warm, 3.0)):
+            seconds = _seconds(cell)
+            if seconds is not None:
+                target = f"`dynsys fit` on {name}, {kind} cache, under {goal:.0f} s"
+                rows.append((target, cell, seconds < goal))
+    return rows
+
+
+def run(
+    quick: bool = False, peers_python: str | None = None
+) -> tuple[list[str], list[tuple[str, str, bool]]]:
+    """The section's markdown lines, and its `(target, measured, met)` rows; with
+    `peers_python`, SIPPY's N4SID on the heating record in the same run."""
     repeats = 3 if quick else 15
     startup = startup_rows(repeats)
     (_, base), (_, help_time) = startup[:2]
     fits = cache_rows(1 if quick else 3, quick)
+    peers = peer_rows(1 if quick else 3, peers_python) if peers_python else []
     lines = [
         "### Start-up and compilation cache",
         "",
@@ -152,19 +230,35 @@ def run(quick: bool = False) -> tuple[list[str], list[tuple[str, str, bool]]]:
         *(f"| {n} | {cold} | {warm} | {default} |" for n, cold, warm, default in fits),
         "",
     ]
+    if peers:
+        lines += [
+            "SIPPY's N4SID on the heating record in the same run (a whole command: "
+            "`scripts/compare_peers.py --files heating --methods ...` in a Python "
+            "with `sippy_unipi`; held-out fit % scored as `dynsys fit` scores its "
+            f"models); median of {1 if quick else 3} runs:",
+            "",
+            "| method | order | held-out fit % | wall |",
+            "|---|---:|---:|---:|",
+            *(f"| {m} | {order} | {fit} | {wall} |" for m, order, fit, wall in peers),
+            "",
+        ]
     target = (
         '`dynsys --help` within 1.5× of `python -c "import argparse"`',
         f"{help_time:.3f} s vs {base:.3f} s ({help_time / base:.2f}×)",
         help_time <= 1.5 * base,
     )
-    return lines, [target]
+    return lines, [target, *_fit_targets(fits)]
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer runs, demo only")
+    parser.add_argument(
+        "--peers-python",
+        help="a Python with sippy_unipi: also time SIPPY's N4SID on the heating record",
+    )
     args = parser.parse_args(argv)
-    lines, rows = run(args.quick)
+    lines, rows = run(args.quick, args.peers_python)
     print("\n".join(lines))
     for target, measured, met in rows:
         print(f"{target}: {measured} ({'met' if met else 'not met'})")

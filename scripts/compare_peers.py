@@ -16,6 +16,7 @@ environment that has the peers installed:
 
     python -m venv /tmp/peers && /tmp/peers/bin/pip install sippy_unipi nfoursid
     /tmp/peers/bin/python scripts/compare_peers.py [--orders 2,4] [--files heating]
+        [--methods sippy,sippy-aic,nfoursid]
 """
 
 import argparse
@@ -40,6 +41,9 @@ ROLES = {
     "ph_neutralisation": (["acid_flow", "base_flow"], ["pH"]),
     "glass_furnace": (["u1", "u2", "u3"], ["y1", "y2", "y3", "y4", "y5", "y6"]),
 }
+
+
+METHODS = ("sippy", "sippy-aic", "nfoursid")
 
 
 def split_record(name):
@@ -107,19 +111,35 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", default=",".join(ROLES))
     parser.add_argument("--orders", default="2,4", help="nfoursid's fixed orders")
+    parser.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help=f"which peers to run, of {','.join(METHODS)}",
+    )
     args = parser.parse_args()
+    methods = args.methods.split(",")
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        parser.error(f"--methods: expected some of {','.join(METHODS)}, got {unknown}")
     print("| file | method | order | validation fit % per output | seconds |")
     print("|---|---|---:|---|---:|")
     for name in args.files.split(","):
         u, y, u_val, y_val = split_record(name)
-        runs = [
-            ("SIPPY N4SID (its rule)", lambda u=u, y=y: sippy_n4sid(u, y, False)),
-            ("SIPPY N4SID (AIC, 1..10)", lambda u=u, y=y: sippy_n4sid(u, y, True)),
-        ]
-        for order in map(int, args.orders.split(",")):
-            runs.append(
-                ("nfoursid N4SID", lambda u=u, y=y, o=order: nfoursid_n4sid(u, y, o))
-            )
+        runs = []
+        if "sippy" in methods:
+            rule = lambda u=u, y=y: sippy_n4sid(u, y, False)  # noqa: E731
+            runs.append(("SIPPY N4SID (its rule)", rule))
+        if "sippy-aic" in methods:
+            aic = lambda u=u, y=y: sippy_n4sid(u, y, True)  # noqa: E731
+            runs.append(("SIPPY N4SID (AIC, 1..10)", aic))
+        if "nfoursid" in methods:
+            for order in map(int, args.orders.split(",")):
+                runs.append(
+                    (
+                        "nfoursid N4SID",
+                        lambda u=u, y=y, o=order: nfoursid_n4sid(u, y, o),
+                    )
+                )
         for label, run in runs:
             begin = time.perf_counter()
             try:

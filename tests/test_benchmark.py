@@ -72,3 +72,53 @@ def test_a_backend_section_replaces_only_itself(tmp_path):
     text = path.read_text()
     assert "second" in text and "first" not in text and "gpu figures" in text
     assert "still to be measured" not in text
+
+
+def _startup_module():
+    path = SCRIPT.with_name("benchmark_startup.py")
+    spec = importlib.util.spec_from_file_location("benchmark_startup", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_python(tmp_path, row):
+    """An executable standing in for a peers' Python: it prints `row` for any
+    script it is given, as `compare_peers.py` prints its table."""
+    path = tmp_path / "python"
+    path.write_text(f"#!/bin/sh\necho '| file | method |'\necho '{row}'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_sippy_rows_read_the_peer_script_s_order_and_fit(tmp_path):
+    module = _startup_module()
+    fake = _fake_python(
+        tmp_path, "| heating | SIPPY N4SID (its rule) | 3 | 64.6 | 1.5 |"
+    )
+    rows = module.peer_rows(2, fake)
+    assert [(order, fit) for _, order, fit, _ in rows] == [("3", "64.6")] * 2
+    assert [method for method, *_ in rows] == [
+        f"SIPPY N4SID ({label})" for label in module.PEERS.values()
+    ]
+    assert all(wall.endswith(" s") for *_, wall in rows)
+
+
+def test_a_missing_peer_is_reported_not_run(tmp_path):
+    module = _startup_module()
+    fake = _fake_python(
+        tmp_path, "| heating | SIPPY N4SID (its rule) | | skipped: no sippy_unipi | |"
+    )
+    [(method, _, reason, wall)] = module.peer_rows(1, fake)
+    assert wall == "not run" and "no sippy_unipi" in reason
+
+
+def test_fit_targets_compare_the_heating_times_with_10_and_3_seconds():
+    module = _startup_module()
+    fits = [
+        ("demo", "1.0 s", "0.5 s", "2.0 s"),
+        (module.HEATING, "9.5 s", "3.2 s", "20.0 s"),
+    ]
+    rows = module._fit_targets(fits)
+    assert [(cell, met) for _, cell, met in rows] == [("9.5 s", True), ("3.2 s", False)]
+    assert module._fit_targets([(module.HEATING, "not run", "boom", "")]) == []
