@@ -42,10 +42,11 @@ import pathlib
 
 _OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 _LEVEL = "xla_backend_optimization_level"
-_RUN_ONCE = {_LEVEL: 0}
-_REPEATED = {_LEVEL: 3}  # XLA's default, stated over the command's process-wide 0
 # XLA's own settings of these options (for comparisons: `scripts/benchmark_startup.py`).
 XLA_DEFAULTS = {"xla_cpu_use_fusion_emitters": True, _LEVEL: 3}
+_RUN_ONCE = {_LEVEL: 0}
+# XLA's default, stated over the command's process-wide level 0.
+_REPEATED = {_LEVEL: XLA_DEFAULTS[_LEVEL]}
 # The entries `use_for_process` added to `XLA_FLAGS` (inherited by child processes),
 # so that they are not taken for the user's own settings.
 _ADDED = "DYNSYS_XLA_FLAGS_ADDED"

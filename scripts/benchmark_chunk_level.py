@@ -44,11 +44,10 @@ def _record(states, outputs, inputs, samples, seed=0):
     b = rng.normal(size=(states, inputs))
     c = rng.normal(size=(outputs, states))
     u = rng.normal(size=(samples, inputs))
-    x, ys = np.zeros(states), []
-    for u_t in u:
-        ys.append(c @ x)
-        x = a @ x + b @ u_t
-    y = np.array(ys)
+    true = dynsys.LinearSystem(a, b, c)
+    y = np.array(
+        dynsys.simulate(true, np.zeros((1, states)), samples, inputs=u[None]).ys[0]
+    )
     y += 0.1 * y.std(0) * rng.normal(size=y.shape)
     return dynsys.Dataset(us=u[None], ys=y[None])
 

@@ -28,8 +28,11 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 HEATING = "heating.csv, 801 samples, SISO"
-# SIPPY's N4SID as `scripts/compare_peers.py --methods` names it.
-PEERS = {"sippy": "its order rule", "sippy-aic": "its AIC order scan, 1..10"}
+# SIPPY's N4SID as `scripts/compare_peers.py --methods` names it, and its row label.
+PEERS = {
+    "sippy": "SIPPY N4SID (its order rule)",
+    "sippy-aic": "SIPPY N4SID (its AIC order scan, 1..10)",
+}
 # `dynsys fit` workloads: the demo (`python3 dev.py demo`), and a real record as a
 # user has it (read only where the single-experiment reader is available).
 FITS = {
@@ -156,7 +159,7 @@ def peer_rows(repeats: int, peers_python: str) -> list[tuple[str, str, str, str]
                 reason = (lines[-1] if lines else result.stderr.strip()[-120:]) or "?"
                 return [
                     (
-                        f"SIPPY N4SID ({PEERS[method]})",
+                        PEERS[method],
                         "",
                         reason.replace("|", "/"),
                         "not run",
@@ -166,7 +169,7 @@ def peer_rows(repeats: int, peers_python: str) -> list[tuple[str, str, str, str]
             times[method].append(seconds)
     return [
         (
-            f"SIPPY N4SID ({PEERS[method]})",
+            PEERS[method],
             rows[method][2],
             rows[method][3],
             f"{statistics.median(times[method]):.1f} s",

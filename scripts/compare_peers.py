@@ -22,6 +22,7 @@ environment that has the peers installed:
 import argparse
 import pathlib
 import time
+from functools import partial
 
 import numpy as np
 
@@ -125,21 +126,16 @@ def main():
     print("|---|---|---:|---|---:|")
     for name in args.files.split(","):
         u, y, u_val, y_val = split_record(name)
-        runs = []
-        if "sippy" in methods:
-            rule = lambda u=u, y=y: sippy_n4sid(u, y, False)  # noqa: E731
-            runs.append(("SIPPY N4SID (its rule)", rule))
-        if "sippy-aic" in methods:
-            aic = lambda u=u, y=y: sippy_n4sid(u, y, True)  # noqa: E731
-            runs.append(("SIPPY N4SID (AIC, 1..10)", aic))
-        if "nfoursid" in methods:
-            for order in map(int, args.orders.split(",")):
-                runs.append(
-                    (
-                        "nfoursid N4SID",
-                        lambda u=u, y=y, o=order: nfoursid_n4sid(u, y, o),
-                    )
-                )
+        orders = map(int, args.orders.split(","))
+        candidates = [
+            ("sippy", "SIPPY N4SID (its rule)", partial(sippy_n4sid, u, y, False)),
+            ("sippy-aic", "SIPPY N4SID (AIC, 1..10)", partial(sippy_n4sid, u, y, True)),
+            *(
+                ("nfoursid", "nfoursid N4SID", partial(nfoursid_n4sid, u, y, o))
+                for o in orders
+            ),
+        ]
+        runs = [(label, run) for key, label, run in candidates if key in methods]
         for label, run in runs:
             begin = time.perf_counter()
             try:
