@@ -316,6 +316,48 @@ def test_keyboard_interrupt_keeps_the_best_model():
     np.testing.assert_allclose(result.model, 1.0 - 0.5**3)
 
 
+def test_a_signal_while_a_chunk_is_recorded_keeps_a_best_step_that_was_recorded(
+    monkeypatch,
+):
+    """A SIGINT that arrives while the loop records a chunk's results leaves them
+    consistent: the best model is one of the recorded steps (the running best once
+    came from a chunk whose losses were not recorded, and the run that kept it could
+    not write its folder). SGD with rate 0.01 on (m - 1)^2 shrinks the distance to
+    1 by 0.98 each step, so the model at step k is 1 - 0.98^k."""
+    import os
+    import signal
+
+    from dynsys._fitting import train as train_module
+
+    real_record, counts = train_module._record, []
+
+    def record(outputs, count, first_step):
+        counts.append(count)
+        if len(counts) == 2:  # the second chunk: the signal comes while it is recorded
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_record(outputs, count, first_step)
+
+    monkeypatch.setattr(train_module, "_record", record)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.warns(UserWarning, match="interrupted at step"):
+            result = dynsys.train(
+                lambda m: (m - 1.0) ** 2,
+                jnp.array(0.0),
+                optimizer=optax.sgd(0.01),
+                num_steps=1_000_000,
+                progress=False,
+            )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert len(counts) == 2 and "interrupted" in result.stop_reason
+    assert result.steps_run in (counts[0], counts[0] + counts[1])
+    assert result.best_step == result.steps_run - 1
+    steps = np.arange(result.steps_run)
+    np.testing.assert_allclose(result.losses, 0.98 ** (2 * steps), rtol=1e-4)
+    np.testing.assert_allclose(result.model, 1.0 - 0.98**result.best_step, rtol=1e-4)
+
+
 def _plateau_loss(m):
     """Decreasing until every entry of `m` is at most 1, then exactly 1."""
     return 1.0 + jnp.sum(jnp.maximum(m - 1.0, 0.0) ** 2)

@@ -127,20 +127,23 @@ def _steps_per_dispatch(chunk, data, callback, evaluator, eval_every: int) -> in
     return chunk
 
 
-def _record(outputs, count: int, first_step: int, losses: list[float]):
-    """Append a chunk's first `count` losses to `losses`, up to the first
-    non-finite or converged step; `(steps run, stop reason, converged)`."""
+def _record(
+    outputs, count: int, first_step: int
+) -> tuple[list[float], str | None, bool]:
+    """A chunk's first `count` losses, up to the first non-finite or converged step;
+    `(losses, stop reason, converged)`. Changes nothing (see `_dispatch`)."""
     chunk_losses, chunk_finite, chunk_converged = (np.asarray(v) for v in outputs)
+    losses = []
     for j in range(count):
         loss = float(chunk_losses[j])
         losses.append(loss)
         if not chunk_finite[j]:
             what = "loss" if not math.isfinite(loss) else "gradient"
             reason = f"non-finite {what} at step {first_step + j}; kept the best model"
-            return j + 1, reason, False
+            return losses, reason, False
         if chunk_converged[j]:
-            return j + 1, None, True
-    return count, None, False
+            return losses, None, True
+    return losses, None, False
 
 
 def _best(best, params):
@@ -239,7 +242,7 @@ def _dispatch(loop: _Loop, k: int, num_steps: int) -> int:
     # Built on the host: `jnp.arange` would compile a small program of its own.
     index_dtype = jax.dtypes.canonicalize_dtype(int)
     ks = jnp.asarray(np.arange(k, k + loop.chunk, dtype=index_dtype))
-    new_params, new_carry, loop.best_device, outputs = run_chunk(
+    new_params, new_carry, best_device, outputs = run_chunk(
         loop.strategy,
         loop.objective,
         loop.static,
@@ -253,9 +256,15 @@ def _dispatch(loop: _Loop, k: int, num_steps: int) -> int:
         loop.shardings,
         loop.track_best,
     )
+    losses, stop_reason, converged = _record(outputs, count, k)
+    # Ctrl-C (a `KeyboardInterrupt` between any two statements) keeps what was
+    # recorded: the losses go in first, in one call, so that the running best never
+    # names a step past them.
+    loop.losses.extend(losses)
+    loop.best_device = best_device
     loop.params, loop.carry = new_params, new_carry
-    ran, loop.stop_reason, loop.converged = _record(outputs, count, k, loop.losses)
-    return ran
+    loop.stop_reason, loop.converged = stop_reason, converged
+    return len(losses)
 
 
 def _after_chunk(loop: _Loop, k: int, ran: int) -> bool:
