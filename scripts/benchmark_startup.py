@@ -15,6 +15,7 @@ in the same run".
 """
 
 import argparse
+import json
 import os
 import pathlib
 import shutil
@@ -28,6 +29,11 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 HEATING = "heating.csv, 801 samples, SISO"
+ARGPARSE = '`python -c "import argparse"`'
+HELP = "`dynsys --help`"
+# The part of a `dynsys fit` run before its first timed stage (`metrics.json`'s
+# `total_seconds` counts from there): the interpreter, the imports, the arguments.
+START = "start-up (interpreter, imports, arguments)"
 # SIPPY's N4SID as `scripts/compare_peers.py --methods` names it, and its row label.
 PEERS = {
     "sippy": "SIPPY N4SID (its order rule)",
@@ -71,8 +77,13 @@ def startup_rows(repeats: int) -> list[tuple[str, float]]:
     # the first, untimed run of each command writes it.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     commands = {
-        '`python -c "import argparse"`': [sys.executable, "-c", "import argparse"],
-        "`dynsys --help`": [*dynsys, "--help"],
+        ARGPARSE: [sys.executable, "-c", "import argparse"],
+        '`python -c "import jax"` (a floor of every fit)': [
+            sys.executable,
+            "-c",
+            "import jax",
+        ],
+        HELP: [*dynsys, "--help"],
         "`dynsys fit --help`": [*dynsys, "fit", "--help"],
         "`dynsys fit missing.csv` (a refusal)": [*dynsys, "fit", "missing.csv"],
     }
@@ -85,25 +96,83 @@ def startup_rows(repeats: int) -> list[tuple[str, float]]:
     return [(name, statistics.median(values)) for name, values in times.items()]
 
 
-def cache_rows(repeats: int, quick: bool) -> list[tuple[str, str, str, str]]:
+def run_parts(folder: str, wall: float) -> dict[str, tuple[float, float]]:
+    """Where a `dynsys fit` run's `wall` seconds went, from the `metrics.json` in its
+    output `folder`: `{part: (seconds, of them compiling)}`, one part per stage of
+    `timing.stages` (compiling: tracing, lowering and XLA's backend, or reading
+    the compilation cache) and `START`, the wall time before the first stage."""
+    with open(os.path.join(folder, "metrics.json")) as file:
+        timing = json.load(file)["timing"]
+    parts = {START: (wall - timing["total_seconds"], 0.0)}
+    for name, stage in timing["stages"].items():
+        parts[name] = (stage["seconds"], stage["compile_seconds"])
+    return parts
+
+
+def _median_parts(runs: list[dict]) -> dict[str, tuple[float, float]]:
+    """Per part, the median seconds and median compiling seconds over `runs`."""
+    names = [name for name in runs[0] if all(name in run for run in runs)]
+    return {
+        name: tuple(statistics.median(run[name][k] for run in runs) for k in (0, 1))
+        for name in names
+    }
+
+
+def parts_lines(parts: dict[str, dict], workload: str) -> list[str]:
+    """A markdown table of `workload`'s parts, cold and warm (`parts[kind][part] =
+    (seconds, compiling)`), the larger cold parts first, and the time of the warm
+    run's parts that no compilation cache shortens (start-up and figures)."""
+    cold, warm = parts["cold"], parts["warm"]
+    names = sorted((n for n in cold if n in warm), key=lambda n: -cold[n][0])
+
+    def cell(seconds, compiling):
+        return f"{seconds:.1f} s" + (
+            f" ({compiling:.1f} s)" if compiling >= 0.05 else ""
+        )
+
+    floor = sum(warm[n][0] for n in (START, "figures") if n in warm)
+    return [
+        f"Where the time of `dynsys fit` on {workload} goes (medians of the runs "
+        "above; the stages of `metrics.json`'s `timing`, compiling in brackets: "
+        "tracing, lowering and XLA, or reading the cache):",
+        "",
+        "| part | cold | warm |",
+        "|---|---:|---:|",
+        *(
+            f"| {n} | {cell(*cold[n])} | {cell(*warm[n])} |"
+            for n in names
+            if max(cold[n][0], warm[n][0]) >= 0.05
+        ),
+        "",
+        "The parts of the warm run that no compilation cache shortens, its start-up "
+        f"and its figures, take {floor:.1f} s.",
+        "",
+    ]
+
+
+def cache_rows(
+    repeats: int, quick: bool
+) -> tuple[list[tuple[str, str, str, str]], dict[str, dict]]:
     """`(workload, cold, warm, cold with XLA's default options)`: `dynsys fit
     --no-progress` with an empty cache folder, again with the folder the first run
     filled, and with an empty folder and `XLA_FLAGS` naming the options dynsys sets
     (`dynsys/_jit.py`) at XLA's own values, so that XLA's defaults are used
-    (medians of `repeats` triples, each with new folders)."""
+    (medians of `repeats` triples, each with new folders). Also, per workload that
+    ran, `{"cold": parts, "warm": parts}`: the median `run_parts` of its runs."""
     from dynsys._jit import as_flags, compiler_options, XLA_DEFAULTS
 
     dynsys = _dynsys_command()
     options = compiler_options("")
     defaults = as_flags({name: XLA_DEFAULTS[name] for name in options})
     default_flags = " ".join([os.environ.get("XLA_FLAGS", ""), *defaults]).strip()
-    rows = []
+    rows, parts = [], {}
     for name, arguments in FITS.items():
         if quick:  # a smoke test: tiny simulated data
             if not name.startswith("demo"):
                 continue
             arguments = ["--trajectories", "4", "--length", "20", "--steps", "3"]
         cold, warm, default, failure = [], [], [], None
+        split = {"cold": [], "warm": []}
         for _ in range(repeats):
             with tempfile.TemporaryDirectory(prefix="dynsys-bench-") as scratch:
                 env = {**os.environ, "DYNSYS_CACHE_DIR": os.path.join(scratch, "c")}
@@ -113,19 +182,28 @@ def cache_rows(repeats: int, quick: bool) -> list[tuple[str, str, str, str]]:
                     "XLA_FLAGS": default_flags,
                 }
                 command = [*dynsys, "fit", *arguments, "--no-progress"]
-                runs = ((cold, env), (warm, env), (default, env_default))
-                for times, run_env in runs[: 3 if options else 2]:
-                    out = ["--out", os.path.join(scratch, "run")]
-                    seconds, result = _wall(command + out, env=run_env, cwd=scratch)
+                runs = (
+                    ("cold", cold, env),
+                    ("warm", warm, env),
+                    ("default", default, env_default),
+                )
+                for kind, times, run_env in runs[: 3 if options else 2]:
+                    out = os.path.join(scratch, kind)
+                    seconds, result = _wall(
+                        command + ["--out", out], env=run_env, cwd=scratch
+                    )
                     if result.returncode != 0:
                         failure = result.stderr.strip().splitlines()[-1]
                         break
                     times.append(seconds)
+                    if kind in split:
+                        split[kind].append(run_parts(out, seconds))
             if failure:
                 break
         if failure:
             rows.append((name, "not run", failure.replace("|", "/")[:120], ""))
         else:
+            parts[name] = {kind: _median_parts(runs) for kind, runs in split.items()}
             rows.append(
                 (
                     name,
@@ -134,7 +212,7 @@ def cache_rows(repeats: int, quick: bool) -> list[tuple[str, str, str, str]]:
                     f"{statistics.median(default):.1f} s" if default else "not run",
                 )
             )
-    return rows
+    return rows, parts
 
 
 def peer_rows(repeats: int, peers_python: str) -> list[tuple[str, str, str, str]]:
@@ -209,8 +287,9 @@ def run(
     `peers_python`, SIPPY's N4SID on the heating record in the same run."""
     repeats = 3 if quick else 15
     startup = startup_rows(repeats)
-    (_, base), (_, help_time) = startup[:2]
-    fits = cache_rows(1 if quick else 3, quick)
+    rows = dict(startup)
+    base, help_time = rows[ARGPARSE], rows[HELP]
+    fits, parts = cache_rows(1 if quick else 3, quick)
     peers = peer_rows(1 if quick else 3, peers_python) if peers_python else []
     lines = [
         "### Start-up and compilation cache",
@@ -233,6 +312,9 @@ def run(
         *(f"| {n} | {cold} | {warm} | {default} |" for n, cold, warm, default in fits),
         "",
     ]
+    shown = HEATING if HEATING in parts else next(iter(parts), None)
+    if shown is not None:
+        lines += parts_lines(parts[shown], shown)
     if peers:
         lines += [
             "SIPPY's N4SID on the heating record in the same run (a whole command: "

@@ -1,6 +1,7 @@
 """The benchmark script runs (quick mode) and writes its table; no timing asserted."""
 
 import importlib.util
+import json
 import pathlib
 import re
 import subprocess
@@ -120,3 +121,47 @@ def test_fit_targets_compare_the_heating_times_with_10_and_3_seconds():
     rows = module._fit_targets(fits)
     assert [(cell, met) for _, cell, met in rows] == [("9.5 s", True), ("3.2 s", False)]
     assert module._fit_targets([(module.HEATING, "not run", "boom", "")]) == []
+
+
+def _metrics(folder, total, stages):
+    folder.mkdir()
+    timing = {
+        "total_seconds": total,
+        "stages": {
+            name: {"seconds": seconds, "compile_seconds": compiling}
+            for name, (seconds, compiling) in stages.items()
+        },
+    }
+    (folder / "metrics.json").write_text(json.dumps({"timing": timing}))
+    return str(folder)
+
+
+def test_run_parts_split_a_fit_s_wall_time_into_start_up_and_its_stages(tmp_path):
+    module = _startup_module()
+    stages = {"structure scan": (4.0, 2.5), "figures": (2.0, 0.0)}
+    parts = module.run_parts(_metrics(tmp_path / "run", 6.5, stages), 9.0)
+    assert parts == {module.START: (2.5, 0.0), **stages}
+
+
+def test_parts_table_shows_medians_and_the_warm_run_s_uncached_time(tmp_path):
+    module = _startup_module()
+    runs = {
+        kind: [
+            module.run_parts(
+                _metrics(tmp_path / f"{kind}{k}", total, {"figures": (figures, 0.0)}),
+                wall,
+            )
+            for k, (total, figures, wall) in enumerate(values)
+        ]
+        for kind, values in {
+            "cold": [(10.0, 2.0, 12.0), (11.0, 2.2, 14.0), (30.0, 9.0, 31.0)],
+            "warm": [(5.0, 1.0, 6.0), (6.0, 1.5, 8.0), (7.0, 2.0, 9.0)],
+        }.items()
+    }
+    parts = {kind: module._median_parts(values) for kind, values in runs.items()}
+    # Medians of the start-ups 2, 3, 1 (cold) and 1, 2, 2 (warm); figures likewise.
+    assert parts["cold"][module.START] == (2.0, 0.0)
+    assert parts["warm"]["figures"] == (1.5, 0.0)
+    lines = module.parts_lines(parts, "heating")
+    assert "| figures | 2.2 s | 1.5 s |" in lines
+    assert lines[-2].endswith("take 3.5 s.")  # warm start-up 2.0 s + figures 1.5 s
