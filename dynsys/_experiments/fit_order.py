@@ -88,6 +88,18 @@ def scan_structure(fit_cfg: dict, train, val, echo):
     return scan, start, seconds
 
 
+def refined_size(scanned) -> tuple[int, bool] | None:
+    """The size the scan's refined candidates were padded to (`padded.py`), which
+    the final fit shares: `(order, feedthrough)`, or `None` without a scan or
+    refinements."""
+    from .._fitting.padded import padded_size
+
+    if scanned is None:
+        return None
+    refined = [(c.order, c.feedthrough) for c in scanned[0].candidates if c.refined]
+    return padded_size(refined) if refined else None
+
+
 def scan_notes(scanned, held_out: bool) -> list[str]:
     """The lines of summary.md that show the scan's table (none without a scan);
     `scanned`: `(scan, seconds)` or `None`."""

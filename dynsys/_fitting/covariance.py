@@ -278,6 +278,14 @@ class LazyCovariance:
         self._arguments = (objective, params, batch, filter_spec, num_channels)
         self._result: tuple[ParameterCovariance | None, str | None] | None = None
 
+    def at(self, params) -> "LazyCovariance":
+        """The same covariance at other `params = (model, x0s)` (not yet computed):
+        for a model taken out of the padded one it was fitted in (`padded.py`)."""
+        if self._arguments is None:
+            raise ValueError("LazyCovariance.at: the covariance was already computed.")
+        objective, _, batch, filter_spec, num_channels = self._arguments
+        return LazyCovariance(objective, params, batch, filter_spec, num_channels)
+
     def result(self) -> tuple[ParameterCovariance | None, str | None]:
         if self._result is None:
             try:

@@ -36,6 +36,7 @@ from .losses import (
     PredictionError,
 )
 from .metrics import no_variance, spectral_radius
+from .padded import with_free_parameters
 from .prediction_fit import (
     kalman_outputs,
     prediction_loss,
@@ -671,6 +672,7 @@ def fit(
     strategy, default_steps = _strategy(
         optimizer, objective, params, batch, batch_size, adjoint, rtol, atol
     )
+    strategy = with_free_parameters(strategy, objective, params, filter_spec)
     evaluator = _validation_loss(loss, val_data, model, method, adjoint, data)
     result = optimise(
         objective,

@@ -109,3 +109,47 @@ def step_basis(params: PyTree, static: PyTree) -> Float[Array, "P Q"] | None:
     if tangents is None or tangents.shape[1] >= tangents.shape[0]:
         return None
     return complement_basis(tangents)
+
+
+def masked_step_basis(
+    params: PyTree, static: PyTree, free: Float[Array, " P"]
+) -> Float[Array, "P W"]:
+    """`step_basis` for a model padded with frozen parameters (`padded.py`): the
+    directions in which only `free` parameters move and the change-of-basis family
+    of the free block does not, with as many columns as the unpadded model's
+    `step_basis` has at the padded size, so that every padding of one size shares
+    one compiled program.
+
+    **Arguments:**
+
+    - `params`, `static`: as `similarity_tangents`'s, the model padded (its frozen
+        entries zero outside the free block of `K`).
+    - `free`: `(P,)`, 1 for a parameter that moves and 0 for a frozen one, in the
+        coordinates of `ravel_pytree(params)`; the change-of-basis generators kept
+        are `X = e_i e_j^T` with `K[i, j]` free.
+
+    **Returns:**
+
+    `(P, W)`: `W = P - n^2` at the padded size `n` (`P` without change-of-basis
+    freedom); the columns span the complement of the free block's tangents and
+    the frozen parameters, orthonormal, and zero columns fill the rest.
+    """
+    tangents = similarity_tangents(params, static)
+    num_params = free.shape[0]
+    if tangents is None:
+        tangents = jnp.zeros((num_params, 0), free.dtype)
+        kept = jnp.zeros(0, free.dtype)
+    else:
+        unravel = ravel_pytree(params)[1]
+        kept = unravel(free)[0].K.reshape(-1)
+    # The tangents of the kept generators vanish on the frozen parameters (the
+    # padded model is block diagonal), so they and the frozen unit vectors are
+    # independent: with them first, a complete QR's last columns span the rest.
+    columns = jnp.concatenate([tangents * kept[None, :], jnp.diag(1.0 - free)], axis=1)
+    active = jnp.concatenate([kept, 1.0 - free]) > 0.5
+    first = jnp.argsort(jnp.logical_not(active), stable=True)[:num_params]
+    q, _ = jnp.linalg.qr(columns[:, first], mode="complete")
+    width = num_params - tangents.shape[1]
+    index = jnp.arange(num_params - width, num_params)
+    used = index >= jnp.sum(active)
+    return q[:, num_params - width :] * used[None, :] * free[:, None]

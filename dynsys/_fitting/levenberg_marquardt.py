@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, PyTree
 
-from .gauge import step_basis
+from .gauge import masked_step_basis, step_basis
 from .secant import update_secant
 
 
@@ -306,6 +306,9 @@ class LevenbergMarquardtStrategy(eqx.Module):
     # Switch to the model with a secant estimate of S (`secant.py`) whenever it
     # predicted the last step better than Gauss–Newton's (normal equations only).
     secant: bool = eqx.field(static=True, default=True)
+    # A padded model's free parameters (1) and frozen ones (0), in the coordinates
+    # of the raveled parameters (`padded.py`); `None`: every parameter is free.
+    free: Float[Array, " P"] | None = None
 
     @property
     def _uses_secant(self) -> bool:
@@ -367,6 +370,8 @@ class LevenbergMarquardtStrategy(eqx.Module):
         )
 
     def _basis(self, objective, params, static):
+        if self.free is not None:
+            return masked_step_basis(params, static, self.free)
         return step_basis(params, static) if objective.gauge_free else None
 
     def step(self, objective, params, static, state: _State, batch):
@@ -381,6 +386,8 @@ class LevenbergMarquardtStrategy(eqx.Module):
 
         model, model_damping = state.model()
         delta = jnp.where(state.first, 0.0, model.step(model_damping))
+        if self.free is not None:  # exactly zero on the frozen parameters
+            delta = delta * self.free
         trial = flat + delta
         trial_residual = residuals(trial)
         if trial_residual.shape != state.residual.shape or (

@@ -1,0 +1,141 @@
+"""Output-error fits of linear models of several structures in one compiled program.
+
+A structure scan refines candidates of several orders, with and without a
+feedthrough `D`; compiled one by one, each is a Levenberg–Marquardt chunk of its
+own (2-3 s of a cold `dynsys fit` each). Padded to one size, they share one: the
+model of order `n` sits in the top-left block of a model of order `size`,
+
+$$K = \\begin{pmatrix} K_n & 0 \\\\ 0 & 0 \\end{pmatrix}, \\quad
+B = \\begin{pmatrix} B_n \\\\ 0 \\end{pmatrix}, \\quad C = (C_n \\; 0),$$
+
+with `D = 0` where the structure has none, and every padded entry frozen: the
+optimiser's steps move only the free block (`LevenbergMarquardtStrategy.free`),
+on the complement of its change-of-basis family (`gauge.masked_step_basis`). The
+padded states start at zero (their estimated initial states are zero) and never
+reach the outputs, so the residuals, and the steps in the free block, are those of
+the unpadded fit.
+"""
+
+import contextlib
+import contextvars
+
+import equinox as eqx
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from .._systems.system import LinearSystem
+from .levenberg_marquardt import LevenbergMarquardtStrategy
+from .train import _trainable
+
+
+# The mask model (1 free, 0 frozen) of the padded fit in progress, read by `fit`
+# when it builds its optimiser (`with_free_parameters`).
+_MASK: contextvars.ContextVar = contextvars.ContextVar("dynsys_padded_mask")
+
+
+class NotPaddable(Exception):
+    """The fit's optimiser is not Levenberg–Marquardt (too many parameters once
+    padded), or it trains initial states: it cannot hold the padding frozen, so
+    the fit is not padded."""
+
+
+def _block(matrix, shape):
+    """`matrix` in the top-left corner of zeros of `shape`."""
+    corner = tuple(slice(0, k) for k in matrix.shape)
+    return jnp.zeros(shape, matrix.dtype).at[corner].set(matrix)
+
+
+def pad(
+    model: LinearSystem, size: int, feedthrough: bool
+) -> tuple[LinearSystem, LinearSystem]:
+    """`(padded, mask)`: `model` (order `n <= size`) as a model of order `size`,
+    with a feedthrough `D` (zero where `model` has none) when `feedthrough`; and
+    the same structure with 1 at the free entries and 0 at the frozen ones."""
+    n, dtype = model.state_size, model.K.dtype
+    p = model.C.shape[0]
+    m = None if model.B is None else model.B.shape[1]
+    has_d = model.D is not None
+    if has_d and not feedthrough:
+        raise ValueError("pad(feedthrough=False): the model has a feedthrough D.")
+    ones = jnp.ones
+    d = None
+    if feedthrough:
+        frozen = jnp.zeros((p, m), dtype)
+        d = (model.D if has_d else frozen, ones((p, m), dtype) if has_d else frozen)
+    parts = {
+        "K": (_block(model.K, (size, size)), _block(ones((n, n), dtype), (size, size))),
+        "B": None
+        if m is None
+        else (_block(model.B, (size, m)), _block(ones((n, m), dtype), (size, m))),
+        "C": (_block(model.C, (p, size)), _block(ones((p, n), dtype), (p, size))),
+        "D": d,
+        "offset": None
+        if model.offset is None
+        else (_block(model.offset, (size,)), _block(ones(n, dtype), (size,))),
+    }
+
+    def levels(pick):
+        return {
+            name: None if getattr(model, name) is None else pick(getattr(model, name))
+            for name in ("input_level", "output_level")
+        }
+
+    def build(which, pick):
+        matrices = {k: None if v is None else v[which] for k, v in parts.items()}
+        return LinearSystem(**matrices, dt=model.dt, **levels(pick))
+
+    return build(0, lambda level: level), build(1, jnp.ones_like)
+
+
+def unpad(padded: LinearSystem, order: int, feedthrough: bool) -> LinearSystem:
+    """The order-`order` model in the top-left block of `padded` (`pad`'s inverse),
+    with its `D` only when `feedthrough`."""
+    n = order
+
+    def cut(matrix, rows, columns):
+        return None if matrix is None else matrix[rows, columns]
+
+    return LinearSystem(
+        padded.K[:n, :n],
+        cut(padded.B, slice(0, n), slice(None)),
+        padded.C[:, :n],
+        padded.D if feedthrough else None,
+        None if padded.offset is None else padded.offset[:n],
+        dt=padded.dt,
+        input_level=padded.input_level,
+        output_level=padded.output_level,
+    )
+
+
+def padded_size(structures) -> tuple[int, bool]:
+    """The size that fits every `(order, feedthrough)` of `structures`: the
+    largest order, with a feedthrough when any has one."""
+    structures = list(structures)
+    return max(order for order, _ in structures), any(d for _, d in structures)
+
+
+@contextlib.contextmanager
+def frozen_padding(mask: LinearSystem):
+    """Within it, `fit` holds the parameters that are 0 in `mask` (`pad`'s second
+    model) frozen (`with_free_parameters`)."""
+    token = _MASK.set(mask)
+    try:
+        yield
+    finally:
+        _MASK.reset(token)
+
+
+def with_free_parameters(strategy, objective, params, filter_spec):
+    """`strategy` with the free parameters of the padded fit in progress (`fit`
+    calls it); unchanged outside one. Raises `NotPaddable` when the strategy is
+    not Levenberg–Marquardt or the loss is not free of the state basis (initial
+    states trained or measured)."""
+    mask = _MASK.get(None)
+    if mask is None:
+        return strategy
+    lm = isinstance(strategy, LevenbergMarquardtStrategy)
+    if not (lm and objective.gauge_free) or params[1] is not None:
+        raise NotPaddable
+    trainable = _trainable((mask, params[1]), (filter_spec, True), "fit")[0]
+    free = ravel_pytree(trainable)[0]
+    return eqx.tree_at(lambda s: s.free, strategy, free, is_leaf=lambda x: x is None)
