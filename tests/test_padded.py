@@ -14,7 +14,13 @@ import dynsys
 from dynsys._fitting import levenberg_marquardt
 from dynsys._fitting.fit_padded import fit_padded
 from dynsys._fitting.gauge import masked_step_basis, step_basis
-from dynsys._fitting.padded import pad, padded_size, unpad
+from dynsys._fitting.padded import (
+    pad,
+    PADDED_JACOBIAN_LIMIT,
+    padded_size,
+    unpad,
+    worth_padding,
+)
 
 
 jax.config.update("jax_enable_x64", True)
@@ -155,3 +161,20 @@ def test_fits_padded_to_one_size_trace_their_step_once(monkeypatch):
     assert len(traces) == first  # another structure, the same program
     _fit(dynsys.fit, starts[1], data, val_data=val)
     assert len(traces) > first  # unpadded, each structure traces its own
+
+
+def test_padding_is_used_only_where_the_padded_jacobian_is_small():
+    model = dynsys.LinearSystem(
+        0.5 * jnp.eye(2), jnp.ones((2, 3)), jnp.ones((3, 2)), offset=jnp.zeros(2)
+    )
+
+    def data(samples):
+        return dynsys.Dataset(
+            us=jnp.zeros((1, samples, 3)), ys=jnp.zeros((1, samples, 3))
+        )
+
+    # Padded to order 7 with D: 49 + 21 + 21 + 9 + 7 = 107 parameters, less 49
+    # change-of-basis directions: 58 Jacobian columns of 3 residuals per sample.
+    samples = PADDED_JACOBIAN_LIMIT // (3 * 58)
+    assert worth_padding(model, 7, True, data(samples))
+    assert not worth_padding(model, 7, True, data(samples + 1))

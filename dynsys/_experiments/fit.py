@@ -411,7 +411,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
             train,
             val,
             progress,
-            refined_size(scan),
+            refined_size(scan, start, train),
         )
     fitted = _as_linear(result.model)
     stop_reason = fit_checks.stop_reason(result)

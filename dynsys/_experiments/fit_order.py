@@ -88,16 +88,20 @@ def scan_structure(fit_cfg: dict, train, val, echo):
     return scan, start, seconds
 
 
-def refined_size(scanned) -> tuple[int, bool] | None:
+def refined_size(scanned, start, train) -> tuple[int, bool] | None:
     """The size the scan's refined candidates were padded to (`padded.py`), which
-    the final fit shares: `(order, feedthrough)`, or `None` without a scan or
-    refinements."""
-    from .._fitting.padded import padded_size
+    the final fit from `start` on `train` shares: `(order, feedthrough)`, or
+    `None` without a scan, refinements or padding (as `select_order` decides)."""
+    from .._fitting.padded import padded_size, worth_padding
 
     if scanned is None:
         return None
     refined = [(c.order, c.feedthrough) for c in scanned[0].candidates if c.refined]
-    return padded_size(refined) if refined else None
+    if not refined:
+        return None
+    size = padded_size(refined)
+    fits = start.state_size <= size[0] and (start.D is None or size[1])
+    return size if fits and worth_padding(start, *size, train) else None
 
 
 def scan_notes(scanned, held_out: bool) -> list[str]:

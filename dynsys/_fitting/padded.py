@@ -107,6 +107,15 @@ def unpad(padded: LinearSystem, order: int, feedthrough: bool) -> LinearSystem:
     )
 
 
+# The most entries (residuals x step directions) of a padded fit's Jacobian for
+# which padding pays: up to about this size a Levenberg–Marquardt step costs a few
+# milliseconds, so the padded candidates' extra work is well below the 2-3 s of a
+# chunk's compilation they save; on a 4,200-sample 3 x 3 record padded to order 7
+# (731,000 entries) the extra work of two 30-step candidates outweighed it
+# (docs/benchmarks.md, "Time to the first answer").
+PADDED_JACOBIAN_LIMIT = 2**19
+
+
 def padded_size(structures) -> tuple[int, bool]:
     """The size that fits every `(order, feedthrough)` of `structures`: the
     largest order, with a feedthrough when any has one."""
@@ -123,6 +132,14 @@ def frozen_padding(mask: LinearSystem):
         yield
     finally:
         _MASK.reset(token)
+
+
+def worth_padding(model: LinearSystem, size: int, feedthrough: bool, data) -> bool:
+    """Whether fits like `model`'s on `data` (a `Dataset` with outputs) are
+    padded to `(size, feedthrough)`: the padded Jacobian, residuals times
+    gauge-free directions, has at most `PADDED_JACOBIAN_LIMIT` entries."""
+    num_params = ravel_pytree(pad(model, size, feedthrough)[0])[0].size
+    return data.ys.size * (num_params - size**2) <= PADDED_JACOBIAN_LIMIT
 
 
 def with_free_parameters(strategy, objective, params, filter_spec):

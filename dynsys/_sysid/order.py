@@ -260,16 +260,19 @@ def _subspace_scan(data, val_data, orders, feedthrough, options, stop):
 
 def _refined_candidate(data, val_data, row, start, options, size):
     """Refine a subspace candidate by `fit` (output error), padded to `size`
-    (`padded.py`: every candidate shares one compiled program), and score it
-    again."""
+    (`padded.py`: every candidate shares one compiled program) unless it is
+    `None`, and score it again."""
+    from .._fitting.fit import fit
     from .._fitting.fit_padded import fit_padded
 
     started = time.perf_counter()
+    options = dict(val_data=val_data, progress=False, **options["fit"])
     with warnings.catch_warnings():  # a candidate's fit notes are not the user's
         warnings.simplefilter("ignore")
-        result = fit_padded(
-            start, data, *size, val_data=val_data, progress=False, **options["fit"]
-        )
+        if size is None:
+            result = fit(start, data, **options)
+        else:
+            result = fit_padded(start, data, *size, **options)
     model = linear_of(result.model) or result.model
     refined = _score(model, data, val_data, row.order, row.feedthrough, True, started)
     return dataclasses.replace(refined, seconds=row.seconds + refined.seconds), model
@@ -361,10 +364,10 @@ def select_order(
     Each candidate `(order, feedthrough)` is fitted by `fit_subspace`; with
     `method="fit"` the best `refine` (default all) are then refined by `fit` and
     scored again (each padded with frozen states to the largest refined
-    structure, so that all share one compiled program; the steps are those of
-    the unpadded fit: docs/performance.md). Each row: free-run fit % per channel
-    on `val_data`, AIC, BIC, FPE on `data` (`information_criteria`), spectral
-    radius.
+    structure, so that all share one compiled program, where the padded problem
+    is small; the steps are those of the unpadded fit: docs/performance.md).
+    Each row: free-run fit % per channel on `val_data`, AIC, BIC, FPE on `data`
+    (`information_criteria`), spectral radius.
 
     The choice: with `criterion="validation"` (the default when `val_data` is
     given) the best mean validation fit % wins, except that among the candidates
@@ -430,10 +433,12 @@ def select_order(
         data, val_data, candidate_orders, options_ft, options, stop
     )
     if method == "fit":
-        from .._fitting.padded import padded_size
+        from .._fitting.padded import padded_size, worth_padding
 
         refined = _ranking(rows, criterion)[: refine or len(rows)]
         size = padded_size((rows[i].order, rows[i].feedthrough) for i in refined)
+        if not worth_padding(models[refined[0]], *size, data):
+            size = None
         for i in refined:
             rows[i], models[i] = _refined_candidate(
                 data, val_data, rows[i], models[i], options, size
