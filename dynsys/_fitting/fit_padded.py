@@ -14,12 +14,14 @@ def fit_padded(start: LinearSystem, data, size: int, feedthrough: bool, **option
     padded to order `size` (with a feedthrough when `feedthrough`), so that fits of
     every structure up to that size share one compiled program. Returns `fit`'s
     `FitResult` with the model, initial states and covariance of `start`'s
-    structure. The unpadded fit where padding does not apply: `start` not a
-    `LinearSystem` with outputs, larger than the size (or with a `D` the size has
-    not), or an optimiser other than Levenberg–Marquardt (`NotPaddable`). A
-    `start` of the size itself is fitted with its mask too (all free), in the
-    program the smaller ones use."""
-    if type(start) is not LinearSystem or start.C is None:
+    structure. The unpadded fit where padding does not apply: a `callback` or
+    `filter_spec` given, `start` not a `LinearSystem` with outputs, larger than
+    the size (or with a `D` the size has not), or an optimiser other than
+    Levenberg–Marquardt (`NotPaddable`). A `start` of the size itself is fitted
+    with its mask too (all free), in the program the smaller ones use."""
+    # A callback or filter_spec would see, or have to describe, the padded model.
+    unpadded = any(options.get(k) is not None for k in ("callback", "filter_spec"))
+    if unpadded or type(start) is not LinearSystem or start.C is None:
         return fit(start, data, **options)
     order, has_d = start.state_size, start.D is not None
     if order > size or (has_d and not feedthrough):
