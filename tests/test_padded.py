@@ -2,6 +2,7 @@
 steps as the unpadded fit, and one compiled program for every structure."""
 
 import warnings
+from types import SimpleNamespace
 
 import equinox as eqx
 import jax
@@ -11,10 +12,12 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import dynsys
+from dynsys._experiments.fit_order import refined_size
 from dynsys._fitting import levenberg_marquardt
 from dynsys._fitting.fit_padded import fit_padded
 from dynsys._fitting.gauge import masked_step_basis, step_basis
 from dynsys._fitting.padded import (
+    LOWER_ORDER_PADDING_LIMIT,
     pad,
     PADDED_JACOBIAN_LIMIT,
     padded_size,
@@ -178,3 +181,36 @@ def test_padding_is_used_only_where_the_padded_jacobian_is_small():
     samples = PADDED_JACOBIAN_LIMIT // (3 * 58)
     assert worth_padding(model, 7, True, data(samples))
     assert not worth_padding(model, 7, True, data(samples + 1))
+
+
+def test_the_final_fit_shares_the_scan_s_size_only_where_it_pays():
+    def scan(*structures):
+        rows = [
+            SimpleNamespace(order=n, feedthrough=d, refined=r) for n, d, r in structures
+        ]
+        return SimpleNamespace(candidates=rows), 1.0
+
+    def model(order):
+        return dynsys.LinearSystem(
+            0.5 * jnp.eye(order), jnp.ones((order, 1)), jnp.ones((1, order))
+        )
+
+    def data(samples):
+        return dynsys.Dataset(
+            us=jnp.zeros((1, samples, 1)), ys=jnp.zeros((1, samples, 1))
+        )
+
+    scanned = scan((2, False, True), (4, True, True), (3, False, False))
+    # Padded to order 4 with D: 16 + 4 + 4 + 1 = 25 parameters, 9 directions.
+    assert refined_size(scanned, model(4), data(100)) == (4, True)
+    assert refined_size(scanned, model(2), data(100)) == (4, True)
+    assert refined_size(None, model(2), data(100)) is None
+    assert refined_size(scan((2, False, False)), model(2), data(100)) is None
+    assert refined_size(scanned, model(5), data(100)) is None  # larger than the size
+    # A lower order than the padded one: the smaller limit applies.
+    lower = LOWER_ORDER_PADDING_LIMIT // 9
+    assert refined_size(scanned, model(2), data(lower)) == (4, True)
+    assert refined_size(scanned, model(2), data(lower + 1)) is None
+    assert refined_size(scanned, model(4), data(lower + 1)) == (4, True)
+    same = PADDED_JACOBIAN_LIMIT // 9
+    assert refined_size(scanned, model(4), data(same + 1)) is None

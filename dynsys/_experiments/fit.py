@@ -88,14 +88,8 @@ def _as_linear(model):
 
 def _fit_model(config, start_model, train_data, val_data, progress, size=None):
     """The output-error fit; padded to `size` (`(order, feedthrough)`, the
-    structure scan's) where given and of the start's order, so that it runs in
-    the scan's compiled program. A start of a lower order is fitted unpadded: in
-    the padded program each of its (up to hundreds of) steps would cost what a
-    step of the larger model costs (on the glass-furnace record, 80 steps of an
-    order-6 model padded to 9 took 12.1 s instead of 7.2 s), which outweighs
-    the one compilation it saves."""
-    if size is not None and getattr(start_model, "state_size", None) != size[0]:
-        size = None
+    structure scan's: `refined_size`) where given, so that it runs in the scan's
+    compiled program."""
     import jax
 
     from .._fitting.fit import fit
@@ -411,7 +405,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
             train,
             val,
             progress,
-            refined_size(scan, start, train),
+            refined_size(scan, begin, train),
         )
     fitted = _as_linear(result.model)
     stop_reason = fit_checks.stop_reason(result)

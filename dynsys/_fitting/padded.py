@@ -114,6 +114,11 @@ def unpad(padded: LinearSystem, order: int, feedthrough: bool) -> LinearSystem:
 # (731,000 entries) the extra work of two 30-step candidates outweighed it
 # (docs/benchmarks.md, "Time to the first answer").
 PADDED_JACOBIAN_LIMIT = 2**19
+# The same for a fit of a lower order than the padded one, whose steps all run at
+# the padded size (up to its step cap, not 30): up to about this size a padded step
+# costs at most about 10 ms more, so even 200 steps cost about what the
+# compilation of its own program would (`scripts/benchmark_chunk_level.py`).
+LOWER_ORDER_PADDING_LIMIT = 2**17
 
 
 def padded_size(structures) -> tuple[int, bool]:
@@ -134,12 +139,18 @@ def frozen_padding(mask: LinearSystem):
         _MASK.reset(token)
 
 
-def worth_padding(model: LinearSystem, size: int, feedthrough: bool, data) -> bool:
+def worth_padding(
+    model: LinearSystem,
+    size: int,
+    feedthrough: bool,
+    data,
+    limit: int = PADDED_JACOBIAN_LIMIT,
+) -> bool:
     """Whether fits like `model`'s on `data` (a `Dataset` with outputs) are
     padded to `(size, feedthrough)`: the padded Jacobian, residuals times
-    gauge-free directions, has at most `PADDED_JACOBIAN_LIMIT` entries."""
+    gauge-free directions, has at most `limit` entries."""
     num_params = ravel_pytree(pad(model, size, feedthrough)[0])[0].size
-    return data.ys.size * (num_params - size**2) <= PADDED_JACOBIAN_LIMIT
+    return data.ys.size * (num_params - size**2) <= limit
 
 
 def with_free_parameters(strategy, objective, params, filter_spec):
