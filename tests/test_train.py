@@ -294,6 +294,18 @@ def test_nothing_to_train_errors():
         )
 
 
+def _train_towards_one(rate, num_steps, **options):
+    """SGD with `rate` on (m - 1)^2 from m = 0."""
+    return dynsys.train(
+        lambda m: (m - 1.0) ** 2,
+        jnp.array(0.0),
+        optimizer=optax.sgd(rate),
+        num_steps=num_steps,
+        progress=False,
+        **options,
+    )
+
+
 def test_keyboard_interrupt_keeps_the_best_model():
     # SGD with rate 0.25 on (m - 1)^2 halves the distance to 1 each step; Ctrl-C
     # (here raised by the callback after step 3) ends training with the best model.
@@ -302,14 +314,7 @@ def test_keyboard_interrupt_keeps_the_best_model():
             raise KeyboardInterrupt
 
     with pytest.warns(UserWarning, match="interrupted at step 4"):
-        result = dynsys.train(
-            lambda m: (m - 1.0) ** 2,
-            jnp.array(0.0),
-            optimizer=optax.sgd(0.25),
-            num_steps=100,
-            callback=callback,
-            progress=False,
-        )
+        result = _train_towards_one(0.25, 100, callback=callback)
     assert result.steps_run == 4 and "interrupted" in result.stop_reason
     np.testing.assert_allclose(result.losses, [1.0, 0.25, 0.0625, 0.015625])
     assert result.best_step == 3
@@ -341,13 +346,7 @@ def test_a_signal_while_a_chunk_is_recorded_keeps_a_best_step_that_was_recorded(
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.warns(UserWarning, match="interrupted at step"):
-            result = dynsys.train(
-                lambda m: (m - 1.0) ** 2,
-                jnp.array(0.0),
-                optimizer=optax.sgd(0.01),
-                num_steps=1_000_000,
-                progress=False,
-            )
+            result = _train_towards_one(0.01, 1_000_000)
     finally:
         signal.signal(signal.SIGINT, previous)
     assert len(counts) == 2 and "interrupted" in result.stop_reason

@@ -90,6 +90,8 @@ def _fit_model(config, start_model, train_data, val_data, progress, size=None):
     """The output-error fit; padded to `size` (`(order, feedthrough)`, the
     structure scan's: `refined_size`) where given, so that it runs in the scan's
     compiled program."""
+    import functools
+
     import jax
 
     from .._fitting.fit import fit
@@ -100,12 +102,9 @@ def _fit_model(config, start_model, train_data, val_data, progress, size=None):
     loss = _loss(fit_cfg, train_data)
     key = jax.random.key(config["seed"] + 1)
     started = time.perf_counter()
-
-    def fitter(model, data, **options):
-        if size is None:
-            return fit(model, data, **options)
-        return fit_padded(model, data, *size, **options)
-
+    fitter = fit
+    if size is not None:
+        fitter = functools.partial(fit_padded, size=size[0], feedthrough=size[1])
     with stage("fit"):
         result = fitter(
             start_model,

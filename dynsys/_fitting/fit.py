@@ -437,8 +437,8 @@ def _metrics(objective, model, x0s, batch) -> tuple[dict[str, float], Any]:
 
 
 def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
-    """`fit`'s checks of its arguments (one-line errors naming each); returns the
-    checked `(data, loss, val_data)`."""
+    """`fit`'s checks of its arguments (one-line errors naming each) and its
+    warnings about the data; returns the checked `(data, loss, val_data)`."""
     if not isinstance(model, AbstractSystem):
         raise TypeError(
             f"fit(model=...): expected an AbstractSystem, got {type(model)}."
@@ -492,6 +492,7 @@ def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
                 f"{loss.horizon * p} output samples, fewer than the n = {n} states; "
                 f"use a horizon >= {math.ceil(n / p)}."
             )
+    warn_findings("fit", check_data(data, order=model.state_size))
     return data, loss, val_data
 
 
@@ -665,7 +666,6 @@ def fit(
         model, data, loss, val_data, fit_x0, num_steps, horizon
     )
     use_compile_cache(keep_current=True)  # docs/performance.md, "Compile once"
-    warn_findings("fit", check_data(data, order=model.state_size))
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
     batch = _batch(data, _model_dtype(model))
     params = (model, _initial_x0s(objective, loss, data, model))

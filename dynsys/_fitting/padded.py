@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
@@ -45,59 +46,46 @@ def _block(matrix, shape):
     return jnp.zeros(shape, matrix.dtype).at[corner].set(matrix)
 
 
+def _embedded(model: LinearSystem, size: int, d) -> LinearSystem:
+    """`model`'s matrices in the top-left blocks of a model of order `size`, with
+    feedthrough `d`."""
+    p, m = model.C.shape[0], None if model.B is None else model.B.shape[1]
+    return LinearSystem(
+        _block(model.K, (size, size)),
+        None if m is None else _block(model.B, (size, m)),
+        _block(model.C, (p, size)),
+        d,
+        None if model.offset is None else _block(model.offset, (size,)),
+        dt=model.dt,
+        input_level=model.input_level,
+        output_level=model.output_level,
+    )
+
+
 def pad(
     model: LinearSystem, size: int, feedthrough: bool
 ) -> tuple[LinearSystem, LinearSystem]:
     """`(padded, mask)`: `model` (order `n <= size`) as a model of order `size`,
     with a feedthrough `D` (zero where `model` has none) when `feedthrough`; and
     the same structure with 1 at the free entries and 0 at the frozen ones."""
-    n, dtype = model.state_size, model.K.dtype
-    p = model.C.shape[0]
-    m = None if model.B is None else model.B.shape[1]
     has_d = model.D is not None
     if has_d and not feedthrough:
         raise ValueError("pad(feedthrough=False): the model has a feedthrough D.")
-    ones = jnp.ones
-    d = None
+    ones = jax.tree.map(jnp.ones_like, model)
+    d, d_mask = None, None
     if feedthrough:
-        frozen = jnp.zeros((p, m), dtype)
-        d = (model.D if has_d else frozen, ones((p, m), dtype) if has_d else frozen)
-    parts = {
-        "K": (_block(model.K, (size, size)), _block(ones((n, n), dtype), (size, size))),
-        "B": None
-        if m is None
-        else (_block(model.B, (size, m)), _block(ones((n, m), dtype), (size, m))),
-        "C": (_block(model.C, (p, size)), _block(ones((p, n), dtype), (p, size))),
-        "D": d,
-        "offset": None
-        if model.offset is None
-        else (_block(model.offset, (size,)), _block(ones(n, dtype), (size,))),
-    }
-
-    def levels(pick):
-        return {
-            name: None if getattr(model, name) is None else pick(getattr(model, name))
-            for name in ("input_level", "output_level")
-        }
-
-    def build(which, pick):
-        matrices = {k: None if v is None else v[which] for k, v in parts.items()}
-        return LinearSystem(**matrices, dt=model.dt, **levels(pick))
-
-    return build(0, lambda level: level), build(1, jnp.ones_like)
+        zeros = jnp.zeros((model.C.shape[0], model.B.shape[1]), model.K.dtype)
+        d, d_mask = (model.D, ones.D) if has_d else (zeros, zeros)
+    return _embedded(model, size, d), _embedded(ones, size, d_mask)
 
 
 def unpad(padded: LinearSystem, order: int, feedthrough: bool) -> LinearSystem:
     """The order-`order` model in the top-left block of `padded` (`pad`'s inverse),
     with its `D` only when `feedthrough`."""
     n = order
-
-    def cut(matrix, rows, columns):
-        return None if matrix is None else matrix[rows, columns]
-
     return LinearSystem(
         padded.K[:n, :n],
-        cut(padded.B, slice(0, n), slice(None)),
+        None if padded.B is None else padded.B[:n],
         padded.C[:, :n],
         padded.D if feedthrough else None,
         None if padded.offset is None else padded.offset[:n],
