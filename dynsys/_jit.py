@@ -147,3 +147,19 @@ def use_for_process(environ=os.environ) -> None:
     if extra:
         environ["XLA_FLAGS"] = " ".join([*flags, *extra])
         environ[_ADDED] = " ".join([*environ.get(_ADDED, "").split(), *extra])
+
+
+def device_array(a, dtype=None):
+    """`jnp.asarray(a, dtype)` without compiling: outside `jit`, `jnp.asarray` of a
+    host array compiles a small program per shape and dtype (JAX 0.10; some 40 of
+    them in a cold `dynsys fit`). Host data (numpy arrays, scalars, lists) are
+    converted by numpy and moved by `jax.device_put`, which compiles nothing and
+    gives JAX's dtype (float32 without `jax_enable_x64`); JAX arrays and tracers go
+    through `jnp.asarray`."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    if isinstance(a, jax.Array):
+        return jnp.asarray(a, dtype)
+    return jax.device_put(np.asarray(a, dtype))

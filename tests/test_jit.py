@@ -166,3 +166,30 @@ def test_top_level_jit_attaches_the_options(monkeypatch):
     # JAX refuses compiler options on a nested program: proof they are attached.
     with pytest.raises(ValueError, match="compiler_options"):
         jax.jit(lambda x: double(x) + 1)(jnp.array(1.5))
+
+
+@pytest.mark.usefixtures("no_persistent_cache")  # a program read back is not counted
+def test_device_array_moves_host_data_without_compiling_and_as_jnp_asarray():
+    from .compile_count import compiled_programs
+
+    host = [
+        np.arange(7.0).reshape(7, 1),
+        np.arange(5, dtype=np.int32),
+        np.array([1.5 + 2j]),
+        np.ones((3, 2), bool),
+    ]
+    with compiled_programs(fresh=True) as compiled:
+        moved = [_jit.device_array(a) for a in host]
+        cast = _jit.device_array(np.arange(4.0).reshape(2, 2), np.float32)
+    assert sum(compiled.values()) == 0, compiled
+    for a, b in zip(host, moved):
+        reference = jnp.asarray(a)
+        assert isinstance(b, jax.Array) and b.dtype == reference.dtype
+        np.testing.assert_array_equal(b, reference)
+    assert cast.dtype == jnp.float32
+    np.testing.assert_array_equal(cast, [[0, 1], [2, 3]])
+    # JAX arrays and tracers go through `jnp.asarray`.
+    x = jnp.arange(3.0)
+    assert _jit.device_array(x) is x
+    doubled = jax.jit(lambda v: _jit.device_array(v, jnp.float32) * 2)(x)
+    np.testing.assert_array_equal(doubled, [0.0, 2.0, 4.0])

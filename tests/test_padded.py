@@ -25,6 +25,8 @@ from dynsys._fitting.padded import (
     worth_padding,
 )
 
+from .compile_count import compiled_programs
+
 
 jax.config.update("jax_enable_x64", True)
 
@@ -86,6 +88,27 @@ def test_pad_and_unpad_are_inverse_and_the_mask_frees_the_block():
     with pytest.raises(ValueError, match="feedthrough"):
         pad(dynsys.LinearSystem(model.K, model.B, model.C, jnp.ones((1, 1))), 3, False)
     assert padded_size([(2, False), (5, False), (3, True)]) == (5, True)
+
+
+@pytest.mark.usefixtures("no_persistent_cache")  # a program read back is not counted
+def test_pad_unpad_and_the_free_mask_compile_nothing():
+    rng = np.random.default_rng(7)
+    model = dynsys.LinearSystem(  # shapes no other test pads
+        jnp.asarray(0.3 * rng.normal(size=(3, 3))),
+        jnp.asarray(rng.normal(size=(3, 2))),
+        jnp.asarray(rng.normal(size=(2, 3))),
+        jnp.asarray(rng.normal(size=(2, 2))),
+    )
+    data = SimpleNamespace(ys=np.zeros((1, 50, 2)))
+    with compiled_programs(fresh=True) as compiled:
+        padded, mask = pad(model, 6, feedthrough=True)
+        back = unpad(padded, 3, feedthrough=True)
+        worth_padding(model, 6, True, data)
+    assert sum(compiled.values()) == 0, compiled
+    for name in ("K", "B", "C", "D"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(model, name))
+        assert getattr(padded, name).dtype == getattr(model, name).dtype
+    assert np.sum(mask.K) == 9 and np.sum(mask.D) == 4
 
 
 def test_the_masked_basis_spans_the_unpadded_step_directions():

@@ -177,3 +177,32 @@ def test_orders_share_the_past_projection_and_realise_as_alone(getkey, monkeypat
                 getattr(model, name), getattr(reference, name), err_msg=name
             )
     assert len(computed) == 4
+
+
+@pytest.mark.usefixtures("no_persistent_cache")  # a program read back is not counted
+def test_the_operating_point_is_the_mean_of_the_valid_steps_and_compiles_nothing():
+    from dynsys._sysid.operating_point import data_levels, deviations
+    from dynsys._sysid.signals import signals
+
+    from .compile_count import compiled_programs
+
+    rng = np.random.default_rng(3)
+    lengths = [37, 23]  # ragged: the padding must not count
+    us = [rng.normal(size=(T, 2)) + 4.0 for T in lengths]
+    ys = [rng.normal(size=(T, 3)) - 1.5 for T in lengths]
+    data = dynsys.Dataset(us=us, ys=ys)
+    s = signals(data, "test")
+    with compiled_programs(fresh=True) as compiled:
+        u_bar, y_bar = data_levels(s)
+        centred = deviations(s, u_bar, y_bar)
+    assert sum(compiled.values()) == 0, compiled
+    # A plain loop over the experiments' valid steps.
+    u_ref = sum(u.sum(axis=0) for u in us) / sum(lengths)
+    y_ref = sum(y.sum(axis=0) for y in ys) / sum(lengths)
+    np.testing.assert_allclose(u_bar, u_ref, rtol=1e-12)
+    np.testing.assert_allclose(y_bar, y_ref, rtol=1e-12)
+    for i, T in enumerate(lengths):
+        np.testing.assert_allclose(centred.ys[i, :T], ys[i] - y_ref, atol=1e-12)
+        np.testing.assert_allclose(centred.us[i, :T], us[i] - u_ref, atol=1e-12)
+        np.testing.assert_array_equal(centred.ys[i, T:], 0.0)
+    assert isinstance(centred.ys, jax.Array) and centred.ys.dtype == s.ys.dtype

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray, Real
 
@@ -186,7 +185,7 @@ class Dataset(eqx.Module):
         """`True` where step `t` is real, `t < T_i`: a valid $u_t$, $y_t$ and
         prediction target $x_{t+1}$; `False` in the padding."""
         lengths = np.asarray(self.lengths)
-        return jnp.asarray(np.arange(self.num_steps)[None, :] < lengths[:, None])
+        return jax.device_put(np.arange(self.num_steps)[None, :] < lengths[:, None])
 
     @property
     def dt(self) -> float | None:

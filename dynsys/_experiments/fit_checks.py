@@ -3,6 +3,7 @@ line, collected for the console (`dynsys fit: warning: ...`), summary.md and
 metrics.json `warnings`."""
 
 import contextlib
+import functools
 import warnings
 
 import numpy as np
@@ -74,18 +75,27 @@ def model_warnings(name: str, model, data, found: list[str]) -> None:
         )
 
 
+@functools.cache
+def _forced_program():
+    """`forced_outputs` as one program per model structure and data shape (outside
+    `jit`, its scan compiled again for each model)."""
+    import equinox as eqx
+
+    from .._sysid.initial_state import forced_outputs
+
+    return eqx.filter_jit(forced_outputs)
+
+
 def _ignores_inputs(linear, data) -> bool:
     """The response to the data's inputs is below `_NEGLIGIBLE_GAIN` of the
     outputs' spread (per channel, every channel)."""
-    from .._sysid.initial_state import forced_outputs
-
     us = np.asarray(data.us)
     if linear.input_level is not None:
         us = us - np.asarray(linear.input_level)[None, None]
     mask = np.arange(us.shape[1])[None, :] < np.asarray(data.lengths)[:, None]
     us = np.where(mask[..., None], us, 0.0)
     bare = type(linear)(linear.K, linear.B, linear.C, linear.D)
-    response = np.asarray(forced_outputs(bare, us, us.shape[1], us.shape[0]))[mask]
+    response = np.asarray(_forced_program()(bare, us, us.shape[1], us.shape[0]))[mask]
     ys = np.asarray(data.ys)[mask]
     spread = np.std(ys, axis=0)
     return bool(np.all(np.std(response, axis=0) < _NEGLIGIBLE_GAIN * spread))

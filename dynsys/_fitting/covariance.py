@@ -22,7 +22,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
-from .._jit import top_level_jit
+from .._jit import device_array, top_level_jit
 
 
 # The largest residual Jacobian (entries) and parameter count `fit` computes the
@@ -153,7 +153,7 @@ def _ravelled(params):
             start += size
         return jax.tree.unflatten(treedef, parts)
 
-    return jnp.asarray(flat), unravel
+    return device_array(flat), unravel
 
 
 # Parameter directions whose derivatives a Jacobian is built from at once.
@@ -173,7 +173,7 @@ def jacobian_in_groups(fn: Callable, flat: Array) -> Array:
     # remainder, which outside `jit` would run (and compile) op by op.
     group = max(1, min(JACOBIAN_DIRECTIONS, flat.size))
     padded = -(-flat.size // group) * group
-    directions = jnp.asarray(np.eye(padded, flat.size, dtype=flat.dtype))
+    directions = device_array(np.eye(padded, flat.size, dtype=flat.dtype))
     columns = jax.lax.map(derivative, directions, batch_size=group)
     return jnp.moveaxis(columns[: flat.size], 0, -1)
 

@@ -17,7 +17,7 @@ from jaxtyping import Array, PRNGKeyArray, PyTree
 from .._compile_cache import use_compile_cache
 from .._data.checks import check_data, warn_findings
 from .._data.dataset import Dataset
-from .._jit import top_level_jit
+from .._jit import device_array, top_level_jit
 from .._rollout.adjoint import AbstractAdjoint, LinearAdjoint
 from .._rollout.method import AbstractMethod
 from .._rollout.rollout import rollout
@@ -194,13 +194,13 @@ def _batch(data: Dataset, dtype) -> dict:
     the model's floating dtype (a float32 model is fitted in float32)."""
     N = data.num_trajectories
     index = np.arange(N, dtype=jax.dtypes.canonicalize_dtype(int))
-    batch = {"index": jnp.asarray(index), "mask": jnp.asarray(step_mask(data))}
+    batch = {"index": device_array(index), "mask": device_array(step_mask(data))}
     if _has_outputs(data):
-        batch["ys"] = jnp.asarray(data.ys, dtype)
+        batch["ys"] = device_array(data.ys, dtype)
     else:
-        batch["xs"] = jnp.asarray(data.xs, dtype)
+        batch["xs"] = device_array(data.xs, dtype)
     if data.us is not None:
-        batch["us"] = jnp.asarray(data.us, dtype)
+        batch["us"] = device_array(data.us, dtype)
     return batch
 
 
@@ -208,7 +208,7 @@ def _channel_weights(ys: np.ndarray, mask: np.ndarray, dtype) -> Array:
     """`channel_weights` on the host (NumPy, float64, then `dtype`): as JAX
     operations outside `jit`, each would compile a small program of its own."""
     weights = channel_weights(ys.astype(np.float64), mask, xp=np)
-    return jnp.asarray(weights, dtype)
+    return device_array(weights, dtype)
 
 
 def _objective(loss, data, model, fit_x0, method, adjoint) -> FitObjective:
@@ -527,7 +527,7 @@ def _padded(batch: dict, padding: int) -> dict:
         if name == "index":
             return array
         widths = [(0, 0), (0, padding)] + [(0, 0)] * (array.ndim - 2)
-        return jnp.asarray(np.pad(to_host(array), widths))
+        return device_array(np.pad(to_host(array), widths))
 
     return {name: pad(name, array) for name, array in batch.items()}
 

@@ -21,8 +21,7 @@ import contextvars
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
-from jax.flatten_util import ravel_pytree
+import numpy as np
 
 from .._systems.system import LinearSystem
 from .levenberg_marquardt import LevenbergMarquardtStrategy
@@ -40,10 +39,21 @@ class NotPaddable(Exception):
     the fit is not padded."""
 
 
+# `pad` and `unpad` build their arrays on the host: done by JAX operations outside
+# `jit`, each shape compiled a program of its own (some 25 in a structure scan,
+# 0.5 s of a cold `dynsys fit`); `jax.device_put` compiles nothing.
+
+
 def _block(matrix, shape):
     """`matrix` in the top-left corner of zeros of `shape`."""
-    corner = tuple(slice(0, k) for k in matrix.shape)
-    return jnp.zeros(shape, matrix.dtype).at[corner].set(matrix)
+    block = np.zeros(shape, matrix.dtype)
+    block[tuple(slice(0, k) for k in matrix.shape)] = np.asarray(matrix)
+    return jax.device_put(block)
+
+
+def _corner(matrix, shape):
+    """The top-left block of `shape` of `matrix`."""
+    return jax.device_put(np.asarray(matrix)[tuple(slice(0, k) for k in shape)])
 
 
 def _embedded(model: LinearSystem, size: int, d) -> LinearSystem:
@@ -71,10 +81,12 @@ def pad(
     has_d = model.D is not None
     if has_d and not feedthrough:
         raise ValueError("pad(feedthrough=False): the model has a feedthrough D.")
-    ones = jax.tree.map(jnp.ones_like, model)
+    ones = jax.tree.map(lambda a: jax.device_put(np.ones_like(a)), model)
     d, d_mask = None, None
     if feedthrough:
-        zeros = jnp.zeros((model.C.shape[0], model.B.shape[1]), model.K.dtype)
+        zeros = jax.device_put(
+            np.zeros((model.C.shape[0], model.B.shape[1]), model.K.dtype)
+        )
         d, d_mask = (model.D, ones.D) if has_d else (zeros, zeros)
     return _embedded(model, size, d), _embedded(ones, size, d_mask)
 
@@ -82,13 +94,13 @@ def pad(
 def unpad(padded: LinearSystem, order: int, feedthrough: bool) -> LinearSystem:
     """The order-`order` model in the top-left block of `padded` (`pad`'s inverse),
     with its `D` only when `feedthrough`."""
-    n = order
+    n, p = order, padded.C.shape[0]
     return LinearSystem(
-        padded.K[:n, :n],
-        None if padded.B is None else padded.B[:n],
-        padded.C[:, :n],
+        _corner(padded.K, (n, n)),
+        None if padded.B is None else _corner(padded.B, (n, padded.B.shape[1])),
+        _corner(padded.C, (p, n)),
         padded.D if feedthrough else None,
-        None if padded.offset is None else padded.offset[:n],
+        None if padded.offset is None else _corner(padded.offset, (n,)),
         dt=padded.dt,
         input_level=padded.input_level,
         output_level=padded.output_level,
@@ -137,7 +149,9 @@ def worth_padding(
     """Whether fits like `model`'s on `data` (a `Dataset` with outputs) are
     padded to `(size, feedthrough)`: the padded Jacobian, residuals times
     gauge-free directions, has at most `limit` entries."""
-    num_params = ravel_pytree(pad(model, size, feedthrough)[0])[0].size
+    num_params = sum(
+        np.size(a) for a in jax.tree.leaves(pad(model, size, feedthrough)[0])
+    )
     return data.ys.size * (num_params - size**2) <= limit
 
 
@@ -153,5 +167,7 @@ def with_free_parameters(strategy, objective, params, filter_spec):
     if not (lm and objective.gauge_free) or params[1] is not None:
         raise NotPaddable
     trainable = _trainable((mask, params[1]), (filter_spec, True), "fit")[0]
-    free = ravel_pytree(trainable)[0]
+    # `ravel_pytree`'s order, on the host (its `concatenate` would compile)
+    free = np.concatenate([np.ravel(a) for a in jax.tree.leaves(trainable)])
+    free = jax.device_put(free)
     return eqx.tree_at(lambda s: s.free, strategy, free, is_leaf=lambda x: x is None)

@@ -215,7 +215,12 @@ def _has_tolerance(strategy) -> bool:
 def _initial_best(params) -> tuple[tuple, tuple]:
     """The running best before any step: on the device and on the host."""
     dtype = _params_dtype(params)
-    best_device = (jnp.array(jnp.inf, dtype), jnp.array(-1), params)
+    index_dtype = jax.dtypes.canonicalize_dtype(int)
+    best_device = (  # `device_put`: `jnp.array` would compile a program per call
+        jax.device_put(np.asarray(np.inf, dtype)),
+        jax.device_put(np.asarray(-1, index_dtype)),
+        params,
+    )
     best_host = (math.inf, -1, params)  # chosen by evaluations
     return best_device, best_host
 
@@ -239,9 +244,10 @@ def _dispatch(loop: _Loop, k: int, num_steps: int) -> int:
     if loop.evaluator is not None:
         count = min(count, loop.eval_every - k % loop.eval_every)
     indices = chunk_indices(loop.batches, count, loop.chunk)
-    # Built on the host: `jnp.arange` would compile a small program of its own.
+    # Built on the host and moved by `device_put`: `jnp.arange` (or `jnp.asarray`)
+    # would compile a small program of its own.
     index_dtype = jax.dtypes.canonicalize_dtype(int)
-    ks = jnp.asarray(np.arange(k, k + loop.chunk, dtype=index_dtype))
+    ks = jax.device_put(np.arange(k, k + loop.chunk, dtype=index_dtype))
     new_params, new_carry, best_device, outputs = run_chunk(
         loop.strategy,
         loop.objective,

@@ -3,10 +3,10 @@
 propagated from a `ParameterCovariance` by linearisation."""
 
 import equinox as eqx
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
+from .._jit import device_array
 from .host_response import matrix_sensitivity, static_gain_band
 from .propagate import _check_covariance, propagate_std
 from .response import _discrete, step_response
@@ -99,12 +99,12 @@ def pole_uncertainty(covariance, model=None) -> PoleUncertainty:
     ellipses = np.einsum("iap,pq,ibq->iab", parts, covariance.matrix, parts)
     order = np.lexsort((eigenvalues.imag, frequency))
     return PoleUncertainty(
-        jnp.asarray(eigenvalues[order]),
-        jnp.asarray(ellipses[order]),
-        jnp.asarray(frequency[order]),
-        jnp.asarray(_std(d_frequency, covariance.matrix)[order]),
-        jnp.asarray(damping[order]),
-        jnp.asarray(_std(d_damping, covariance.matrix)[order]),
+        device_array(eigenvalues[order]),
+        device_array(ellipses[order]),
+        device_array(frequency[order]),
+        device_array(_std(d_frequency, covariance.matrix)[order]),
+        device_array(damping[order]),
+        device_array(_std(d_damping, covariance.matrix)[order]),
     )
 
 
@@ -124,7 +124,7 @@ def static_gain_uncertainty(covariance, model=None) -> tuple[Array, Array]:
     # In closed form from the derivatives of K, B, C, D (the program
     # `pole_uncertainty` and the figures' bands share), on the host.
     gain, std = static_gain_band(matrix_sensitivity(covariance, model))
-    return jnp.asarray(gain), jnp.asarray(std)
+    return device_array(gain), device_array(std)
 
 
 def step_response_band(covariance, num_steps: int, model=None) -> tuple[Array, Array]:
@@ -140,7 +140,7 @@ def step_response_band(covariance, num_steps: int, model=None) -> tuple[Array, A
     std = propagate_std(
         lambda system: step_response(system, num_steps), covariance, model
     )
-    return step_response(model, num_steps), jnp.asarray(std)
+    return step_response(model, num_steps), device_array(std)
 
 
 def simulation_band(covariance, data, model=None) -> tuple[Array, Array]:
@@ -162,4 +162,4 @@ def simulation_band(covariance, data, model=None) -> tuple[Array, Array]:
     std = propagate_std(
         lambda system: compare(system, data).predicted, covariance, model
     )
-    return compare(model, data).predicted, jnp.asarray(std)
+    return compare(model, data).predicted, device_array(std)

@@ -211,8 +211,8 @@ def _predictor_inputs(K, C, L, c, s: Signals, feedthrough: bool):
     A = K - L @ C
     filtered = _filtered_outputs(A, L, C, ys)
     B_bar, D, _ = input_matrices(A, C, ys - filtered, s.us, s.mask, feedthrough, False)
-    B = B_bar if D is None else B_bar + jnp.asarray(L, dtype) @ D
-    return jnp.asarray(B, dtype), D
+    B = np.asarray(B_bar) if D is None else np.asarray(B_bar) + L @ np.asarray(D)
+    return jax.device_put(np.asarray(B, dtype)), D  # device_put: nothing compiled
 
 
 def noise_model(

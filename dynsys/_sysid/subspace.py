@@ -12,6 +12,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._data.checks import check_data, warn_findings
+from .._jit import device_array
 from .._systems.innovation import InnovationSystem
 from .._systems.system import LinearSystem
 from .input_matrices import input_matrices
@@ -171,7 +172,7 @@ def _projected_singular_values(
             "horizon or more data."
         )
     return _observability_svd(
-        s.ys, s.us, jnp.asarray(s.lengths), horizon, windows, constant
+        s.ys, s.us, device_array(s.lengths), horizon, windows, constant
     )
 
 
@@ -443,4 +444,4 @@ def _state_matrices(U: Array, S: Array, order: int, p: int, dtype):
     S = np.asarray(S, dtype=np.float64)
     gamma = U[:, :order] * np.sqrt(S[:order])[None, :]
     K = np.linalg.lstsq(gamma[:-p], gamma[p:], rcond=None)[0]
-    return tuple(jnp.asarray(a, dtype) for a in (K, gamma[:p], gamma))
+    return tuple(device_array(a, dtype) for a in (K, gamma[:p], gamma))
