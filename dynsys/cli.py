@@ -680,9 +680,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     if argv is None:  # the command's own process: JAX has not started yet
+        from ._experiments.figure_helper import enable_for_process
         from ._jit import use_for_process
 
         use_for_process()
+        enable_for_process()  # figures drawn on two cores
         gc.set_threshold(*COMMAND_GC_THRESHOLDS)
     distributed = getattr(args, "distributed", False)
     if distributed:

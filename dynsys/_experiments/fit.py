@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from .._distributed import share_between_processes
-from . import fit_checks
+from . import figure_helper, fit_checks
 from .compile_clock import stage
 from .config import ConfigError
 from .data_checks import run_data_checks, split_overlap
@@ -676,6 +676,7 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
 
 def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     """Fit a linear (or stable linear) model to simulated or recorded data."""
+    figure_helper.start()  # a helper process for the figures at the end
     with stage("data"):
         simulated = config["data"]["file"] is None
         run = _simulated(config) if simulated else _from_file(config)

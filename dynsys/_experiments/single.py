@@ -57,7 +57,7 @@ def _write_files(config, folder: pathlib.Path, outcome: Outcome) -> list:
     """Everything but `metrics.json` and `summary.md`: the config, the loss
     history, the model, the kind's own files and the figures (their paths)."""
     from .._io import save
-    from ..plot._save import save_png
+    from .figure_helper import save_pngs
 
     with stage("writing"):
         (folder / "config.toml").write_text(
@@ -67,11 +67,9 @@ def _write_files(config, folder: pathlib.Path, outcome: Outcome) -> list:
         save(folder / "model.dynsys", outcome.model)
         for name, writer in outcome.files.items():
             writer(folder / name)
-    figures = []
+    figures = [folder / name for name in outcome.figures]
     with stage("figures"), earlier_objects_frozen():  # matplotlib draws them here
-        for name, figure in outcome.figures.items():
-            save_png(figure, folder / name, dpi=100)
-            figures.append(folder / name)
+        save_pngs(dict(zip(figures, outcome.figures.values())), dpi=100)
     return figures
 
 

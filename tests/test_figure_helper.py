@@ -1,0 +1,102 @@
+"""The `dynsys` command's figures drawn on two cores
+(`dynsys/_experiments/figure_helper.py`): the same files, byte for byte, as drawn
+in one process, and every file written when the helper cannot draw its share."""
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+import dynsys.plot._save
+from dynsys._experiments import figure_helper
+
+
+def _figures(count: int) -> list:
+    figures = []
+    t = np.linspace(0.0, 1.0, 50)
+    for k in range(count):
+        figure = Figure(figsize=(4, 3), layout="constrained")
+        axes = figure.subplots()
+        axes.plot(t, np.sin((k + 1) * 6 * t), label=f"channel {k}")
+        axes.set_xlabel("time (s)")
+        axes.legend()
+        figures.append(figure)
+    return figures
+
+
+@pytest.fixture
+def drawn_here(monkeypatch) -> list:
+    """The paths this process draws (the helper's share is not among them)."""
+    paths = []
+    save_png = dynsys.plot._save.save_png
+
+    def counted(figure, path, dpi):
+        paths.append(path)
+        save_png(figure, path, dpi)
+
+    monkeypatch.setattr(dynsys.plot._save, "save_png", counted)
+    return paths
+
+
+@pytest.fixture
+def enabled(monkeypatch):
+    monkeypatch.setattr(figure_helper, "_state", {"enabled": True, "helper": None})
+    monkeypatch.setattr(figure_helper, "_cores", lambda: 2)
+    yield
+    figure_helper._stop()
+
+
+def _references(figures, folder) -> list[bytes]:
+    for k, figure in enumerate(figures):
+        dynsys.plot._save.save_png(figure, folder / f"reference{k}.png", 100)
+    return [(folder / f"reference{k}.png").read_bytes() for k in range(len(figures))]
+
+
+def test_the_helper_draws_every_other_figure_with_the_same_bytes(
+    tmp_path, enabled, drawn_here
+):
+    figures = _figures(5)
+    references = _references(figures, tmp_path)
+    drawn_here.clear()
+    figure_helper.start()
+    helper = figure_helper._state["helper"]
+    assert helper is not None and helper.poll() is None
+    paths = [tmp_path / f"figure{k}.png" for k in range(5)]
+    figure_helper.save_pngs(dict(zip(paths, figures)), dpi=100)
+    assert drawn_here == paths[0::2]  # the helper wrote the others
+    assert [p.read_bytes() for p in paths] == references
+    assert figure_helper._state["helper"] is helper  # still serving
+    figure_helper._stop()
+    assert helper.wait(timeout=5) == 0  # it ended with its input
+
+
+def test_what_the_helper_does_not_draw_is_drawn_here(
+    tmp_path, enabled, drawn_here, monkeypatch
+):
+    # A helper that reads one request and ends without answering.
+    worker = tmp_path / "ends.py"
+    worker.write_text("import pickle, sys\npickle.load(sys.stdin.buffer)\n")
+    monkeypatch.setattr(figure_helper, "_WORKER", worker)
+    figures = _figures(4)
+    references = _references(figures, tmp_path)
+    drawn_here.clear()
+    figures[2].unpicklable = lambda: None  # not sent: drawn here
+    figure_helper.start()
+    paths = [tmp_path / f"figure{k}.png" for k in range(4)]
+    figure_helper.save_pngs(dict(zip(paths, figures)), dpi=100)
+    assert sorted(drawn_here) == sorted(paths)
+    assert [p.read_bytes() for p in paths] == references
+    # After a failure no helper is started again in this process.
+    assert figure_helper._state == {"enabled": False, "helper": None}
+    figure_helper.start()
+    assert figure_helper._state["helper"] is None
+
+
+def test_without_the_command_every_figure_is_drawn_here(tmp_path, monkeypatch):
+    monkeypatch.setattr(figure_helper, "_state", {"enabled": False, "helper": None})
+    figure_helper.start()
+    assert figure_helper._state["helper"] is None
+    figures = _figures(3)
+    references = _references(figures, tmp_path)
+    paths = [tmp_path / f"figure{k}.png" for k in range(3)]
+    figure_helper.save_pngs(dict(zip(paths, figures)), dpi=100)
+    assert [p.read_bytes() for p in paths] == references
