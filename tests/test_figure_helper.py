@@ -59,14 +59,30 @@ def test_the_helper_draws_every_other_figure_with_the_same_bytes(
     drawn_here.clear()
     figure_helper.start()
     helper = figure_helper._state["helper"]
-    assert helper is not None and helper.poll() is None
+    assert helper is not None and helper.process.poll() is None
     paths = [tmp_path / f"figure{k}.png" for k in range(5)]
     figure_helper.save_pngs(dict(zip(paths, figures)), dpi=100)
     assert drawn_here == paths[0::2]  # the helper wrote the others
     assert [p.read_bytes() for p in paths] == references
     assert figure_helper._state["helper"] is helper  # still serving
     figure_helper._stop()
-    assert helper.wait(timeout=5) == 0  # it ended with its input
+    assert helper.process.wait(timeout=5) == 0  # it ended with its input
+
+
+def test_figures_submitted_early_are_written_from_the_helpers_bytes(
+    tmp_path, enabled, drawn_here
+):
+    figures = _figures(4)
+    references = _references(figures, tmp_path)
+    drawn_here.clear()
+    figure_helper.start()
+    early = [figure_helper.submit(f, 100) for f in figures[:3]]
+    assert all(isinstance(d, figure_helper.Drawing) for d in early)
+    assert early[0].png(30) == references[0]  # drawn while this process waits
+    paths = [tmp_path / f"figure{k}.png" for k in range(4)]
+    figure_helper.save_pngs(dict(zip(paths, [*early, figures[3]])), dpi=100)
+    assert drawn_here == [paths[3]]  # the only one not sent: one left to draw
+    assert [p.read_bytes() for p in paths] == references
 
 
 def test_what_the_helper_does_not_draw_is_drawn_here(
@@ -79,16 +95,18 @@ def test_what_the_helper_does_not_draw_is_drawn_here(
     figures = _figures(4)
     references = _references(figures, tmp_path)
     drawn_here.clear()
-    figures[2].unpicklable = lambda: None  # not sent: drawn here
+    figures[1].unpicklable = lambda: None  # would be sent; cannot be: drawn here
     figure_helper.start()
     paths = [tmp_path / f"figure{k}.png" for k in range(4)]
     figure_helper.save_pngs(dict(zip(paths, figures)), dpi=100)
     assert sorted(drawn_here) == sorted(paths)
     assert [p.read_bytes() for p in paths] == references
-    # After a failure no helper is started again in this process.
+    # After a failure no helper is started again in this process, and nothing
+    # is sent.
     assert figure_helper._state == {"enabled": False, "helper": None}
     figure_helper.start()
     assert figure_helper._state["helper"] is None
+    assert figure_helper.submit(figures[0]) is figures[0]
 
 
 def test_without_the_command_every_figure_is_drawn_here(tmp_path, monkeypatch):

@@ -3,11 +3,13 @@
 Drawing is most of a fit run's last seconds (eight PNG files, about 2 s on the
 heating record), on one core: matplotlib holds Python's GIL. In the `dynsys`
 command (`enable_for_process`), a run starts one helper process (`start`) that
-imports matplotlib while the run computes; at the end (`save_pngs`) it draws every
-other figure, sent to it pickled, while this process draws the rest. A figure the
-helper did not draw (it failed, ended, or took longer than `REPLY_SECONDS`) is
-drawn here: every file is written either way, with the same pixels. A run started
-from Python, or on one core, draws every figure here, in order.
+imports matplotlib while the run computes. Figures go to it pickled (`submit`):
+the fit sends those that do not wait for the model's uncertainty before computing
+it, and the helper draws them meanwhile; at the end (`save_pngs`) it draws every
+other figure still to draw while this process draws the rest. A figure the helper
+did not draw (it failed, ended, or took longer than `REPLY_SECONDS`) is drawn
+here: every file is written either way, with the same pixels. A run started from
+Python, or on one core, draws every figure here, in order.
 
 (Importing matplotlib in a background thread of this process instead, during the
 structure scan, saved its figures 0.3 s and cost the scan as much or more: the
@@ -15,6 +17,7 @@ import holds the GIL, and so does the tracing of a warm run.)
 """
 
 import atexit
+import collections
 import os
 import pathlib
 import pickle
@@ -25,8 +28,97 @@ import threading
 
 
 _WORKER = pathlib.Path(__file__).with_name("png_worker.py")
+FIGURE_DPI = 100  # the run folder's figures
 REPLY_SECONDS = 120.0  # the longest wait for one figure of the helper
 _state: dict = {"enabled": False, "helper": None}
+
+
+class Drawing:
+    """A figure sent to the helper process: its PNG file's bytes once drawn."""
+
+    def __init__(self, figure):
+        self.figure = figure  # drawn here when the helper did not
+        self._done = threading.Event()
+        self._png: bytes | None = None
+
+    def _answer(self, png: bytes | None) -> None:
+        self._png = png
+        self._done.set()
+
+    def png(self, timeout: float) -> bytes | None:
+        """The PNG bytes, or `None` when the helper did not draw it in `timeout`
+        seconds (or could not)."""
+        return self._png if self._done.wait(timeout) else None
+
+
+class _Helper:
+    """The helper process and its two pipe threads: one writes the requests (a
+    write waits while the helper draws), one reads the replies, which come in the
+    order of the requests."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.process = process
+        self.alive = True
+        self._requests: queue.Queue = queue.Queue()
+        self._pending: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._write, daemon=True).start()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def submit(self, figure, dpi: float) -> Drawing | None:
+        try:
+            pickled = pickle.dumps(figure, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            return None  # drawn here
+        drawing = Drawing(figure)
+        with self._lock:
+            if not self.alive:
+                return None
+            self._pending.append(drawing)
+        self._requests.put(pickle.dumps((dpi, pickled)))
+        return drawing
+
+    def _write(self) -> None:
+        while (request := self._requests.get()) is not None:
+            try:
+                self.process.stdin.write(request)
+                self.process.stdin.flush()
+            except (OSError, ValueError):
+                self._fail()
+                return
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+
+    def _read(self) -> None:
+        while True:
+            try:
+                error, png = pickle.load(self.process.stdout)
+            except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+                self._fail()
+                return
+            with self._lock:
+                drawing = self._pending.popleft() if self._pending else None
+            if drawing is not None:
+                drawing._answer(png if error is None else None)
+
+    def _fail(self) -> None:
+        with self._lock:
+            self.alive = False
+            pending = list(self._pending)
+            self._pending.clear()
+        for drawing in pending:
+            drawing._answer(None)
+
+    def close(self) -> None:
+        """End the helper: close its input (after the requests sent) and wait."""
+        self._requests.put(None)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._fail()
 
 
 def enable_for_process() -> None:
@@ -48,7 +140,7 @@ def start() -> None:
     if not _state["enabled"] or _state["helper"] is not None or _cores() < 2:
         return
     try:
-        _state["helper"] = subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-I", str(_WORKER)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -56,85 +148,56 @@ def start() -> None:
         )
     except OSError:
         return  # every figure is drawn here
+    _state["helper"] = _Helper(process)
     atexit.register(_stop)
 
 
 def _stop(failed: bool = False) -> None:
-    """End the helper (close its input, wait for it); after a failure, runs of this
-    process no longer start one."""
+    """End the helper; after a failure, runs of this process no longer start one."""
     helper, _state["helper"] = _state["helper"], None
     _state["enabled"] = _state["enabled"] and not failed
-    if helper is None:
-        return
-    try:
-        helper.stdin.close()
-        helper.wait(timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        helper.kill()
+    if helper is not None:
+        helper.close()
 
 
-def _exchange(helper, requests: list, replies: queue.Queue) -> None:
-    """Write `requests` to the helper, then put its replies on `replies`; `None`
-    when it stops answering."""
-    try:
-        for request in requests:
-            helper.stdin.write(request)
-        helper.stdin.flush()
-        for _ in requests:
-            replies.put(pickle.load(helper.stdout))
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError):
-        replies.put(None)
+def _live_helper() -> _Helper | None:
+    helper = _state["helper"]
+    if helper is not None and (not helper.alive or helper.process.poll() is not None):
+        _stop(failed=True)
+        return None
+    return helper
 
 
-def _drawn_by_helper(helper, jobs: list, dpi: float, draw_ours) -> set[str]:
-    """Send `jobs` (`(path, figure)`) to the helper, call `draw_ours()`, and return
-    the paths the helper wrote."""
-    requests = []
-    for path, figure in jobs:
-        try:
-            pickled = pickle.dumps(figure, protocol=pickle.HIGHEST_PROTOCOL)
-        except (pickle.PicklingError, TypeError, AttributeError):
-            continue  # drawn here
-        requests.append(pickle.dumps((str(path), dpi, pickled)))
-    replies: queue.Queue = queue.Queue()
-    threading.Thread(
-        target=_exchange, args=(helper, requests, replies), daemon=True
-    ).start()
-    draw_ours()
-    written = set()
-    for _ in requests:
-        try:
-            reply = replies.get(timeout=REPLY_SECONDS)
-        except queue.Empty:
-            reply = None
-        if reply is None:
-            _stop(failed=True)
-            break
-        path, error = reply
-        if error is None:
-            written.add(path)
-    return written
+def submit(figure, dpi: float = FIGURE_DPI):
+    """`figure` sent to the helper process to draw (a `Drawing`), or `figure`
+    itself when there is no helper (or it cannot be pickled)."""
+    helper = _live_helper()
+    drawing = None if helper is None else helper.submit(figure, dpi)
+    return figure if drawing is None else drawing
 
 
-def save_pngs(figures: dict, dpi: float) -> None:
-    """Write each matplotlib `Figure` of `figures` (path → figure) as a PNG file
-    at `dpi`: every other one by the helper process when there is one, the rest
-    (and any it did not write) here."""
+def save_pngs(figures: dict, dpi: float = FIGURE_DPI) -> None:
+    """Write each figure of `figures` (path → matplotlib `Figure`, or a `Drawing`
+    sent at `dpi`) as a PNG file at `dpi`: every other `Figure` drawn by the
+    helper process when there is one, the rest here, and each `Drawing` from the
+    helper's bytes (drawn here if it has none)."""
     from ..plot._save import save_png
 
-    jobs = list(figures.items())
-    helper = _state["helper"]
-    if helper is None or helper.poll() is not None or len(jobs) < 2:
-        for path, figure in jobs:
+    figures = dict(figures)
+    helper = _live_helper()
+    undrawn = [path for path, f in figures.items() if not isinstance(f, Drawing)]
+    if helper is not None and len(undrawn) >= 2:
+        for path in undrawn[1::2]:
+            figures[path] = submit(figures[path], dpi)
+    for path, figure in figures.items():
+        if not isinstance(figure, Drawing):
             save_png(figure, path, dpi)
-        return
-    theirs, ours = jobs[1::2], jobs[0::2]
-
-    def draw_ours():
-        for path, figure in ours:
-            save_png(figure, path, dpi)
-
-    written = _drawn_by_helper(helper, theirs, dpi, draw_ours)
-    for path, figure in theirs:
-        if str(path) not in written:
-            save_png(figure, path, dpi)
+    for path, drawing in figures.items():
+        if not isinstance(drawing, Drawing):
+            continue
+        png = drawing.png(REPLY_SECONDS)
+        if png is None:
+            _stop(failed=True)
+            save_png(drawing.figure, path, dpi)
+        else:
+            pathlib.Path(path).write_bytes(png)

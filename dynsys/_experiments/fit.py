@@ -19,7 +19,7 @@ from .compile_clock import stage
 from .config import ConfigError
 from .data_checks import run_data_checks, split_overlap
 from .fit_data import _columns, _from_file, _simulated, _split
-from .fit_figures import _output_figures, _state_figures
+from .fit_figures import _output_figures, _plain_figures, _state_figures
 from .fit_order import (
     refined_size,
     scan_figure,
@@ -465,6 +465,10 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         **_matrices(fitted),
         "timing": timing,
     }
+    with stage("figures"), earlier_objects_frozen():  # drawn during the uncertainty
+        plain = _plain_figures(report, singular_values, order, residuals, result)
+        plain |= scan_figure(scan, held_out=val is not None)
+        plain = {name: figure_helper.submit(f) for name, f in plain.items()}
     with stage("uncertainty"):
         covariance, reason = covariance_of(result)
         uncertainty = uncertainty_metrics(covariance, reason)
@@ -474,10 +478,9 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     truth = None if clean_val is None else np.asarray(clean_val.ys[0])
     with stage("figures"), earlier_objects_frozen():
         figures = _output_figures(
-            report, comparisons, models, truth, singular_values, order, residuals,
-            result, which, references,
-        )  # fmt: skip
-        figures |= scan_figure(scan, held_out=val is not None)
+            report, comparisons, models, truth, which, plain, references
+        )
+        figures |= {k: v for k, v in plain.items() if k not in figures}
     outcome = _outcome(run, result, metrics, summary, figures, notes)
     if fit_cfg["model"] == "neural":
         from .fit_neural import add_neural_stage

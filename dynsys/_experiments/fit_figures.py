@@ -23,20 +23,31 @@ def _times(data) -> np.ndarray:
 ROLES = {"least squares": "estimate", "subspace": "estimate", "fitted": "fit"}
 
 
-def _output_figures(
-    report,
-    comparisons,
-    models,
-    truth,
-    singular_values,
-    order,
-    residuals,
-    result,
-    which,
-    extras=None,
-):
-    """`extras`: figure file → more keyword arguments of its plot function (the
-    data's spectral estimate, the fitted model's confidence bands)."""
+def _plain_figures(report, singular_values, order, residuals, result) -> dict:
+    """The figures of input-output data that do not show the fitted model's
+    uncertainty (drawn while it is computed: `figure_helper.submit`)."""
+    from .. import plot
+
+    p = report.output_size
+    return {
+        "singular_values.png": plot.singular_values(singular_values, order=order),
+        "residuals.png": plot.residuals(
+            residuals, channels=None if p <= 8 else range(8)
+        ),
+        "loss.png": _loss_figure(
+            result,
+            "output-error loss",
+            "output error (each channel's squared error / its variance)",
+        ),
+    }
+
+
+def _output_figures(report, comparisons, models, truth, which, plain, extras=None):
+    """Every figure of input-output data, in the run folder's order: those that
+    show the model's uncertainty, drawn here, with the `plain` ones
+    (`_plain_figures`). `extras`: figure file → more keyword arguments of its plot
+    function (the data's spectral estimate, the fitted model's confidence
+    bands)."""
     from .. import plot
 
     extras = extras or {}
@@ -76,14 +87,12 @@ def _output_figures(
             **extras.get("comparison.png", {}),
         )
     return figures | {
-        "singular_values.png": plot.singular_values(singular_values, order=order),
+        "singular_values.png": plain["singular_values.png"],
         "bode.png": plot.bode(estimated, **responses, **extras.get("bode.png", {})),
         "step_response.png": plot.step_response(
             estimated, **responses, **extras.get("step_response.png", {})
         ),
-        "residuals.png": plot.residuals(
-            residuals, channels=None if p <= 8 else range(8)
-        ),
+        "residuals.png": plain["residuals.png"],
         "eigenvalues.png": plot.eigenvalues(
             estimated,
             truth=true_system,
@@ -92,11 +101,7 @@ def _output_figures(
             title="eigenvalues of K",
             **extras.get("eigenvalues.png", {}),
         ),
-        "loss.png": _loss_figure(
-            result,
-            "output-error loss",
-            "output error (each channel's squared error / its variance)",
-        ),
+        "loss.png": plain["loss.png"],
     }
 
 

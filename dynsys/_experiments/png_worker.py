@@ -1,40 +1,44 @@
 """The helper process of `figure_helper.py`: it reads pickled matplotlib figures
-from stdin and writes each as a PNG file, replying on stdout.
+from stdin and draws each as a PNG file's bytes, which it writes on stdout.
 
 Run as a script (`python -I png_worker.py`), not imported: it needs only the
 standard library and matplotlib, and starts without JAX or dynsys. Each request
-is one pickle, `(path, dpi, pickled figure)`; each reply one pickle,
-`(path, error)` with `error` None or the one-line reason the file was not
-written. The process ends at the end of its input (its parent closed the pipe, or
-ended)."""
+is one pickle, `(dpi, pickled figure)`; each reply one pickle, `(error, png)`:
+`error` None and the bytes, or the one-line reason it was not drawn and None.
+Replies come in the order of the requests. The process ends at the end of its
+input (its parent closed the pipe, or ended)."""
 
 import pickle
 import signal
 import sys
 
 
-def _write_png(figure, path: str, dpi: float) -> None:
+def _png(figure, dpi: float) -> bytes:
     """`dynsys.plot._save.save_png`'s drawing: the Agg canvas's `print_png`, which
     lays the figure out in the draw that renders it."""
+    import io
+
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     figure.dpi = dpi
-    FigureCanvasAgg(figure).print_png(path)
+    buffer = io.BytesIO()
+    FigureCanvasAgg(figure).print_png(buffer)
+    return buffer.getvalue()
 
 
 def serve(requests, replies) -> None:
     """Answer each request of the binary stream `requests` on `replies`."""
     while True:
         try:
-            path, dpi, pickled = pickle.load(requests)
+            dpi, pickled = pickle.load(requests)
         except EOFError:
             return
+        png = None
         try:
-            _write_png(pickle.loads(pickled), path, dpi)
-            error = None
+            png, error = _png(pickle.loads(pickled), dpi), None
         except Exception as failure:  # the parent draws this figure itself
             error = f"{type(failure).__name__}: {failure}".splitlines()[0]
-        pickle.dump((path, error), replies)
+        pickle.dump((error, png), replies)
         replies.flush()
 
 

@@ -57,7 +57,7 @@ def _write_files(config, folder: pathlib.Path, outcome: Outcome) -> list:
     """Everything but `metrics.json` and `summary.md`: the config, the loss
     history, the model, the kind's own files and the figures (their paths)."""
     from .._io import save
-    from .figure_helper import save_pngs
+    from .figure_helper import FIGURE_DPI, save_pngs
 
     with stage("writing"):
         (folder / "config.toml").write_text(
@@ -69,7 +69,7 @@ def _write_files(config, folder: pathlib.Path, outcome: Outcome) -> list:
             writer(folder / name)
     figures = [folder / name for name in outcome.figures]
     with stage("figures"), earlier_objects_frozen():  # matplotlib draws them here
-        save_pngs(dict(zip(figures, outcome.figures.values())), dpi=100)
+        save_pngs(dict(zip(figures, outcome.figures.values())), FIGURE_DPI)
     return figures
 
 
