@@ -13,6 +13,7 @@ import numpy as np
 import optax
 from jaxtyping import PRNGKeyArray, PyTree, Scalar
 
+from .._jit import device_array
 from .._rollout.sharding import leading_axis_shardings
 from .batches import chunk_indices, on_device
 from .chunk import evaluate, init_carry, run_chunk
@@ -216,11 +217,7 @@ def _initial_best(params) -> tuple[tuple, tuple]:
     """The running best before any step: on the device and on the host."""
     dtype = _params_dtype(params)
     index_dtype = jax.dtypes.canonicalize_dtype(int)
-    best_device = (  # `device_put`: `jnp.array` would compile a program per call
-        jax.device_put(np.asarray(np.inf, dtype)),
-        jax.device_put(np.asarray(-1, index_dtype)),
-        params,
-    )
+    best_device = (device_array(np.inf, dtype), device_array(-1, index_dtype), params)
     best_host = (math.inf, -1, params)  # chosen by evaluations
     return best_device, best_host
 
@@ -244,10 +241,9 @@ def _dispatch(loop: _Loop, k: int, num_steps: int) -> int:
     if loop.evaluator is not None:
         count = min(count, loop.eval_every - k % loop.eval_every)
     indices = chunk_indices(loop.batches, count, loop.chunk)
-    # Built on the host and moved by `device_put`: `jnp.arange` (or `jnp.asarray`)
-    # would compile a small program of its own.
+    # Built on the host: `jnp.arange` would compile a small program of its own.
     index_dtype = jax.dtypes.canonicalize_dtype(int)
-    ks = jax.device_put(np.arange(k, k + loop.chunk, dtype=index_dtype))
+    ks = device_array(np.arange(k, k + loop.chunk, dtype=index_dtype))
     new_params, new_carry, best_device, outputs = run_chunk(
         loop.strategy,
         loop.objective,
