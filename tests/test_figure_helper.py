@@ -51,16 +51,22 @@ def _references(figures, folder) -> list[bytes]:
     return [(folder / f"reference{k}.png").read_bytes() for k in range(len(figures))]
 
 
+def _case(count: int, folder, drawn_here) -> tuple[list, list[bytes], list]:
+    """`count` figures, their files drawn in this process (not counted in
+    `drawn_here`), and the paths to write them to."""
+    figures = _figures(count)
+    references = _references(figures, folder)
+    drawn_here.clear()
+    return figures, references, [folder / f"figure{k}.png" for k in range(count)]
+
+
 def test_the_helper_draws_half_the_figures_with_the_same_bytes(
     tmp_path, enabled, drawn_here
 ):
-    figures = _figures(5)
-    references = _references(figures, tmp_path)
-    drawn_here.clear()
+    figures, references, paths = _case(5, tmp_path, drawn_here)
     figure_helper.start()
     helper = figure_helper._state["helper"]
     assert helper is not None and helper.process.poll() is None
-    paths = [tmp_path / f"figure{k}.png" for k in range(5)]
     figure_helper.save_pngs(dict(zip(paths, figures)), dpi=100)
     assert drawn_here == paths[0::2]  # the helper wrote the others
     assert [p.read_bytes() for p in paths] == references
@@ -72,14 +78,11 @@ def test_the_helper_draws_half_the_figures_with_the_same_bytes(
 def test_figures_submitted_early_are_written_from_the_helpers_bytes(
     tmp_path, enabled, drawn_here
 ):
-    figures = _figures(4)
-    references = _references(figures, tmp_path)
-    drawn_here.clear()
+    figures, references, paths = _case(4, tmp_path, drawn_here)
     figure_helper.start()
     early = [figure_helper.submit(f, 100) for f in figures[:3]]
     assert all(isinstance(d, figure_helper.Drawing) for d in early)
     assert early[0].png(30) == references[0]  # drawn while this process waits
-    paths = [tmp_path / f"figure{k}.png" for k in range(4)]
     figure_helper.save_pngs(dict(zip(paths, [*early, figures[3]])), dpi=100)
     assert drawn_here == [paths[3]]  # the only one not sent: one left to draw
     assert [p.read_bytes() for p in paths] == references
@@ -92,12 +95,9 @@ def test_what_the_helper_does_not_draw_is_drawn_here(
     worker = tmp_path / "ends.py"
     worker.write_text("import pickle, sys\npickle.load(sys.stdin.buffer)\n")
     monkeypatch.setattr(figure_helper, "_WORKER", worker)
-    figures = _figures(4)
-    references = _references(figures, tmp_path)
-    drawn_here.clear()
+    figures, references, paths = _case(4, tmp_path, drawn_here)
     figures[1].unpicklable = lambda: None  # would be sent; cannot be: drawn here
     figure_helper.start()
-    paths = [tmp_path / f"figure{k}.png" for k in range(4)]
     figure_helper.save_pngs(dict(zip(paths, figures)), dpi=100)
     assert sorted(drawn_here) == sorted(paths)
     assert [p.read_bytes() for p in paths] == references
