@@ -38,8 +38,8 @@ def test_the_installed_jaxlib_version_is_read():
     assert _jit._jaxlib_version() == (major, minor)
 
 
-def test_a_program_that_runs_many_times_keeps_llvms_default_level(measured_jaxlib):
-    assert _jit.compiler_options("", repeated=True) == {_OPTION: False, _LEVEL: 3}
+def test_a_program_that_runs_many_times_is_compiled_at_llvms_level_1(measured_jaxlib):
+    assert _jit.compiler_options("", repeated=True) == {_OPTION: False, _LEVEL: 1}
 
 
 def test_the_levels_are_given_only_where_jax_can_only_use_the_cpu(monkeypatch):
@@ -93,9 +93,9 @@ def test_the_commands_own_flags_are_not_taken_for_the_users(measured_jaxlib):
     _jit.use_for_process(environ)
     assert f"--{_LEVEL}=0" in environ["XLA_FLAGS"].split()
     assert _jit.users_flags(environ) == "--xla_force_host_platform_device_count=2"
-    # the chunk of this process (and of a child process) is still compiled at 3
+    # the chunk of this process (and of a child process) is still compiled at 1
     flags = _jit.users_flags(environ)
-    assert _jit.compiler_options(flags, repeated=True) == {_OPTION: False, _LEVEL: 3}
+    assert _jit.compiler_options(flags, repeated=True) == {_OPTION: False, _LEVEL: 1}
 
 
 def test_the_command_process_gets_the_options_once(measured_jaxlib):
@@ -124,7 +124,7 @@ def test_top_level_jit_passes_the_level_of_its_kind_of_program(
     )
     _jit.top_level_jit(lambda x: x)
     _jit.top_level_jit(repeated=True)(lambda x: x)
-    assert [kwargs["compiler_options"][_LEVEL] for kwargs in given] == [0, 3]
+    assert [kwargs["compiler_options"][_LEVEL] for kwargs in given] == [0, 1]
 
 
 def _rollout_jacobian(K, x0, u):
