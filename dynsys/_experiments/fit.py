@@ -480,7 +480,6 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         figures = _output_figures(
             report, comparisons, models, truth, which, plain, references
         )
-        figures |= {k: v for k, v in plain.items() if k not in figures}  # the scan's
     outcome = _outcome(run, result, metrics, summary, figures, notes)
     if fit_cfg["model"] == "neural":
         from .fit_neural import add_neural_stage

@@ -45,9 +45,9 @@ def _plain_figures(report, singular_values, order, residuals, result) -> dict:
 def _output_figures(report, comparisons, models, truth, which, plain, extras=None):
     """Every figure of input-output data, in the run folder's order: those that
     show the model's uncertainty, drawn here, with the `plain` ones
-    (`_plain_figures`). `extras`: figure file → more keyword arguments of its plot
-    function (the data's spectral estimate, the fitted model's confidence
-    bands)."""
+    (`_plain_figures`, and the structure scan's last). `extras`: figure file → more
+    keyword arguments of its plot function (the data's spectral estimate, the fitted
+    model's confidence bands)."""
     from .. import plot
 
     extras = extras or {}
@@ -86,7 +86,7 @@ def _output_figures(report, comparisons, models, truth, which, plain, extras=Non
             title=f"{where}: free run from the estimated initial state{of}",
             **extras.get("comparison.png", {}),
         )
-    return figures | {
+    figures |= {
         "singular_values.png": plain["singular_values.png"],
         "bode.png": plot.bode(estimated, **responses, **extras.get("bode.png", {})),
         "step_response.png": plot.step_response(
@@ -103,6 +103,7 @@ def _output_figures(report, comparisons, models, truth, which, plain, extras=Non
         ),
         "loss.png": plain["loss.png"],
     }
+    return figures | plain  # the rest of `plain` (the structure scan's) last
 
 
 def _loss_figure(result, title, ylabel):
