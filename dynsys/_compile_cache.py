@@ -10,12 +10,14 @@ changes no JAX setting). Where it lives, first match wins:
 4. `$XDG_CACHE_HOME/dynsys/jax` (default `~/.cache/dynsys/jax`).
 
 A folder dynsys chooses gets every compiled program (no minimum compile time or
-size), so that a second run of the same shapes compiles nothing, and is kept under
-2 GiB by `prune_folder` (at most once a day; JAX's own size limit would scan the
-whole folder on every write). The cache never makes a run fail: a folder that
-cannot be written, or a disk with almost no space left, turns it off with one
-warning; JAX itself ignores (with a warning) an entry it cannot read, and entries of
-another JAX version never match (the version is part of the key).
+size), so that a second run of the same shapes compiles nothing; dynsys's own
+programs are kept there too, in `programs/` (`_kept_programs`: a second run does not
+even trace them). The folder is kept under 2 GiB by `prune_folder` (at most once a
+day; JAX's own size limit would scan the whole folder on every write). The cache
+never makes a run fail: a folder that cannot be written, or a disk with almost no
+space left, turns it off with one warning; JAX itself ignores (with a warning) an
+entry it cannot read, and entries of another JAX version never match (the version
+is part of the key).
 """
 
 import dataclasses
@@ -25,6 +27,7 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 
 
 ENVIRONMENT_VARIABLE = "DYNSYS_CACHE_DIR"
@@ -34,6 +37,9 @@ _MIN_FREE_BYTES = 64 * 2**20
 _MAX_BYTES = 2 * 2**30
 _PRUNE_EVERY_SECONDS = 24 * 3600
 _PRUNED_STAMP = ".dynsys-pruned"
+# Where `_kept_programs` keeps its compiled programs in a folder dynsys chose.
+KEPT_SUBFOLDER = "programs"
+KEPT_SUFFIX = ".program"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,8 +184,9 @@ def prune_folder(
 ) -> int:
     """Remove the least recently used compiled programs of a cache folder until
     it holds at most `max_bytes`; at most once per `every_seconds` (a stamp file in
-    the folder says when it last ran). Only JAX's entries (`*-cache` and their
-    `*-atime` companions) are touched; a failure to list or remove one is ignored.
+    the folder says when it last ran). Only compiled programs are touched (JAX's
+    `*-cache` entries with their `*-atime` companions, and dynsys's kept programs);
+    a failure to list or remove one is ignored.
 
     **Returns:** the number of programs removed.
     """
@@ -191,12 +198,11 @@ def prune_folder(
         pass  # never pruned
     entries, total = [], 0
     try:
-        for entry in os.scandir(folder):
-            if entry.name.endswith("-cache") and entry.is_file():
-                info = entry.stat()
-                used = max(info.st_atime, info.st_mtime)
-                entries.append((used, entry.path, info.st_size))
-                total += info.st_size
+        for entry in _entries(folder):
+            info = entry.stat()
+            used = max(info.st_atime, info.st_mtime)
+            entries.append((used, entry.path, info.st_size))
+            total += info.st_size
         stamp.touch()
     except OSError:
         return 0
@@ -204,7 +210,8 @@ def prune_folder(
     for _, path, size in sorted(entries):
         if total <= max_bytes:
             break
-        for name in (path, path[: -len("-cache")] + "-atime"):
+        companion = path[: -len("-cache")] + "-atime"
+        for name in (path, companion) if path.endswith("-cache") else (path,):
             try:
                 os.unlink(name)
             except OSError:
@@ -212,6 +219,19 @@ def prune_folder(
         total -= size
         removed += 1
     return removed
+
+
+def _entries(folder: pathlib.Path) -> Iterator[os.DirEntry]:
+    """The compiled programs of a cache folder: JAX's (`*-cache`) and dynsys's kept
+    ones (`programs/*.program`, `_kept_programs`)."""
+    for entry in os.scandir(folder):
+        if entry.name.endswith("-cache") and entry.is_file():
+            yield entry
+    kept = folder / KEPT_SUBFOLDER
+    if kept.is_dir():
+        for entry in os.scandir(kept):
+            if entry.name.endswith(KEPT_SUFFIX) and entry.is_file():
+                yield entry
 
 
 def _say_once(message: str) -> None:

@@ -128,11 +128,16 @@ def top_level_jit(fun=None, *, repeated: bool = False, **kwargs):
     runs many times per call of dynsys (the optimiser's chunk), so it is compiled
     for speed. Never call the result inside another trace (see the module's
     docstring)."""
-    import equinox as eqx  # here: the `dynsys` command imports this module before JAX
-
     if fun is None:
         return functools.partial(top_level_jit, repeated=repeated, **kwargs)
     options = compiler_options(repeated=repeated)
+    if not kwargs:
+        # Here: the `dynsys` command imports this module before JAX.
+        from ._kept_programs import KeptProgram
+
+        return KeptProgram(fun, options)
+    import equinox as eqx
+
     return eqx.filter_jit(fun, compiler_options=options, **kwargs)
 
 

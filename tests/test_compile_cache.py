@@ -62,18 +62,28 @@ def _metrics(tmp_path: pathlib.Path, out: str) -> dict:
     return json.loads((tmp_path / out / "metrics.json").read_text())
 
 
+def _kept(cache: pathlib.Path) -> dict[str, bytes]:
+    """dynsys's kept programs in a cache folder (`_kept_programs`), by file name."""
+    folder = cache / _compile_cache.KEPT_SUBFOLDER
+    return {
+        p.name: p.read_bytes() for p in folder.glob("*" + _compile_cache.KEPT_SUFFIX)
+    }
+
+
 @pytest.mark.slow
 def test_a_second_identical_fit_compiles_nothing(tmp_path):
     cache = tmp_path / "cache"
     first, _ = _fit(tmp_path, str(cache), "first")
-    written = _entries(cache)
+    written, kept = _entries(cache), _kept(cache)
     assert first.get("cache_misses", 0) == len(written) > 0
+    assert kept  # the optimiser's chunk, among others
     second, _ = _fit(tmp_path, str(cache), "second")
-    # Every compilation request of the second run was answered from the cache.
+    # Every compilation request of the second run was answered from the cache,
+    # and the kept programs were not even asked for.
     assert second["compile_requests_use_cache"] > 0
     assert second.get("cache_hits", 0) == second["compile_requests_use_cache"]
     assert second.get("cache_misses", 0) == 0
-    assert _entries(cache) == written
+    assert _entries(cache) == written and _kept(cache) == kept
     metrics = _metrics(tmp_path, "second")
     assert metrics["compile_cache"] == {
         "folder": str(cache),
@@ -82,25 +92,34 @@ def test_a_second_identical_fit_compiles_nothing(tmp_path):
     }
     assert metrics["summary"] == _metrics(tmp_path, "first")["summary"]
     # The stages' own counts (metrics.json["timing"]["stages"]) agree: the first
-    # run compiled its programs, the second loaded every one from the cache.
-    for run, counts in (("first", first), ("second", second)):
+    # run compiled its programs (the kept ones outside JAX's cache), the second
+    # loaded every one, from JAX's cache or as a kept program.
+    for run, counts, loaded in (("first", first, 0), ("second", second, len(kept))):
         stages = _metrics(tmp_path, run)["timing"]["stages"]
         hits = sum(stage["cache_hits"] for stage in stages.values())
         compiled = sum(stage["programs_compiled"] for stage in stages.values())
         assert hits == counts.get("cache_hits", 0), (run, stages)
-        assert compiled == counts.get("cache_misses", 0), (run, stages)
-    assert stages["fit"]["cache_hits"] > 0 and stages["fit"]["programs_compiled"] == 0
+        kept_now = len(kept) if run == "first" else 0
+        assert compiled == counts.get("cache_misses", 0) + kept_now, (run, stages)
+        assert sum(s["programs_loaded"] for s in stages.values()) == loaded
+    fit_stage = stages["fit"]
+    assert fit_stage["programs_loaded"] > 0 and fit_stage["programs_compiled"] == 0
     summary = (tmp_path / "second" / "summary.md").read_text()
     assert f"compiled programs are kept in {cache}" in summary
 
     # An entry JAX cannot read (as one written by another version would be, were
-    # its key the same) is compiled again, with JAX's warning; the run succeeds.
+    # its key the same) is compiled again, with JAX's warning; a kept program that
+    # cannot be loaded is compiled again and written over; the run succeeds.
     for name in written:
         (cache / name).write_bytes(b"not a compiled program")
+    for name in kept:
+        (cache / _compile_cache.KEPT_SUBFOLDER / name).write_bytes(b"cut short")
     third, stderr = _fit(tmp_path, str(cache), "third")
     assert third.get("cache_hits", 0) == 0
     assert "Error reading persistent compilation cache entry" in stderr
     assert _metrics(tmp_path, "third")["summary"] == metrics["summary"]
+    assert _kept(cache).keys() == kept.keys()
+    assert all(content != b"cut short" for content in _kept(cache).values())
 
 
 @pytest.mark.slow

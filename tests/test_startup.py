@@ -205,3 +205,35 @@ def test_the_command_collects_garbage_less_often_and_a_library_call_does_not():
         "print(gc.get_threshold() == cli.COMMAND_GC_THRESHOLDS)\n"
     )
     assert _printed_by(code) == ["True", "True"]
+
+
+def test_the_command_ends_after_what_a_normal_exit_does_that_matters(tmp_path):
+    # `command()` (the console script) skips the interpreter's teardown; before it,
+    # the run's threads are joined, `atexit` functions run and stdout is flushed,
+    # and the exit status is `main`'s.
+    marks = tmp_path / "marks"
+    code = (
+        "import atexit, sys, threading, time\n"
+        f"marks = open({str(marks)!r}, 'a')\n"
+        "atexit.register(lambda: (marks.write('atexit\\n'), marks.flush()))\n"
+        "def late():\n"
+        "    time.sleep(0.5)\n"
+        "    marks.write('thread\\n'); marks.flush()\n"
+        "threading.Thread(target=late).start()\n"
+        "print('before the command', end='')\n"  # in the buffer, unflushed
+        "sys.argv = ['dynsys', 'fit', 'no-such-file.csv']\n"
+        "from dynsys.cli import command\n"
+        "command()\n"
+        "print('never here')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == "before the command"
+    assert "dynsys fit: DATA: no such file" in result.stderr
+    assert marks.read_text().split() == ["thread", "atexit"]

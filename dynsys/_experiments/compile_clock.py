@@ -19,6 +19,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+from .._kept_programs import LOAD_EVENT
+
 
 # The jax.monitoring events (jax/_src/dispatch.py, jax/_src/compiler.py).
 _TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
@@ -39,6 +41,9 @@ class CompileWork:
     - `traces`: the functions traced (top-level `jit` traces).
     - `programs`: the backend programs asked for (each compiled, or loaded).
     - `cache_hits`: those of them that came from the persistent compilation cache.
+    - `loading_seconds`, `programs_loaded`: the time spent reading dynsys's kept
+        programs (`_kept_programs`), which need no tracing, lowering or backend
+        compilation, and how many were read.
     """
 
     tracing_seconds: float = 0.0
@@ -47,6 +52,8 @@ class CompileWork:
     traces: int = 0
     programs: int = 0
     cache_hits: int = 0
+    loading_seconds: float = 0.0
+    programs_loaded: int = 0
 
     def __sub__(self, other: "CompileWork") -> "CompileWork":
         return CompileWork(
@@ -66,8 +73,13 @@ class CompileWork:
 
     @property
     def compile_seconds(self) -> float:
-        """Tracing, lowering and backend compilation together."""
-        return self.tracing_seconds + self.lowering_seconds + self.backend_seconds
+        """Tracing, lowering, backend compilation and loading kept programs."""
+        return (
+            self.tracing_seconds
+            + self.lowering_seconds
+            + self.backend_seconds
+            + self.loading_seconds
+        )
 
 
 # The process's totals since the listener was registered; JAX may compile on any
@@ -87,6 +99,9 @@ def _on_duration(event: str, seconds: float, **_) -> None:
         elif event == _BACKEND_EVENT:
             _totals.backend_seconds += seconds
             _totals.programs += 1
+        elif event == LOAD_EVENT:  # dynsys's own: a kept program read
+            _totals.loading_seconds += seconds
+            _totals.programs_loaded += 1
 
 
 def _on_event(event: str, **_) -> None:
@@ -164,9 +179,11 @@ class StageClock:
 
     def as_dict(self) -> dict[str, dict[str, float | int]]:
         """`metrics.json["timing"]["stages"]`: per stage, in the order first seen,
-        `seconds` (wall), `compile_seconds` (tracing + lowering + backend) and its
-        three parts, `traces`, `programs_compiled` (backend programs compiled, not
-        loaded) and `cache_hits` (loaded from the persistent cache); up to now."""
+        `seconds` (wall), `compile_seconds` (tracing + lowering + backend +
+        loading kept programs) and its four parts, `traces`, `programs_compiled`
+        (backend programs compiled, not loaded), `cache_hits` (loaded from JAX's
+        persistent cache) and `programs_loaded` (dynsys's kept programs read, with
+        no tracing); up to now."""
         self._charge()
         return {
             name: {
@@ -178,6 +195,8 @@ class StageClock:
                 "traces": entry.work.traces,
                 "programs_compiled": entry.work.programs - entry.work.cache_hits,
                 "cache_hits": entry.work.cache_hits,
+                "loading_seconds": entry.work.loading_seconds,
+                "programs_loaded": entry.work.programs_loaded,
             }
             for name, entry in self._stages.items()
         }

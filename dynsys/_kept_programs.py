@@ -1,0 +1,247 @@
+"""Compiled programs kept across runs: `KeptProgram`, what `top_level_jit` makes.
+
+JAX's persistent compilation cache spares a warm run the compiling, but not the
+tracing and lowering that its key needs (1.5 s of a warm `dynsys fit` on a
+800-sample record, most of it the optimiser's chunk and the covariance). A
+`KeptProgram` files its compiled program (JAX's serialised executable) under a key
+that needs no tracing (`_program_key`), in the `programs` subfolder of the folder
+dynsys chose for JAX's cache (`_compile_cache`), and a later run with the same key
+loads and runs it directly.
+
+Anything else runs as `equinox.filter_jit` would: no cache folder (or the user's own
+JAX folder), `jax.disable_jit`, a call that cannot be keyed, or a program JAX cannot
+serialise (one with host callbacks, say). An entry that cannot be read or loaded
+(written by another jaxlib, cut short) is compiled again and written over; a
+folder that cannot be written is said once and the run goes on.
+"""
+
+import contextlib
+import math
+import os
+import pathlib
+import pickle
+import tempfile
+import time
+import warnings
+
+from . import _compile_cache
+from ._program_key import program_key, Unkeyed
+
+
+# A `jax.monitoring` duration event per program read from its file (the stages'
+# clock, `_experiments/compile_clock.py`, counts them).
+LOAD_EVENT = "/dynsys/kept_program_load_duration"
+_FORMAT = 1
+_said: set[str] = set()
+
+
+def _folder() -> pathlib.Path | None:
+    """Where programs are kept: in the folder dynsys chose for JAX's cache."""
+    status = _compile_cache.current_status()
+    if status is None or status.folder is None or status.source == "jax":
+        return None
+    return pathlib.Path(status.folder) / _compile_cache.KEPT_SUBFOLDER
+
+
+class _Program:
+    """A compiled program of the flattened arguments' arrays, and how its outputs
+    are rebuilt: the output tree, its static leaves, which leaves are arrays."""
+
+    def __init__(self, compiled, out_tree, out_static, out_dynamic):
+        self.compiled = compiled
+        self.out_tree = out_tree
+        self.out_static = out_static
+        self.out_dynamic = out_dynamic
+
+    def __call__(self, arrays):
+        outputs = iter(self.compiled(*arrays))
+        leaves = [
+            next(outputs) if is_array else static
+            for static, is_array in zip(self.out_static, self.out_dynamic)
+        ]
+        return self.out_tree.unflatten(leaves)
+
+    def entry(self, key: str) -> bytes:
+        """The program as a file's content (`load` reads it). The output tree goes
+        as its skeleton (`_Hole` for each array), not as the `PyTreeDef`: a pickled
+        tree definition does not keep equinox's sentinels."""
+        from jax.experimental.serialize_executable import serialize
+
+        executable = serialize(self.compiled)[0]
+        holes = [
+            _Hole() if is_array else static
+            for static, is_array in zip(self.out_static, self.out_dynamic)
+        ]
+        return pickle.dumps(
+            {
+                "format": _FORMAT,
+                "key": key,
+                "executable": executable,
+                "inputs": len(self.compiled.args_info[0]),
+                "outputs": self.out_tree.unflatten(holes),
+            }
+        )
+
+
+class _Hole:
+    """Where an output array goes in a kept program's output skeleton."""
+
+
+def load(path: pathlib.Path, key: str) -> _Program | None:
+    """The program kept at `path` under `key`, or `None` (no entry, or one that
+    cannot be loaded here)."""
+    started = time.perf_counter()
+    try:
+        content = path.read_bytes()
+    except OSError:
+        return None
+    import jax
+    from jax.experimental.serialize_executable import deserialize_and_load
+
+    try:
+        entry = pickle.loads(content)
+        if entry["format"] != _FORMAT or entry["key"] != key:
+            return None
+        in_tree = jax.tree.structure((tuple(range(entry["inputs"])), {}))
+        out_leaves, out_tree = jax.tree.flatten(entry["outputs"])
+        out_dynamic = [isinstance(leaf, _Hole) for leaf in out_leaves]
+        out_static = [
+            None if hole else leaf for leaf, hole in zip(out_leaves, out_dynamic)
+        ]
+        flat_out = jax.tree.structure(tuple(range(sum(out_dynamic))))
+        compiled = deserialize_and_load(entry["executable"], in_tree, flat_out)
+    except Exception:  # another jaxlib's or a cut-short entry: compiled again
+        return None
+    seconds = time.perf_counter() - started
+    jax.monitoring.record_event_duration_secs(LOAD_EVENT, seconds)
+    return _Program(compiled, out_tree, out_static, out_dynamic)
+
+
+@contextlib.contextmanager
+def _outside_jax_cache():
+    """Compile without writing to JAX's persistent cache: an executable that JAX
+    reads back from its cache serialises without its kernels (jaxlib 0.10 on the
+    CPU: "Function ..._kernel not found" when the kept program runs), and the kept
+    program stands in for JAX's entry anyway."""
+    import jax
+
+    name = "jax_persistent_cache_min_compile_time_secs"
+    before = getattr(jax.config, name)
+    jax.config.update(name, math.inf)
+    try:
+        yield
+    finally:
+        jax.config.update(name, before)
+
+
+def _write(path: pathlib.Path, content: bytes) -> None:
+    """Write `content` to `path` whole or not at all (a rename over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".writing-")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(content)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def _keep(program: _Program, path: pathlib.Path, key: str) -> None:
+    """Write `program` to `path`; a program JAX cannot serialise is not kept, and a
+    folder that cannot be written is said once."""
+    try:
+        content = program.entry(key)
+    except Exception:  # host callbacks, constants: JAX cannot serialise it
+        return
+    try:
+        _write(path, content)
+    except OSError as error:
+        message = (
+            f"dynsys: compiled programs are not kept in {path.parent} "
+            f"({error.strerror or type(error).__name__}); compiling as usual."
+        )
+        if message not in _said:
+            _said.add(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+class KeptProgram:
+    """`equinox.filter_jit(fun, compiler_options=options)` whose compiled programs
+    are kept across runs (see the module docstring). Arguments are split as
+    `filter_jit` splits them: arrays are traced, everything else is static."""
+
+    def __init__(self, fun, options: dict):
+        import equinox as eqx
+
+        self.fun = fun
+        self.options = options
+        self.jitted = eqx.filter_jit(fun, compiler_options=options)
+        self.programs: dict[str, _Program] = {}  # loaded in this process, by key
+        self.__wrapped__ = fun
+        self.__name__ = fun.__name__
+        self.__qualname__ = fun.__qualname__
+        self.__module__ = fun.__module__
+        self.__doc__ = fun.__doc__
+
+    def __call__(self, *args, **kwargs):
+        import equinox as eqx
+        import jax
+
+        folder = _folder()
+        debugging = jax.config.jax_debug_nans or jax.config.jax_debug_infs
+        if folder is None or jax.config.jax_disable_jit or debugging:
+            return self.jitted(*args, **kwargs)
+        leaves, treedef = jax.tree.flatten((args, kwargs))
+        dynamic = [eqx.is_array(leaf) for leaf in leaves]
+        try:
+            key = program_key(self.fun, self.options, treedef, leaves, dynamic)
+        except Unkeyed:
+            return self.jitted(*args, **kwargs)
+        arrays = [leaf for leaf, is_array in zip(leaves, dynamic) if is_array]
+        program = self.programs.get(key)
+        if program is None:
+            path = folder / (key + _compile_cache.KEPT_SUFFIX)
+            program = load(path, key)
+            if program is not None:
+                try:
+                    outputs = program(arrays)
+                except jax.errors.JaxRuntimeError:
+                    program = None  # an entry that loads but cannot run here
+                else:
+                    self.programs[key] = program
+                    return outputs
+            program = self._compile(treedef, leaves, dynamic)
+            _keep(program, path, key)
+            self.programs[key] = program
+        return program(arrays)
+
+    def _compile(self, treedef, leaves, dynamic) -> _Program:
+        """Trace, lower and compile `fun` as a function of the arrays alone."""
+        import equinox as eqx
+        import jax
+
+        outputs = {}
+
+        def of_arrays(*arrays):
+            given = iter(arrays)
+            full = [
+                next(given) if is_array else leaf
+                for leaf, is_array in zip(leaves, dynamic)
+            ]
+            args, kwargs = treedef.unflatten(full)
+            out_leaves, outputs["tree"] = jax.tree.flatten(self.fun(*args, **kwargs))
+            outputs["dynamic"] = [eqx.is_array(leaf) for leaf in out_leaves]
+            outputs["static"] = [
+                None if is_array else leaf
+                for leaf, is_array in zip(out_leaves, outputs["dynamic"])
+            ]
+            return tuple(leaf for leaf in out_leaves if eqx.is_array(leaf))
+
+        arrays = [leaf for leaf, is_array in zip(leaves, dynamic) if is_array]
+        jitted = jax.jit(of_arrays, compiler_options=self.options or None)
+        with _outside_jax_cache():
+            compiled = jitted.lower(*arrays).compile()
+        return _Program(
+            compiled, outputs["tree"], outputs["static"], outputs["dynamic"]
+        )
