@@ -126,7 +126,10 @@ def _choose(setting) -> CacheStatus:
     import jax
 
     theirs = jax.config.jax_compilation_cache_dir
-    if theirs and (_current is None or theirs != _current.folder):
+    # JAX's folder is the user's unless dynsys set it (a later call of a process
+    # whose earlier call chose a folder of dynsys's).
+    ours = _current is not None and _current.source != "jax"
+    if theirs and not (ours and theirs == _current.folder):
         return CacheStatus(str(theirs), "jax")
     return CacheStatus(str(default_folder()), "default")
 

@@ -193,6 +193,9 @@ def test_the_users_own_jax_folder_is_kept(tmp_path, monkeypatch, pristine_cache)
     status = _compile_cache.use_compile_cache()
     assert (status.folder, status.source) == (str(tmp_path / "theirs"), "jax")
     assert jax.config.jax_persistent_cache_min_compile_time_secs == 2.5
+    # A second run of the process keeps it (it once went to the default folder).
+    assert _compile_cache.use_compile_cache() == status
+    assert jax.config.jax_compilation_cache_dir == str(tmp_path / "theirs")
 
 
 def test_the_default_folder_honours_xdg_cache_home(tmp_path, monkeypatch):
@@ -236,3 +239,20 @@ def test_a_folder_over_its_size_loses_its_least_recently_used_programs(tmp_path)
     assert _compile_cache.prune_folder(tmp_path, max_bytes=3500) == 0
     assert _compile_cache.prune_folder(tmp_path, max_bytes=5000, every_seconds=0) == 3
     assert _entries(tmp_path) == {"jit_g-0-cache"}  # the newest, alone at the limit
+    # dynsys's kept programs are counted and pruned with JAX's entries, by use.
+    kept = tmp_path / _compile_cache.KEPT_SUBFOLDER
+    kept.mkdir()
+    for k in range(2):
+        program = kept / f"{k}{_compile_cache.KEPT_SUFFIX}"
+        program.write_bytes(b"z" * 1000)
+        os.utime(program, (3_000_000_000 + k, 3_000_000_000 + k))  # the newest
+    (kept / "notes.txt").write_text("not the cache's")
+    assert _compile_cache.prune_folder(tmp_path, max_bytes=2000, every_seconds=0) == 1
+    assert _entries(tmp_path) == set()
+    assert sorted(p.name for p in kept.iterdir()) == [
+        "0.program",
+        "1.program",
+        "notes.txt",
+    ]
+    assert _compile_cache.prune_folder(tmp_path, max_bytes=1000, every_seconds=0) == 1
+    assert sorted(p.name for p in kept.iterdir()) == ["1.program", "notes.txt"]
