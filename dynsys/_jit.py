@@ -131,14 +131,36 @@ def top_level_jit(fun=None, *, repeated: bool = False, **kwargs):
     if fun is None:
         return functools.partial(top_level_jit, repeated=repeated, **kwargs)
     options = compiler_options(repeated=repeated)
-    if not kwargs:
+    if not kwargs and _keeps_programs():
         # Here: the `dynsys` command imports this module before JAX.
         from ._kept_programs import KeptProgram
 
         return KeptProgram(fun, options)
     import equinox as eqx
 
-    return eqx.filter_jit(fun, compiler_options=options, **kwargs)
+    return eqx.filter_jit(fun, compiler_options=options or None, **kwargs)
+
+
+def _keeps_programs() -> bool:
+    """Whether compiled programs are kept across runs (`_kept_programs`): only with
+    the jaxlib versions it was tested on, and where JAX can only use the CPU (a
+    loaded program skips the lowering that sets up some backends' kernels)."""
+    return _jaxlib_version() in _MEASURED_JAXLIB and _cpu_only()
+
+
+def kept_jit(fun):
+    """`equinox.filter_jit(fun)` whose compiled programs are kept across runs
+    (`_kept_programs`: a later run loads them without tracing). Inside another
+    trace it is `filter_jit` itself, so a function a user may call under their own
+    `jax.jit` may use it; no compiler options are given (see the module's
+    docstring)."""
+    if not _keeps_programs():
+        import equinox as eqx
+
+        return eqx.filter_jit(fun)
+    from ._kept_programs import KeptProgram
+
+    return KeptProgram(fun, {})
 
 
 def use_for_process(environ=os.environ) -> None:

@@ -99,6 +99,7 @@ def load(path: pathlib.Path, key: str) -> _Program | None:
     from jax.experimental.serialize_executable import deserialize_and_load
 
     try:
+        _initialise_kernels()
         entry = pickle.loads(content)
         if entry["format"] != _FORMAT or entry["key"] != key:
             return None
@@ -115,6 +116,16 @@ def load(path: pathlib.Path, key: str) -> _Program | None:
     seconds = time.perf_counter() - started
     jax.monitoring.record_event_duration_secs(LOAD_EVENT, seconds)
     return _Program(compiled, out_tree, out_static, out_dynamic)
+
+
+def _initialise_kernels() -> None:
+    """Point jaxlib's LAPACK kernels (the CPU's linear-algebra custom calls) at
+    their LAPACK functions. JAX does it when it lowers a program that uses them; a
+    loaded program is not lowered, and without it crashes the process (jaxlib
+    0.10)."""
+    from jax._src.lax import linalg
+
+    linalg.initialize_lapack()
 
 
 @contextlib.contextmanager
@@ -176,7 +187,7 @@ class KeptProgram:
 
         self.fun = fun
         self.options = options
-        self.jitted = eqx.filter_jit(fun, compiler_options=options)
+        self.jitted = eqx.filter_jit(fun, compiler_options=options or None)
         self.programs: dict[str, _Program] = {}  # loaded in this process, by key
         self.__wrapped__ = fun
         self.__name__ = fun.__name__

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._jit import kept_jit
 from .propagate import _check_covariance
 from .response import _discrete, _needs_input
 
@@ -103,7 +104,7 @@ def step_response(matrices: Matrices, num_steps: int) -> np.ndarray:
     return np.cumsum(markov, axis=0)
 
 
-@eqx.filter_jit
+@kept_jit
 def _matrices_and_derivatives(params, static):
     def matrices(trained):
         linear = _discrete("matrix_sensitivity", eqx.combine(trained, static))

@@ -2,7 +2,6 @@
 the innovation covariance and Kalman gain (Riccati equation), and `B`, `D` that stay
 well conditioned when the estimated `K` is unstable or marginal."""
 
-import functools
 from typing import NamedTuple
 
 import jax
@@ -11,6 +10,7 @@ import numpy as np
 import scipy.linalg
 from jaxtyping import Array
 
+from .._jit import kept_jit
 from .input_matrices import input_matrices
 from .signals import Signals
 
@@ -45,7 +45,7 @@ def _window_rows(y, u, horizon: int, constant: bool):
     return jnp.concatenate(blocks + past, axis=1), _hankel(y, horizon, horizon, count)
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4))
+@kept_jit
 def _past_projection(
     ys: Array, us: Array | None, lengths: Array, horizon: int, constant: bool
 ) -> tuple[Array, Array]:

@@ -12,7 +12,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._data.checks import check_data, warn_findings
-from .._jit import device_array
+from .._jit import device_array, kept_jit
 from .._systems.innovation import InnovationSystem
 from .._systems.system import LinearSystem
 from .input_matrices import input_matrices
@@ -135,7 +135,7 @@ def _window_factors(
     return jax.lax.map(factor, (ys, us, lengths))
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4, 5))
+@kept_jit
 def _observability_svd(
     ys: Array,
     us: Array | None,

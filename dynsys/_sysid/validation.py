@@ -8,6 +8,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._fitting.metrics import no_variance
+from .._jit import kept_jit
 from .._rollout.rollout import rollout
 from .._systems.innovation import InnovationSystem
 from .._systems.system import AbstractSystem, LinearSystem
@@ -59,7 +60,7 @@ def _fit_percent(y: Array, y_hat: Array, weight: Array, axes) -> Array:
     return jnp.where(flat, jnp.nan, 100.0 * (1.0 - error / jnp.where(flat, 1, spread)))
 
 
-@jax.jit
+@kept_jit
 def _scores(predicted, ys, mask):
     """`(predicted, measured, fit % (p,), fit % per experiment (N, p))`, the
     signals zeroed past each experiment's end."""
@@ -301,7 +302,7 @@ def compare(
     return _comparison(s, predicted, x0, horizon)
 
 
-@eqx.filter_jit
+@kept_jit
 def _free_run_or_ahead(model, s: Signals, x0, horizon: int | None, window: int):
     """`(predicted (N, T, p), x0 (N, n))` of `compare` without a Kalman predictor,
     one compiled program per model structure and data shape."""
@@ -398,7 +399,7 @@ def _lagged_sums(a: Array, b: Array, max_lag: int, negative: bool) -> Array:
     return jnp.einsum("iltp,itm->lpm", shifted, b)
 
 
-@eqx.filter_jit
+@kept_jit
 def _correlations(difference, us, mask, max_lag: int):
     """`(residuals (N, T, p), auto-correlation (L+1, p), cross-correlation
     (2L+1, p, m) or None)` of `residual_analysis`, from `(measured, predicted)`."""
