@@ -48,6 +48,7 @@ class _Program:
     are rebuilt: the output tree, its static leaves, which leaves are arrays."""
 
     def __init__(self, compiled, out_tree, out_static, out_dynamic):
+        self.keepable = True
         self.compiled = compiled
         self.out_tree = out_tree
         self.out_static = out_static
@@ -118,6 +119,16 @@ def load(path: pathlib.Path, key: str) -> _Program | None:
     return _Program(compiled, out_tree, out_static, out_dynamic)
 
 
+def _without_host_callbacks(lowered) -> bool:
+    """Whether a lowered program calls back into Python (`jax.pure_callback`,
+    `equinox.error_if`): such a program holds the address of a Python object of
+    this process, and in another it would call whatever lies there. JAX's own
+    cache does not keep them either. Unknown (another JAX's internals): `False`."""
+    arguments = getattr(getattr(lowered, "_lowering", None), "compile_args", None)
+    callbacks = None if arguments is None else arguments.get("host_callbacks")
+    return callbacks is not None and len(callbacks) == 0
+
+
 def _initialise_kernels() -> None:
     """Point jaxlib's LAPACK kernels (the CPU's linear-algebra custom calls) at
     their LAPACK functions. JAX does it when it lowers a program that uses them; a
@@ -159,8 +170,10 @@ def _write(path: pathlib.Path, content: bytes) -> None:
 
 
 def _keep(program: _Program, path: pathlib.Path, key: str) -> None:
-    """Write `program` to `path`; a program JAX cannot serialise is not kept, and a
-    folder that cannot be written is said once."""
+    """Write `program` to `path`; a program JAX cannot serialise (or should not:
+    `keepable`) is not kept, and a folder that cannot be written is said once."""
+    if not program.keepable:
+        return
     try:
         content = program.entry(key)
     except Exception:  # host callbacks, constants: JAX cannot serialise it
@@ -252,7 +265,10 @@ class KeptProgram:
         arrays = [leaf for leaf, is_array in zip(leaves, dynamic) if is_array]
         jitted = jax.jit(of_arrays, compiler_options=self.options or None)
         with _outside_jax_cache():
-            compiled = jitted.lower(*arrays).compile()
-        return _Program(
+            lowered = jitted.lower(*arrays)
+            compiled = lowered.compile()
+        program = _Program(
             compiled, outputs["tree"], outputs["static"], outputs["dynamic"]
         )
+        program.keepable = _without_host_callbacks(lowered)
+        return program

@@ -248,3 +248,24 @@ def test_an_entry_that_loads_but_cannot_run_is_compiled_again(tmp_path, monkeypa
     program = _kept_programs.KeptProgram(_users_function, {})
     assert float(program(jnp.array(5.0))) == 5.0
     assert len(list(folder.glob("*.program"))) == 1  # written over
+
+
+def _checked_double(x):
+    return eqx.error_if(x, x > 100.0, "too big") * 2.0
+
+
+def test_a_program_that_calls_back_into_python_is_not_kept(tmp_path, monkeypatch):
+    # It would hold the address of a Python object of this process.
+    folder = tmp_path / "programs"
+    monkeypatch.setattr(_kept_programs, "_folder", lambda: folder)
+    monkeypatch.setattr(
+        _program_key, "_NAMED_ROOTS", _program_key._NAMED_ROOTS | {_ROOT}
+    )
+    program = _kept_programs.KeptProgram(_checked_double, {})
+    assert float(program(jnp.array(3.0))) == 6.0
+    assert not list(folder.glob("*.program"))
+    with pytest.raises(Exception, match="too big"):
+        program(jnp.array(300.0))
+    kept = _kept_programs.KeptProgram(_users_function, {})
+    assert float(kept(jnp.array(3.0))) == 3.0
+    assert len(list(folder.glob("*.program"))) == 1  # the check itself can keep
