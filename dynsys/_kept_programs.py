@@ -1,4 +1,5 @@
-"""Compiled programs kept across runs: `KeptProgram`, what `top_level_jit` makes.
+"""Compiled programs kept across runs: `KeptProgram`, what `top_level_jit` and
+`kept_jit` make.
 
 JAX's persistent compilation cache spares a warm run the compiling, but not the
 tracing and lowering that its key needs (1.5 s of a warm `dynsys fit` on a
@@ -9,9 +10,9 @@ dynsys chose for JAX's cache (`_compile_cache`), and a later run with the same k
 loads and runs it directly.
 
 Anything else runs as `equinox.filter_jit` would: no cache folder (or the user's own
-JAX folder), `jax.disable_jit`, a call that cannot be keyed, or a program JAX cannot
-serialise (one with host callbacks, say). An entry that cannot be read or loaded
-(written by another jaxlib, cut short) is compiled again and written over; a
+JAX folder), `jax.disable_jit`, a call that cannot be keyed, a program that calls
+back into Python or that JAX cannot serialise. An entry that cannot be read, loaded
+or run (written by another jaxlib, cut short) is compiled again and written over; a
 folder that cannot be written is said once and the run goes on.
 """
 
@@ -47,8 +48,8 @@ class _Program:
     """A compiled program of the flattened arguments' arrays, and how its outputs
     are rebuilt: the output tree, its static leaves, which leaves are arrays."""
 
-    def __init__(self, compiled, out_tree, out_static, out_dynamic):
-        self.keepable = True
+    def __init__(self, compiled, out_tree, out_static, out_dynamic, keepable=True):
+        self.keepable = keepable  # may be written to a file (`_without_host_callbacks`)
         self.compiled = compiled
         self.out_tree = out_tree
         self.out_static = out_static
@@ -267,8 +268,10 @@ class KeptProgram:
         with _outside_jax_cache():
             lowered = jitted.lower(*arrays)
             compiled = lowered.compile()
-        program = _Program(
-            compiled, outputs["tree"], outputs["static"], outputs["dynamic"]
+        return _Program(
+            compiled,
+            outputs["tree"],
+            outputs["static"],
+            outputs["dynamic"],
+            keepable=_without_host_callbacks(lowered),
         )
-        program.keepable = _without_host_callbacks(lowered)
-        return program
