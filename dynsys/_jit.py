@@ -30,6 +30,10 @@ where they were not measured. The `dynsys` command owns its process:
 `XLA_FLAGS`, before JAX starts), as a cold `dynsys fit` also compiles many smaller
 programs; the chunk's `repeated=True` overrides it.
 
+Both `top_level_jit` and `kept_jit` (the same without options, for functions a user
+may call inside their own `jax.jit`) keep their compiled programs across runs
+(`_kept_programs`), so that a warm run neither traces nor lowers them.
+
 JAX accepts compiler options only on a program that is not traced inside another
 (`jax.jit` raises otherwise), so only functions that dynsys calls from its host
 loops use `top_level_jit` (the training chunk, the fit's evaluations and
@@ -54,7 +58,7 @@ _REPEATED = {_LEVEL: 1}
 # so that they are not taken for the user's own settings.
 _ADDED = "DYNSYS_XLA_FLAGS_ADDED"
 # jaxlib `(major, minor)` versions whose XLA has these options and was measured with
-# them.
+# them, and with which compiled programs are kept across runs (`_keeps_programs`).
 _MEASURED_JAXLIB = ((0, 10),)
 
 
