@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import dynsys
-from dynsys import _kept_programs, _program_key
+from dynsys import _jit, _kept_programs, _program_key
 from dynsys._fitting.chunk import run_chunk
 
 
@@ -49,7 +49,7 @@ import json, pathlib, sys
 import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
-from dynsys import _kept_programs, _program_key
+from dynsys import _jit, _kept_programs, _program_key
 import kept_helper
 
 folder = pathlib.Path(sys.argv[1])
@@ -71,6 +71,13 @@ print(json.dumps({
 """
 
 
+# Loading a kept program is tested where dynsys keeps programs: the jaxlib it was
+# tested with, on the CPU (`_jit._keeps_programs`).
+_keeps = pytest.mark.skipif(
+    not _jit._keeps_programs(), reason="dynsys keeps no programs with this jaxlib"
+)
+
+
 def _run(tmp_path: pathlib.Path, folder: pathlib.Path, *mode: str) -> dict:
     (tmp_path / "kept_helper.py").write_text(_HELPER)
     result = subprocess.run(
@@ -85,6 +92,7 @@ def _run(tmp_path: pathlib.Path, folder: pathlib.Path, *mode: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@_keeps
 @pytest.mark.slow
 def test_a_new_process_loads_the_kept_program_without_tracing(tmp_path):
     # The second process lowers nothing before it loads the program (whose SVD
@@ -101,6 +109,7 @@ def test_a_new_process_loads_the_kept_program_without_tracing(tmp_path):
     assert not (tmp_path / "unused").exists()
 
 
+@_keeps
 @pytest.mark.slow
 def test_a_program_compiled_while_jaxs_cache_holds_it_is_kept_whole(tmp_path):
     # jaxlib 0.10 serialises an executable read back from JAX's own cache without
