@@ -81,7 +81,7 @@ def _name(obj) -> str:
 def describe(value):
     """A description of a static value, equal across processes exactly when the
     value is (as far as tracing can tell); `Unkeyed` for any other value."""
-    if isinstance(value, _SCALARS):
+    if type(value) in _SCALARS:  # not a subclass: its own methods may matter
         return (type(value).__name__, repr(value))
     if isinstance(value, (tuple, list)):
         kind = type(value).__name__ if type(value) in (tuple, list) else None

@@ -190,6 +190,11 @@ def _users_function(x):
     return x
 
 
+class _Flag(int):
+    def __add__(self, other):
+        return 0
+
+
 def test_what_has_no_lasting_name_cannot_be_keyed():
     scale = 2.0
     unkeyable = [
@@ -197,6 +202,7 @@ def test_what_has_no_lasting_name_cannot_be_keyed():
         lambda x: x * scale,  # a closure
         _users_function,  # not dynsys's, nor a library's in the key
         np.array([object()]),
+        _Flag(1),  # a subclass of a plain scalar, with behaviour of its own
     ]
     for value in unkeyable:
         with pytest.raises(_program_key.Unkeyed):
