@@ -135,6 +135,13 @@ def top_level_jit(fun=None, *, repeated: bool = False, **kwargs):
     if fun is None:
         return functools.partial(top_level_jit, repeated=repeated, **kwargs)
     options = compiler_options(repeated=repeated)
+    return _jitted(fun, options, **kwargs)
+
+
+def _jitted(fun, options: dict, **kwargs):
+    """`fun` compiled with `options`: a `KeptProgram` where programs are kept
+    (`_keeps_programs`) and no other `filter_jit` argument is given, else
+    `equinox.filter_jit`."""
     if not kwargs and _keeps_programs():
         # Here: the `dynsys` command imports this module before JAX.
         from ._kept_programs import KeptProgram
@@ -158,13 +165,7 @@ def kept_jit(fun):
     trace it is `filter_jit` itself, so a function a user may call under their own
     `jax.jit` may use it; no compiler options are given (see the module's
     docstring)."""
-    if not _keeps_programs():
-        import equinox as eqx
-
-        return eqx.filter_jit(fun)
-    from ._kept_programs import KeptProgram
-
-    return KeptProgram(fun, {})
+    return _jitted(fun, {})
 
 
 def use_for_process(environ=os.environ) -> None:

@@ -18,14 +18,13 @@ folder that cannot be written is said once and the run goes on.
 
 import contextlib
 import math
-import os
 import pathlib
 import pickle
-import tempfile
 import time
 import warnings
 
 from . import _compile_cache
+from ._atomic_write import write_atomic
 from ._program_key import program_key, Unkeyed
 
 
@@ -157,19 +156,6 @@ def _outside_jax_cache():
         jax.config.update(name, before)
 
 
-def _write(path: pathlib.Path, content: bytes) -> None:
-    """Write `content` to `path` whole or not at all (a rename over it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".writing-")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(content)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-
-
 def _keep(program: _Program, path: pathlib.Path, key: str) -> None:
     """Write `program` to `path`; a program JAX cannot serialise (or should not:
     `keepable`) is not kept, and a folder that cannot be written is said once."""
@@ -180,7 +166,7 @@ def _keep(program: _Program, path: pathlib.Path, key: str) -> None:
     except Exception:  # host callbacks, constants: JAX cannot serialise it
         return
     try:
-        _write(path, content)
+        write_atomic(path, content)
     except OSError as error:
         message = (
             f"dynsys: compiled programs are not kept in {path.parent} "

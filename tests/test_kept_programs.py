@@ -78,10 +78,12 @@ _keeps = pytest.mark.skipif(
 )
 
 
-def _run(tmp_path: pathlib.Path, folder: pathlib.Path, *mode: str) -> dict:
+def _run(
+    tmp_path: pathlib.Path, folder: pathlib.Path, *mode: str, code: str = _RUN
+) -> dict:
     (tmp_path / "kept_helper.py").write_text(_HELPER)
     result = subprocess.run(
-        [sys.executable, "-c", _RUN, str(folder), *mode],
+        [sys.executable, "-c", code, str(folder), *mode],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -122,19 +124,9 @@ def test_a_program_compiled_while_jaxs_cache_holds_it_is_kept_whole(tmp_path):
         "_compile_cache.use_compile_cache(sys.argv[1] + '/..')\n"
         "folder = pathlib.Path",
     )
-    (tmp_path / "kept_helper.py").write_text(_HELPER)
 
     def run() -> dict:
-        result = subprocess.run(
-            [sys.executable, "-c", code, str(folder)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": "."},
-        )
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout.strip().splitlines()[-1])
+        return _run(tmp_path, folder, code=code)
 
     first = run()
     for entry in folder.iterdir():

@@ -9,11 +9,12 @@ import math
 import os
 import pathlib
 import stat
-import tempfile
 import zipfile
 import zlib
 
 import numpy as np
+
+from .._atomic_write import with_path, write_atomic  # noqa: F401 (shared here)
 
 
 # The arrays of an .npz file may expand, all together, to at most this many times the
@@ -47,36 +48,6 @@ def check_regular_file(path: pathlib.Path) -> int:
         kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device or special file"
         raise file_error(path, f"is {kind}, not a regular data file.")
     return info.st_size
-
-
-def with_path(error: OSError, path, doing: str = "") -> OSError:
-    """`error` naming `path` when it names no file of its own (a full disk, `ENOSPC`,
-    is raised by `write` with no file name); otherwise `error` itself."""
-    if error.filename is not None or error.errno is None:
-        return error
-    return type(error)(error.errno, f"{error.strerror}{doing}", str(path))
-
-
-def write_atomic(path: pathlib.Path, content: bytes) -> None:
-    """Write `content` to a temporary file next to `path`, then rename it over."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        # mkstemp creates the file 0600; give it the usual umask-based mode.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
-        with os.fdopen(handle, "wb") as file:
-            file.write(content)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException as error:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        if isinstance(error, OSError):
-            raise with_path(error, path) from None
-        raise
 
 
 # ----------------------------------------------------------------------------- npz
