@@ -5,6 +5,7 @@ scores tens of models of different sizes)."""
 import numpy as np
 
 from .._systems.system import constant_terms, LinearSystem
+from .convolution import decays, delayed_response, powers
 from .signals import Signals
 
 
@@ -39,23 +40,12 @@ def free_run(model: LinearSystem, s: Signals) -> np.ndarray:
     ys = np.asarray(s.ys, dtype=np.float64)
     us = None if s.us is None or B is None else np.asarray(s.us, dtype=np.float64)
     N, T, p = ys.shape
-    forced = np.empty((N, T, p))
-    rows = np.empty((T, p, n))  # C K^t
-    x = np.zeros((N, n))
-    CKt = C
     with np.errstate(all="ignore"):
-        for t in range(T):
-            y = x @ C.T
-            x = x @ K.T
-            if us is not None:
-                x += us[:, t] @ B.T
-                if D is not None:
-                    y += us[:, t] @ D.T
-            if a is not None:
-                x += a
-            forced[:, t] = y if c is None else y + c
-            rows[t] = CKt
-            CKt = CKt @ K
+        rows = powers(K, C, T)
+        if decays(K):
+            forced = _forced_by_sums(rows, B, D, a, c, us, ys.shape)
+        else:
+            forced = _forced_step_by_step(K, B, C, D, a, c, us, ys.shape)
         weight = np.asarray(s.mask, dtype=np.float64)
         predicted = np.empty_like(forced)
         for i in range(N):
@@ -67,6 +57,40 @@ def free_run(model: LinearSystem, s: Signals) -> np.ndarray:
                 x0 = np.full(n, np.nan)
             predicted[i] = forced[i] + rows @ x0
     return predicted
+
+
+def _forced_by_sums(rows, B, D, a, c, us, shape) -> np.ndarray:
+    """The response `(N, T, p)` from a zero state, given the rows $C K^t$
+    `(T, p, n)`: the sums over past inputs by FFT (`convolution.py`)."""
+    T = shape[1]
+    forced = np.zeros(shape)
+    if us is not None:
+        forced += delayed_response(rows @ B, us)
+        if D is not None:
+            forced += us @ D.T
+    if a is not None:  # the constant input's response: a running sum
+        forced[:, 1:] += np.cumsum(rows @ a, axis=0)[: T - 1]
+    if c is not None:
+        forced += c
+    return forced
+
+
+def _forced_step_by_step(K, B, C, D, a, c, us, shape) -> np.ndarray:
+    """`_forced_by_sums` by the recursion, step by step: for a model whose
+    response does not decay (FFT sums would lose the early steps' digits)."""
+    forced = np.empty(shape)
+    x = np.zeros((shape[0], K.shape[0]))
+    for t in range(shape[1]):
+        y = x @ C.T
+        x = x @ K.T
+        if us is not None:
+            x += us[:, t] @ B.T
+            if D is not None:
+                y += us[:, t] @ D.T
+        if a is not None:
+            x += a
+        forced[:, t] = y if c is None else y + c
+    return forced
 
 
 def fit_percent(s: Signals, predicted: np.ndarray) -> np.ndarray:

@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
+from .convolution import decays, delayed_regressors, powers
+
 
 def _numpy(a) -> np.ndarray | None:
     return None if a is None else np.asarray(a, dtype=np.float64)
@@ -25,31 +27,26 @@ def _unit_entries(u: np.ndarray, rows: int) -> np.ndarray:
 
 
 def _input_regressors(
-    K: np.ndarray, C: np.ndarray, us: np.ndarray, feedthrough: bool
+    K: np.ndarray, rows: np.ndarray, us: np.ndarray, feedthrough: bool
 ) -> np.ndarray:
     """`Phi[i, t]` `(N, T, p, q)` with $y_t = C K^t x_0 + \\Phi_t\\,[\\mathrm{vec}\\,B;
-    \\mathrm{vec}\\,D]$ (row-major vec): the response to unit entries of `B`, `D`."""
+    \\mathrm{vec}\\,D]$ (row-major vec): the response to unit entries of `B`, `D`;
+    `rows` `(T, p, n)` are $C K^t$. Summed by FFT where `K`'s powers decay
+    (`convolution.py`), else step by step."""
     N, T, m = us.shape
-    n, p = K.shape[0], C.shape[0]
-    phi = np.empty((N, T, p, n * m))
-    W = np.zeros((N, n, n * m))  # d x_t / d vec(B)
-    for t in range(T):
-        phi[:, t] = np.einsum("pi,nij->npj", C, W)
-        W = np.einsum("ij,njk->nik", K, W) + _unit_entries(us[:, t], n)
+    _, p, n = rows.shape
+    if decays(K):
+        phi = delayed_regressors(rows.reshape(T, p * n), us).reshape(N, T, p, n * m)
+    else:
+        phi = np.empty((N, T, p, n * m))
+        W = np.zeros((N, n, n * m))  # d x_t / d vec(B)
+        for t in range(T):
+            phi[:, t] = np.einsum("pi,nij->npj", rows[0], W)
+            W = np.einsum("ij,njk->nik", K, W) + _unit_entries(us[:, t], n)
     if feedthrough:
         direct = _unit_entries(us.reshape(N * T, m), p).reshape(N, T, p, p * m)
         phi = np.concatenate([phi, direct], axis=-1)
     return phi
-
-
-def _observability(K: np.ndarray, C: np.ndarray, T: int) -> np.ndarray:
-    """$C K^t$ for $t = 0 \\dots T-1$, shape `(T, p, n)`."""
-    rows = np.empty((T, *C.shape))
-    CKt = C
-    for t in range(T):
-        rows[t] = CKt
-        CKt = CKt @ K
-    return rows
 
 
 def input_matrices(
@@ -75,8 +72,11 @@ def input_matrices(
     weight = np.asarray(mask, dtype=np.float64)
     columns = []
     with np.errstate(all="ignore"):
+        rows = powers(K, C, T)
         if us is not None:
-            columns.append(_input_regressors(K, C, us * weight[..., None], feedthrough))
+            columns.append(
+                _input_regressors(K, rows, us * weight[..., None], feedthrough)
+            )
         if constant:
             columns.append(np.broadcast_to(np.eye(p), (N, T, p, p)))
         if not columns:
@@ -84,9 +84,7 @@ def input_matrices(
         phi = np.concatenate(columns, axis=-1) * weight[..., None, None]
         phi = phi.reshape(N, T * p, -1)
         y = (ys * weight[..., None]).reshape(N, T * p)
-        obs = (_observability(K, C, T)[None] * weight[:, :, None, None]).reshape(
-            N, T * p, n
-        )
+        obs = (rows[None] * weight[:, :, None, None]).reshape(N, T * p, n)
         theta = _projected_least_squares(obs, phi, y)
     B = D = c = None
     if us is not None:

@@ -1,0 +1,66 @@
+"""The response of a linear model to inputs before each step, summed by FFT.
+
+A free run or the input regressors of a linear model are sums over past inputs,
+$\\sum_{j<t} C K^{t-1-j} (\\cdot)\\,u_j$. Run step by step in NumPy, each of the
+`T` steps costs a few small products: about 5 ms per model on a 600-sample
+record, and an order scan scores tens of models. As one convolution per
+experiment and channel pair, by FFT, the same sums take a fraction of that.
+
+FFT sums carry a rounding error relative to the largest term of the whole
+record, not to the terms at each step: exact to float64's last digits while the
+model's response decays (`decays`), but where it grows the early steps would
+lose their digits; such models keep the step-by-step recursion (their callers'
+own loops).
+"""
+
+import numpy as np
+
+
+DECAYING_RADIUS = 0.999  # below this spectral radius the FFT sums are used
+
+
+def decays(K: np.ndarray) -> bool:
+    """Whether powers of `K (n, n)` decay (spectral radius below
+    `DECAYING_RADIUS`), so that its FFT sums keep every step's digits."""
+    if K.shape[0] == 0:
+        return True
+    if not np.all(np.isfinite(K)):
+        return False
+    return float(np.max(np.abs(np.linalg.eigvals(K)))) < DECAYING_RADIUS
+
+
+def powers(K: np.ndarray, C: np.ndarray, T: int) -> np.ndarray:
+    """$C K^t$ for $t = 0 \\dots T-1$, shape `(T, p, n)`."""
+    rows = np.empty((T, *C.shape))
+    CKt = C
+    for t in range(T):
+        rows[t] = CKt
+        CKt = CKt @ K
+    return rows
+
+
+def _delayed(kernel: np.ndarray, signal: np.ndarray, subscripts: str) -> np.ndarray:
+    """$\\sum_{j<t}$ `kernel[t-1-j]` combined with `signal[:, j]` by `subscripts`
+    (an `einsum` over the frequency axis `f`), shape `(N, T, ...)`: zero at `t = 0`."""
+    T = kernel.shape[0]
+    length = 1 << max(1, (2 * T - 1).bit_length())  # no wrap-around
+    kernel_f = np.fft.rfft(kernel, n=length, axis=0)
+    signal_f = np.fft.rfft(signal, n=length, axis=1)
+    summed = np.fft.irfft(np.einsum(subscripts, kernel_f, signal_f), n=length, axis=1)
+    out = np.zeros((signal.shape[0], T, *summed.shape[2:]))
+    out[:, 1:] = summed[:, : T - 1]
+    return out
+
+
+def delayed_response(kernel: np.ndarray, us: np.ndarray) -> np.ndarray:
+    """$y_t = \\sum_{j<t} H_{t-1-j}\\,u_j$ for the Markov parameters
+    `kernel (T, p, m)` ($H_t = C K^t B$) and inputs `us (N, T, m)`: `(N, T, p)`."""
+    return _delayed(kernel, us, "fpm,nfm->nfp")
+
+
+def delayed_regressors(kernel: np.ndarray, us: np.ndarray) -> np.ndarray:
+    """$\\Phi_t = \\sum_{j<t} R_{t-1-j} \\otimes u_j$ for `kernel (T, a)` and inputs
+    `us (N, T, m)`: `(N, T, a, m)` (the derivative of a response
+    $\\sum_{j<t} C K^{t-1-j} B u_j$ by the entries of `B`, with `kernel` the rows
+    of $C K^t$)."""
+    return _delayed(kernel, us, "fa,nfm->nfam")
