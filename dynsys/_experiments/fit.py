@@ -86,40 +86,47 @@ def _as_linear(model):
     return model.to_linear() if hasattr(model, "to_linear") else model
 
 
-def _fit_model(config, start_model, train_data, val_data, progress, size=None):
+def _fit_model(
+    config, start_model, train_data, val_data, progress, size=None, resume=None
+):
     """The output-error fit; padded to `size` (`(order, feedthrough)`, the
     structure scan's: `refined_size`) where given, so that it runs in the scan's
-    compiled program."""
+    compiled program; continuing `resume` (the scan's refinement of the same
+    start, a `FitResult`) where it is a run of the same problem, else afresh.
+    `(result, seconds, optimiser, steps continued)`."""
     import functools
 
     import jax
 
+    from .._fitting.continuation import NotResumable
     from .._fitting.fit import fit
     from .._fitting.fit_padded import fit_padded
 
     fit_cfg = config["fit"]
     optimizer, num_steps, described = _optimizer(fit_cfg)
-    loss = _loss(fit_cfg, train_data)
-    key = jax.random.key(config["seed"] + 1)
     started = time.perf_counter()
-    fitter = fit
-    if size is not None:
-        fitter = functools.partial(fit_padded, size=size[0], feedthrough=size[1])
+    fitter = functools.partial(
+        fit if size is None else fit_padded,
+        **({} if size is None else {"size": size[0], "feedthrough": size[1]}),
+        loss=_loss(fit_cfg, train_data),
+        optimizer=optimizer,
+        num_steps=num_steps,
+        batch_size=fit_cfg["batch_size"],
+        key=jax.random.key(config["seed"] + 1),
+        progress=progress,
+        val_data=val_data,
+    )
+    # several processes: each its slice
+    data = share_between_processes(train_data)
     with stage("fit"):
-        result = fitter(
-            start_model,
-            share_between_processes(train_data),  # several processes: each its slice
-            loss=loss,
-            optimizer=optimizer,
-            num_steps=num_steps,
-            batch_size=fit_cfg["batch_size"],
-            key=key,
-            progress=progress,
-            val_data=val_data,
-        )
+        try:
+            result = fitter(start_model, data, resume=resume)
+            continued = 0 if resume is None else len(resume.losses)
+        except NotResumable:  # another problem (a stabilised start, other options)
+            result, continued = fitter(start_model, data), 0
     seconds = time.perf_counter() - started
     used = getattr(result, "optimizer", None) or described
-    return result, seconds, used
+    return result, seconds, used, continued
 
 
 # ---------------------------------------------------------------------------------
@@ -398,22 +405,24 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
     fit_checks.model_warnings("subspace start", begin, train, found)
     timing = {"subspace_seconds": subspace_seconds}
     with fit_checks.captured_warnings(found):
-        result, timing["fit_seconds"], optimizer = _fit_model(
+        result, timing["fit_seconds"], optimizer, continued = _fit_model(
             config,
             _stable_if_asked(fit_cfg, begin),
             train,
             val,
             progress,
             refined_size(scan, begin, train),
+            scan[0].fit_result if scan is not None and begin is start else None,
         )
     fitted = _as_linear(result.model)
     stop_reason = fit_checks.stop_reason(result)
     fit_checks.fit_warnings(result, stop_reason, found)
     fit_checks.model_warnings("fitted", fitted, train, found)
+    scanned = f" ({continued} of them the structure scan's)" if continued else ""
     echo(
         f"  output-error fit ({fit_cfg['loss']} loss, {optimizer}): "
-        f"{len(result.losses)} steps, {timing['fit_seconds']:.1f} s, best step "
-        f"{result.best_step}"
+        f"{len(result.losses)} steps{scanned}, {timing['fit_seconds']:.1f} s, best "
+        f"step {result.best_step}"
     )
 
     report = val if val is not None else train
@@ -449,6 +458,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         "loss": fit_cfg["loss"],
         "optimizer": optimizer,
         "steps_run": int(len(result.losses)),
+        "steps_continued": continued,
         "best_step": int(result.best_step),
         "stop_reason": stop_reason,
         "warnings": found,
@@ -594,7 +604,7 @@ def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
         estimate = fit_least_squares(train, ridge=fit_cfg["ridge"])
     except ValueError as error:
         raise ConfigError(f"config key 'fit.ridge': {error}") from None
-    result, fit_seconds, optimizer = _fit_model(
+    result, fit_seconds, optimizer, _ = _fit_model(
         config, _stable_if_asked(fit_cfg, estimate), train, val, progress
     )
     fitted = _as_linear(result.model)

@@ -23,6 +23,7 @@ from .._rollout.method import AbstractMethod
 from .._rollout.rollout import rollout
 from .._rollout.sharding import to_host
 from .._systems.system import AbstractSystem
+from .continuation import Continuation, NotResumable
 from .covariance import LazyCovariance, ParameterCovariance
 from .flat_loss import FLAT_STEPS, HELD_OUT_PATIENCE
 from .least_squares import _check_data, step_mask
@@ -576,6 +577,21 @@ def _fit_result(
     )
 
 
+def _continuation_of(resume) -> Continuation:
+    """The `continuation` of `fit(resume=...)`'s `FitResult` (`NotResumable`
+    naming the argument where there is none)."""
+    continuation = getattr(getattr(resume, "train_result", None), "continuation", None)
+    if continuation is None:
+        raise NotResumable(
+            "fit(resume=...): expected the FitResult of a fit that can be continued "
+            "(full data, no callback, not interrupted), got "
+            f"{type(resume).__name__}"
+            + (" without one" if isinstance(resume, FitResult) else "")
+            + "."
+        )
+    return continuation
+
+
 def fit(
     model: AbstractSystem,
     data: Dataset,
@@ -595,6 +611,7 @@ def fit(
     filter_spec: PyTree = eqx.is_inexact_array,
     rtol: float | None = None,
     atol: float | None = None,
+    resume: FitResult | None = None,
 ) -> FitResult:
     """Fit the parameters of any `AbstractSystem` to data: measured states, or
     measured outputs (output error).
@@ -632,6 +649,11 @@ def fit(
         stop (one step per dispatch then).
     - `filter_spec`: which parts of the model train, as in `train` (e.g. freeze `B`).
     - `rtol`, `atol`: tolerances of the default optimiser.
+    - `resume`: the `FitResult` of an earlier fit of the same problem (the same
+        arguments, but for fewer `num_steps`, `progress` and `key`): its steps are
+        continued rather than run again, and the result is the one a single fit of
+        `num_steps` gives. (A structure scan's refinement of the chosen start is
+        continued so by the `fit` experiment.)
 
     **Returns:**
 
@@ -646,6 +668,9 @@ def fit(
     `batch_size` with the default optimiser; for `"prediction"`: a model that is
     not an `InnovationSystem`, a Kalman predictor that is not finite and stable, a
     `horizon` below 1 or beyond the data (and a `horizon` with another loss).
+    `ValueError` (`fit(resume=...)`) when `resume` is a fit of another problem, ran
+    more steps than `num_steps`, or cannot be continued (minibatches, a callback,
+    an interrupt).
 
     **Warns:**
 
@@ -674,24 +699,29 @@ def fit(
     )
     strategy = with_free_parameters(strategy, objective, params, filter_spec)
     evaluator = _validation_loss(loss, val_data, model, method, adjoint, data)
-    result = optimise(
-        objective,
-        strategy,
-        params,
-        data=batch,
-        num_steps=default_steps if num_steps is None else num_steps,
-        batch_size=batch_size,
-        key=key,
-        progress=progress,
-        callback=None if callback is None else _ModelCallback(callback),
-        filter_spec=(filter_spec, True),
-        evaluator=evaluator,
-        warn=False,
-        chunk=_chunk(strategy, params, batch),
-        caller="fit",
-        flat_steps=FLAT_STEPS if optimizer is None else None,
-        patience=HELD_OUT_PATIENCE if optimizer is None else None,
-    )
+    continuation = None if resume is None else _continuation_of(resume)
+    try:
+        result = optimise(
+            objective,
+            strategy,
+            params,
+            data=batch,
+            num_steps=default_steps if num_steps is None else num_steps,
+            batch_size=batch_size,
+            key=key,
+            progress=progress,
+            callback=None if callback is None else _ModelCallback(callback),
+            filter_spec=(filter_spec, True),
+            evaluator=evaluator,
+            warn=False,
+            chunk=_chunk(strategy, params, batch),
+            caller="fit",
+            flat_steps=FLAT_STEPS if optimizer is None else None,
+            patience=HELD_OUT_PATIENCE if optimizer is None else None,
+            resume=continuation,
+        )
+    except NotResumable as error:
+        raise NotResumable(f"fit(resume=...): {error}.") from None
     stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
     _warn_untrusted(stop_reason)
     warn_after_fit(model, result.model[0], loss, objective.outputs)

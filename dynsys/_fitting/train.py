@@ -17,6 +17,7 @@ from .._jit import device_array
 from .._rollout.sharding import leading_axis_shardings
 from .batches import chunk_indices, on_device
 from .chunk import evaluate, init_carry, run_chunk
+from .continuation import Continuation, NotResumable, same
 from .flat_loss import (
     flat_resolution,
     flat_steps_at_end,
@@ -50,6 +51,9 @@ class TrainResult:
     - `converged`: whether the optimiser's tolerances stopped it (only optimisers
         with a convergence test, such as `fit`'s defaults).
     - `optimizer`: the optimiser's name.
+    - `continuation`: what a longer run of the same problem continues from
+        (`optimise(..., resume=...)`), or `None` where it cannot (minibatches, a
+        callback, an interrupt).
     """
 
     model: Any
@@ -63,6 +67,9 @@ class TrainResult:
     stop_reason: str | None
     converged: bool = False
     optimizer: str = ""
+    continuation: "Continuation | None" = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
 
 
 def _strong(leaf):
@@ -235,7 +242,11 @@ def _evaluate_at(loop: _Loop, step: int):
 def _dispatch(loop: _Loop, k: int, num_steps: int) -> int:
     """Run the chunk that starts at step `k` (after an evaluation, when one is
     due) and record its losses; the number of steps it ran."""
-    if loop.evaluator is not None and k % loop.eval_every == 0:
+    if (
+        loop.evaluator is not None
+        and k % loop.eval_every == 0
+        and loop.evaluated_last != k  # a resumed run evaluated it last
+    ):
         _evaluate_at(loop, k)
     count = min(loop.chunk, num_steps - k)
     if loop.evaluator is not None:
@@ -305,11 +316,13 @@ def _out_of_patience(loop: _Loop) -> bool:
 
 
 def _run_steps(loop: _Loop, num_steps: int, warn: bool, caller: str):
-    """Run chunks until `num_steps`, a stop or convergence, then evaluate the last
-    model; Ctrl-C keeps what ran. Closes the progress bar."""
+    """Run chunks from the steps already run (none, or a resumed run's) until
+    `num_steps`, a stop or convergence, then evaluate the last model; Ctrl-C keeps
+    what ran. Closes the progress bar."""
     try:
-        k = 0
-        while k < num_steps:
+        k = len(loop.losses)
+        finished = loop.stop_reason is not None or loop.converged
+        while k < num_steps and not finished:
             ran = _dispatch(loop, k, num_steps)
             k += ran
             if _after_chunk(loop, k, ran):
@@ -334,7 +347,47 @@ def _run_steps(loop: _Loop, num_steps: int, warn: bool, caller: str):
             loop.bar.close()
 
 
-def _train_result(loop: _Loop, warn: bool, caller: str) -> "TrainResult":
+def _continuation(loop: _Loop, problem: tuple) -> Continuation | None:
+    """What a longer run of `problem` continues from, or `None` where it would
+    not take the same steps: minibatches, a callback, an interrupt, or a run cut
+    off inside the pattern of evaluations (or chunks) that a longer run keeps."""
+    if loop.batches is not None or loop.callback is not None:
+        return None
+    if (loop.stop_reason or "").startswith("interrupted"):
+        return None
+    ran = len(loop.losses)
+    if loop.stop_reason is None and not loop.converged:
+        period = loop.eval_every if loop.evaluator is not None else loop.chunk
+        if ran % period:
+            return None
+    return Continuation(problem, dataclasses.replace(loop, bar=None))
+
+
+def _check_resumable(resume, problem, num_steps: int, batches, callback) -> None:
+    """`NotResumable` unless `resume` is a run of `problem` (full data, no
+    callback) of at most `num_steps` steps."""
+    if batches is not None or callback is not None:
+        raise NotResumable("a run with minibatches or a callback is not continued")
+    if not same(resume.problem, problem):
+        raise NotResumable(
+            "the earlier run was of another problem (its model, data or options differ)"
+        )
+    ran = len(resume.loop.losses)
+    if ran > num_steps:
+        raise NotResumable(f"the earlier run took {ran} steps, more than {num_steps}")
+
+
+def _resumed(resume: Continuation, bar) -> _Loop:
+    """The loop of `resume`, its steps so far counted on `bar`."""
+    loop = resume.resumed(bar)
+    if bar is not None and loop.losses:
+        bar.update(len(loop.losses), loop.losses[-1])
+    return loop
+
+
+def _train_result(
+    loop: _Loop, warn: bool, caller: str, problem: tuple | None = None
+) -> "TrainResult":
     """The `TrainResult` of a finished loop (warning of a non-finite stop)."""
     best_loss, best_step, best_params = _best(
         loop.best_device if loop.track_best else loop.best_host, loop.params
@@ -355,6 +408,7 @@ def _train_result(loop: _Loop, warn: bool, caller: str) -> "TrainResult":
         stop_reason=stop_reason,
         converged=loop.converged,
         optimizer=loop.strategy.name,
+        continuation=None if problem is None else _continuation(loop, problem),
     )
 
 
@@ -377,12 +431,15 @@ def optimise(
     caller: str = "train",
     flat_steps: int | None = None,
     patience: int | None = None,
+    resume: Continuation | None = None,
 ) -> "TrainResult":
     """The loop shared by `train` and `fit`: `strategy` minimises `objective` over
     the trainable arrays of `model`, a chunk of steps per dispatch; with
     `flat_steps`, it stops once the loss has been flat that many steps, with
     `patience` (and an `evaluator`), once the evaluated loss has not improved for
-    that many steps."""
+    that many steps. With `resume` (an earlier result's `continuation`, of the
+    same problem), it continues that run instead of starting again: the result
+    is that of one run of `num_steps` (`continuation.py`)."""
     if key is None:
         key = jax.random.key(0)
     params, static = _trainable(model, filter_spec, caller)
@@ -391,29 +448,36 @@ def optimise(
     shardings = None if data is None else leading_axis_shardings(data)
     evaluator, full_data = _best_model_evaluator(objective, data, batches, evaluator)
     chunk = _steps_per_dispatch(chunk, data, callback, evaluator, eval_every)
+    problem = (objective, strategy, params, static, data, evaluator)
+    problem += ((chunk, eval_every, flat_steps, patience, full_data),)
+    if resume is not None:
+        _check_resumable(resume, problem, num_steps, batches, callback)
     bar = Progress(caller, num_steps, _has_tolerance(strategy)) if progress else None
-    loop = _Loop(
-        strategy,
-        objective,
-        static,
-        data,
-        shardings,
-        batches,
-        evaluator,
-        full_data,
-        chunk,
-        eval_every,
-        callback,
-        bar,
-        params,
-        carry,
-        *_initial_best(params),
-        flat_steps,
-        flat_resolution(_params_dtype(params)),
-        patience,
-    )
+    if resume is not None:
+        loop = _resumed(resume, bar)
+    else:
+        loop = _Loop(
+            strategy,
+            objective,
+            static,
+            data,
+            shardings,
+            batches,
+            evaluator,
+            full_data,
+            chunk,
+            eval_every,
+            callback,
+            bar,
+            params,
+            carry,
+            *_initial_best(params),
+            flat_steps,
+            flat_resolution(_params_dtype(params)),
+            patience,
+        )
     _run_steps(loop, num_steps, warn, caller)
-    return _train_result(loop, warn, caller)
+    return _train_result(loop, warn, caller, problem)
 
 
 _DEFAULT_OPTIMIZER = OptaxStrategy(optax.adam(1e-2), "optax (adam 1e-2)")

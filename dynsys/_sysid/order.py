@@ -5,6 +5,7 @@ import dataclasses
 import math
 import time
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +58,9 @@ class OrderSelection:
         `tolerance`: with `"validation"`, the fit-% points below the best within
         which the candidate with the fewest parameters wins.
     - `channels`: the output channels' names.
+    - `fit_result`: with `method="fit"`, the chosen structure's refinement (a
+        `FitResult`, when it was refined), which a longer fit from the same start
+        continues (`fit(..., resume=scan.fit_result)`); else `None`.
     """
 
     candidates: tuple[OrderCandidate, ...]
@@ -66,6 +70,7 @@ class OrderSelection:
     criterion: str
     tolerance: float
     channels: tuple[str, ...]
+    fit_result: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def chosen(self) -> OrderCandidate:
@@ -261,7 +266,7 @@ def _subspace_scan(data, val_data, orders, feedthrough, options, stop):
 def _refined_candidate(data, val_data, row, start, options, size):
     """Refine a subspace candidate by `fit` (output error), padded to `size`
     (`padded.py`: every candidate shares one compiled program) unless it is
-    `None`, and score it again."""
+    `None`, and score it again: `(row, model, FitResult)`."""
     from .._fitting.fit import fit
     from .._fitting.fit_padded import fit_padded
 
@@ -275,7 +280,8 @@ def _refined_candidate(data, val_data, row, start, options, size):
             result = fit_padded(start, data, *size, **options)
     model = linear_of(result.model) or result.model
     refined = _score(model, data, val_data, row.order, row.feedthrough, True, started)
-    return dataclasses.replace(refined, seconds=row.seconds + refined.seconds), model
+    refined = dataclasses.replace(refined, seconds=row.seconds + refined.seconds)
+    return refined, model, result
 
 
 def _choose(rows, criterion: str, tolerance: float, stable: bool = False) -> int:
@@ -432,6 +438,7 @@ def select_order(
     rows, models = _subspace_scan(
         data, val_data, candidate_orders, options_ft, options, stop
     )
+    fit_results: dict[int, Any] = {}  # the refined rows' FitResults
     if method == "fit":
         from .._fitting.padded import padded_size, worth_padding
 
@@ -440,7 +447,7 @@ def select_order(
         if not worth_padding(models[refined[0]], *size, data):
             size = None
         for i in refined:
-            rows[i], models[i] = _refined_candidate(
+            rows[i], models[i], fit_results[i] = _refined_candidate(
                 data, val_data, rows[i], models[i], options, size
             )
     chosen = _choose(rows, criterion, float(tolerance), stable)
@@ -452,4 +459,5 @@ def select_order(
         criterion=criterion,
         tolerance=float(tolerance),
         channels=tuple(s.names),
+        fit_result=fit_results.get(chosen),
     )
