@@ -592,6 +592,24 @@ def _continuation_of(resume) -> Continuation:
     return continuation
 
 
+def _optimised(objective, strategy, params, batch, evaluator, **options):
+    """`optimise` for `fit` (its `options` by keyword); a `resume` of another
+    problem is `NotResumable` naming the argument."""
+    try:
+        return optimise(
+            objective,
+            strategy,
+            params,
+            data=batch,
+            evaluator=evaluator,
+            warn=False,
+            caller="fit",
+            **options,
+        )
+    except NotResumable as error:
+        raise NotResumable(f"fit(resume=...): {error}.") from None
+
+
 def fit(
     model: AbstractSystem,
     data: Dataset,
@@ -630,8 +648,7 @@ def fit(
         the `horizon`-step-ahead predictions of the model's Kalman predictor
         (`horizon=1`: the prediction-error method), which fits integrating and
         unstable plants that free-run simulation cannot: docs/noise-models.md.
-    - `horizon`: the prediction horizon `k` of `loss="prediction"` (from 1 to the
-        data's `T`).
+    - `horizon`: the prediction horizon of `loss="prediction"` (1 to the data's `T`).
     - `optimizer`: `None` (Levenberg–Marquardt, or L-BFGS for large problems) or
         an optax transform (`optax.adam(1e-3)`, `optax.lbfgs()`, ...).
     - `num_steps`: the maximum number of optimiser steps (`None`: its default).
@@ -639,8 +656,7 @@ def fit(
     - `fit_x0`: on state data, also fit each trajectory's initial state (each
         window's, for `MultipleShooting`), starting from the measured one. Not with
         `"one_step"`. (On output data the initial states are always estimated.)
-    - `key`: PRNG key for the minibatches.
-    - `progress`: show a progress bar.
+    - `key`, `progress`: the PRNG key of the minibatches; show a progress bar.
     - `val_data`: an optional held-out `Dataset` of the same kind (on output data,
         linear models only); its loss, every 10 steps, picks the best model.
     - `method`, `adjoint`: passed to `rollout` (default `Autodiff()`). With
@@ -649,11 +665,8 @@ def fit(
         stop (one step per dispatch then).
     - `filter_spec`: which parts of the model train, as in `train` (e.g. freeze `B`).
     - `rtol`, `atol`: tolerances of the default optimiser.
-    - `resume`: the `FitResult` of an earlier fit of the same problem (the same
-        arguments, but for fewer `num_steps`, `progress` and `key`): its steps are
-        continued rather than run again, and the result is the one a single fit of
-        `num_steps` gives. (A structure scan's refinement of the chosen start is
-        continued so by the `fit` experiment.)
+    - `resume`: an earlier `FitResult` of the same problem (all else equal but a
+        smaller `num_steps`, `progress`, `key`), continued: docs/fitting.md.
 
     **Returns:**
 
@@ -667,10 +680,8 @@ def fit(
     the data (or too short for a window's state), `fit_x0` with `"one_step"`,
     `batch_size` with the default optimiser; for `"prediction"`: a model that is
     not an `InnovationSystem`, a Kalman predictor that is not finite and stable, a
-    `horizon` below 1 or beyond the data (and a `horizon` with another loss).
-    `ValueError` (`fit(resume=...)`) when `resume` is a fit of another problem, ran
-    more steps than `num_steps`, or cannot be continued (minibatches, a callback,
-    an interrupt).
+    `horizon` below 1 or beyond the data (and a `horizon` with another loss); a
+    `resume` of another problem, or one that cannot be continued.
 
     **Warns:**
 
@@ -687,9 +698,8 @@ def fit(
     result.optimizer, result.metrics["train"]["fit_percent"]  # LM, close to 100
     ```
     """
-    data, loss, val_data = _checked(
-        model, data, loss, val_data, fit_x0, num_steps, horizon
-    )
+    checked = _checked(model, data, loss, val_data, fit_x0, num_steps, horizon)
+    data, loss, val_data = checked
     use_compile_cache(keep_current=True)  # docs/performance.md, "Compile once"
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
     batch = _batch(data, _model_dtype(model))
@@ -699,29 +709,23 @@ def fit(
     )
     strategy = with_free_parameters(strategy, objective, params, filter_spec)
     evaluator = _validation_loss(loss, val_data, model, method, adjoint, data)
-    continuation = None if resume is None else _continuation_of(resume)
-    try:
-        result = optimise(
-            objective,
-            strategy,
-            params,
-            data=batch,
-            num_steps=default_steps if num_steps is None else num_steps,
-            batch_size=batch_size,
-            key=key,
-            progress=progress,
-            callback=None if callback is None else _ModelCallback(callback),
-            filter_spec=(filter_spec, True),
-            evaluator=evaluator,
-            warn=False,
-            chunk=_chunk(strategy, params, batch),
-            caller="fit",
-            flat_steps=FLAT_STEPS if optimizer is None else None,
-            patience=HELD_OUT_PATIENCE if optimizer is None else None,
-            resume=continuation,
-        )
-    except NotResumable as error:
-        raise NotResumable(f"fit(resume=...): {error}.") from None
+    result = _optimised(
+        objective,
+        strategy,
+        params,
+        batch,
+        evaluator,
+        num_steps=default_steps if num_steps is None else num_steps,
+        batch_size=batch_size,
+        key=key,
+        progress=progress,
+        callback=None if callback is None else _ModelCallback(callback),
+        filter_spec=(filter_spec, True),
+        chunk=_chunk(strategy, params, batch),
+        flat_steps=FLAT_STEPS if optimizer is None else None,
+        patience=HELD_OUT_PATIENCE if optimizer is None else None,
+        resume=None if resume is None else _continuation_of(resume),
+    )
     stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
     _warn_untrusted(stop_reason)
     warn_after_fit(model, result.model[0], loss, objective.outputs)
