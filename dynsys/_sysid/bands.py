@@ -7,9 +7,12 @@ import numpy as np
 from jaxtyping import Array
 
 from .._jit import device_array
+from .._systems.system import LinearSystem
+from .free_run_band import free_run_std
 from .host_response import matrix_sensitivity, static_gain_band
 from .propagate import _check_covariance, propagate_std
 from .response import _discrete, step_response
+from .signals import signals
 from .validation import compare
 
 
@@ -159,7 +162,12 @@ def simulation_band(covariance, data, model=None) -> tuple[Array, Array]:
     """
     covariance = _check_covariance("simulation_band", covariance)
     model = _at(covariance, model)
-    std = propagate_std(
-        lambda system: compare(system, data).predicted, covariance, model
-    )
-    return compare(model, data).predicted, device_array(std)
+    comparison = compare(model, data)  # checks the model against the data
+    if type(model) is LinearSystem:  # compare's own free run: one kept program
+        s = signals(data, "simulation_band")
+        std = free_run_std(covariance, model, s, 2 * model.state_size)
+    else:
+        std = propagate_std(
+            lambda system: compare(system, data).predicted, covariance, model
+        )
+    return comparison.predicted, device_array(std)

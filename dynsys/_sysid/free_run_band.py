@@ -1,0 +1,70 @@
+"""The standard deviation of a linear model's free run (`simulation_band`) from
+one kept program: the derivatives of `compare`'s free run along a block of
+parameter directions.
+
+Propagated through `propagate_std`, the free run is traced again on every call
+(its function is a new closure each time, so no compiled program is reused
+across runs): 0.37 s of a warm `dynsys fit` on the heating record. As a
+`kept_jit` function of the model, the trained mask and the data's arrays, a
+warm run loads it instead. The directions go in blocks of `JACOBIAN_DIRECTIONS`
+through `jax.vmap` inside the program, a block per call, as `jacobian_in_groups`
+bounds the memory of the derivatives.
+"""
+
+import equinox as eqx
+import jax
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from .._fitting.covariance import JACOBIAN_DIRECTIONS
+from .._jit import device_array, kept_jit
+from .signals import arrays_only, Signals
+from .validation import _free_run_or_ahead
+
+
+@kept_jit
+def _free_run_derivatives(model, trained, s: Signals, window: int, directions):
+    """The derivatives `(g, N, T, p)` of `compare`'s free run of `model` on `s`
+    (each experiment's initial state estimated for each model) along the
+    `directions (g, P)` of its trained parameters (`trained`: the bool pytree of
+    `ParameterCovariance.trained`, ravelled in its order)."""
+    params, static = eqx.partition(model, trained)
+    flat, unravel = ravel_pytree(params)
+
+    def free_run(vector):
+        system = eqx.combine(unravel(vector), static)
+        return _free_run_or_ahead(system, s, None, None, window)[0]
+
+    def derivative(direction):
+        return jax.jvp(free_run, (flat,), (direction,))[1]
+
+    return jax.vmap(derivative)(directions)
+
+
+def free_run_std(covariance, model, s: Signals, window: int) -> np.ndarray:
+    """$\\sqrt{\\mathrm{diag}(G \\Sigma G^T)}$, `(N, T, p)`, with $G$ the Jacobian
+    of `compare`'s free run of the `LinearSystem` `model` on `s` with respect to
+    its trained parameters and $\\Sigma$ `covariance.matrix` (float64)."""
+    flat, _ = covariance.split(model)  # checks the parameter count
+    count = flat.size
+    group = max(1, min(JACOBIAN_DIRECTIONS, count))
+    padded = -(-count // group) * group  # zero directions: one program per block
+    directions = np.eye(padded, count, dtype=flat.dtype)
+    arrays = arrays_only(s)
+    blocks = [
+        np.asarray(
+            _free_run_derivatives(
+                model,
+                covariance.trained,
+                arrays,
+                window,
+                device_array(directions[start : start + group]),
+            ),
+            np.float64,
+        )
+        for start in range(0, padded, group)
+    ]
+    jacobian = np.concatenate(blocks)[:count]  # (P, N, T, p)
+    rows = jacobian.reshape(count, -1).T
+    variance = np.einsum("ip,pq,iq->i", rows, covariance.matrix, rows)
+    return np.sqrt(np.maximum(variance, 0.0)).reshape(jacobian.shape[1:])
