@@ -5,6 +5,7 @@ scan's refinement with the metrics of a run that does not."""
 
 import json
 
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -137,6 +138,15 @@ def test_same_compares_structure_and_values():
     assert not continuation.same(a, {"x": np.arange(3.0, dtype=np.float32), "s": "a"})
     assert not continuation.same(a, {"x": np.arange(3.0), "s": "b"})
     assert not continuation.same(a, {"x": np.arange(3.0)})
+
+
+def test_arrays_this_process_cannot_read_whole_are_not_compared(monkeypatch):
+    """A global array of a run of several processes is never read on the host: it
+    is the same only as itself."""
+    x = jnp.arange(3.0)
+    monkeypatch.setattr(continuation, "_addressable", lambda array: False)
+    assert continuation.same({"x": x}, {"x": x})
+    assert not continuation.same({"x": x}, {"x": jnp.arange(3.0)})
 
 
 @pytest.mark.slow

@@ -26,8 +26,9 @@ class Continuation:
     """A finished run of `optimise` that a longer one continues.
 
     - `problem`: what the steps depend on (the objective, strategy, initial
-        trainable parameters, the rest of the model, the data, the evaluator and
-        the loop's settings), compared whole with the longer run's (`same`).
+        trainable parameters, the rest of the model, the data and its placement,
+        the evaluator and the loop's settings), compared whole with the longer
+        run's (`same`).
     - `loop`: the loop's state as the run ended; `resumed` copies it.
     """
 
@@ -45,10 +46,18 @@ class Continuation:
         )
 
 
+def _addressable(array) -> bool:
+    """Whether this process holds all of `array` (not so for a global array of a
+    run of several processes, which cannot be read whole on the host)."""
+    return getattr(array, "is_fully_addressable", True)
+
+
 def _same_leaf(a, b) -> bool:
     if eqx.is_array(a) or isinstance(a, np.ndarray):
         if not (eqx.is_array(b) or isinstance(b, np.ndarray)):
             return False
+        if not (_addressable(a) and _addressable(b)):
+            return a is b  # not compared: the same only if it is the same array
         a, b = np.asarray(a), np.asarray(b)  # on the host: nothing compiled
         return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b)
     try:

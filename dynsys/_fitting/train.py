@@ -448,7 +448,7 @@ def optimise(
     shardings = None if data is None else leading_axis_shardings(data)
     evaluator, full_data = _best_model_evaluator(objective, data, batches, evaluator)
     chunk = _steps_per_dispatch(chunk, data, callback, evaluator, eval_every)
-    problem = (objective, strategy, params, static, data, evaluator)
+    problem = (objective, strategy, params, static, data, shardings, evaluator)
     problem += ((chunk, eval_every, flat_steps, patience, full_data),)
     if resume is not None:
         _check_resumable(resume, problem, num_steps, batches, callback)
