@@ -116,8 +116,7 @@ def _fit_model(
         progress=progress,
         val_data=val_data,
     )
-    # several processes: each its slice
-    data = share_between_processes(train_data)
+    data = share_between_processes(train_data)  # several processes: each its slice
     with stage("fit"):
         try:
             result = fitter(start_model, data, resume=resume)
