@@ -7,6 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.linalg
 from jaxtyping import Array
 
 from .._jit import kept_jit
@@ -160,10 +161,6 @@ def kalman_gain_from_residuals(K, C, w, v) -> tuple[np.ndarray, np.ndarray]:
     $L = (K P C^\\top + S)(C P C^\\top + R)^{-1}$, $\\Sigma_e = C P C^\\top + R$.
     Falls back to $L = S R^{-1}$, $\\Sigma_e = R$ ($P = 0$: the state estimates
     taken as exact) when the equation has no stabilising solution."""
-    # Here, not at the top: importing scipy.linalg takes 0.25 s of every `dynsys
-    # fit`, and only an unstable or marginal candidate's noise model needs it.
-    import scipy.linalg
-
     K, C = np.asarray(K, np.float64), np.asarray(C, np.float64)
     w, v = np.asarray(w, np.float64), np.asarray(v, np.float64)
     k = max(w.shape[0], 1)
