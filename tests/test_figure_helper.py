@@ -132,3 +132,14 @@ def test_the_helpers_share_balances_the_panels():
     # Costs 2, 4, 2, 3 (panels + 1), largest first to the less loaded side:
     # b here, d there, a there, c here: 6 here against 5 there.
     assert sorted(share) == ["a.png", "d.png"]
+
+
+def test_the_helper_s_share_counts_what_it_has_still_to_draw():
+    """The final figures are split by drawing time with the helper's backlog (the
+    figures sent to it earlier and not yet drawn) counted on its side."""
+    figures = _figures(4)
+    paths = [f"figure{k}.png" for k in range(4)]  # each costs 2 (one panel)
+    assert len(figure_helper._helpers_share(figures, paths)) == 2
+    assert len(figure_helper._helpers_share(figures, paths, backlog=2)) == 1
+    assert len(figure_helper._helpers_share(figures, paths, backlog=4)) == 1
+    assert len(figure_helper._helpers_share(figures, paths, backlog=6)) == 0

@@ -45,6 +45,11 @@ class Drawing:
         self._png = png
         self._done.set()
 
+    @property
+    def drawn(self) -> bool:
+        """Whether the helper has answered (with the PNG or without)."""
+        return self._done.is_set()
+
     def png(self, timeout: float) -> bytes | None:
         """The PNG bytes, or `None` when the helper did not draw it in `timeout`
         seconds (or could not)."""
@@ -176,13 +181,20 @@ def submit(figure, dpi: float = FIGURE_DPI):
     return figure if drawing is None else drawing
 
 
-def _helpers_share(figures: list, paths: list) -> list:
-    """About half of `paths` by drawing time, for the helper: its figures are
-    assigned largest first to whichever process has less to draw, a figure's time
-    taken as its number of panels plus one (the eigenvalue figure's three panels
-    took 0.27 s, a one-panel comparison 0.09 s)."""
-    costs = [len(figure.axes) + 1 for figure in figures]
-    loads, share = [0, 0], []  # this process's, the helper's
+def _cost(figure) -> int:
+    """A figure's drawing time, in units: its number of panels plus one (the
+    eigenvalue figure's three panels took 0.27 s, a one-panel comparison 0.09 s)."""
+    return len(figure.axes) + 1
+
+
+def _helpers_share(figures: list, paths: list, backlog: int = 0) -> list:
+    """About half of `paths` by drawing time (`_cost`), for the helper: its figures
+    are assigned largest first to whichever process has less to draw, the helper
+    starting with `backlog` (what it has still to draw of the figures sent to it
+    before: on the heating record it had not finished them when the uncertainty
+    was done, and this process waited 0.2-0.45 s for it at the end)."""
+    costs = [_cost(figure) for figure in figures]
+    loads, share = [0, backlog], []  # this process's, the helper's
     for k in sorted(range(len(paths)), key=lambda k: -costs[k]):
         side = int(loads[1] < loads[0])
         loads[side] += costs[k]
@@ -194,15 +206,22 @@ def _helpers_share(figures: list, paths: list) -> list:
 def save_pngs(figures: dict, dpi: float = FIGURE_DPI) -> None:
     """Write each figure of `figures` (path → matplotlib `Figure`, or a `Drawing`
     sent at `dpi`) as a PNG file at `dpi`: about half the `Figure`s drawn by the
-    helper process when there is one (`_helpers_share`), the rest here; each
+    helper process when there is one (`_helpers_share`, counting what it has still
+    to draw), the rest here; each
     `Drawing` from the helper's bytes (drawn here if it has none)."""
     from ..plot._save import save_png
 
     figures = dict(figures)
     helper = _live_helper()
     undrawn = [path for path, f in figures.items() if not isinstance(f, Drawing)]
+    backlog = sum(
+        _cost(f.figure)
+        for f in figures.values()
+        if isinstance(f, Drawing) and not f.drawn
+    )
     if helper is not None and len(undrawn) >= 2:
-        for path in _helpers_share([figures[path] for path in undrawn], undrawn):
+        helpers = _helpers_share([figures[path] for path in undrawn], undrawn, backlog)
+        for path in helpers:
             figures[path] = submit(figures[path], dpi)
     for path, figure in figures.items():
         if not isinstance(figure, Drawing):
