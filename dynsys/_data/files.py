@@ -14,7 +14,7 @@ import zlib
 
 import numpy as np
 
-from .._atomic_write import with_path, write_atomic  # noqa: F401 (shared here)
+from .._atomic_write import write_atomic
 
 
 # The arrays of an .npz file may expand, all together, to at most this many times the

@@ -15,8 +15,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._atomic_write import write_atomic
 from .columns import Plan
-from .files import file_error, write_atomic
+from .files import file_error
 from .table import not_a_number, Table
 
 

@@ -15,8 +15,8 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._atomic_write import with_path
 from .._compile_cache import use_compile_cache
-from .._data.files import with_path
 from .config import resolve_data_file
 from .interrupt import catch_interrupts
 from .results import ExperimentResult

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree
 
-from .._data.files import write_atomic as _write_atomic
+from .._atomic_write import write_atomic as _write_atomic
 from .._systems.innovation import InnovationSystem
 from .._systems.stable import StableLinearSystem
 from .._systems.system import LinearSystem
