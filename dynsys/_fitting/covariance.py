@@ -171,11 +171,18 @@ def jacobian_in_groups(fn: Callable, flat: Array) -> Array:
 
     # Zero directions pad the count to whole groups: `lax.map` then has no
     # remainder, which outside `jit` would run (and compile) op by op.
-    group = max(1, min(JACOBIAN_DIRECTIONS, flat.size))
-    padded = -(-flat.size // group) * group
-    directions = device_array(np.eye(padded, flat.size, dtype=flat.dtype))
-    columns = jax.lax.map(derivative, directions, batch_size=group)
+    group, directions = direction_groups(flat.size, flat.dtype)
+    columns = jax.lax.map(derivative, device_array(directions), batch_size=group)
     return jnp.moveaxis(columns[: flat.size], 0, -1)
+
+
+def direction_groups(count: int, dtype) -> tuple[int, np.ndarray]:
+    """`(group, directions)`: the group size (`JACOBIAN_DIRECTIONS`, or fewer for a
+    smaller `count`) and the unit directions of `count` parameters, `(padded,
+    count)` on the host, padded with zero rows to a whole number of groups."""
+    group = max(1, min(JACOBIAN_DIRECTIONS, count))
+    padded = -(-count // group) * group
+    return group, np.eye(padded, count, dtype=dtype)
 
 
 def trained_mask(model, filter_spec) -> Any:

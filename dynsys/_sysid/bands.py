@@ -10,7 +10,7 @@ from .._jit import device_array
 from .._systems.system import LinearSystem
 from .free_run_band import free_run_std
 from .host_response import matrix_sensitivity, static_gain_band
-from .propagate import _check_covariance, propagate_std
+from .propagate import _check_covariance, linearised_std, propagate_std
 from .response import _discrete, step_response
 from .signals import signals
 from .validation import compare
@@ -51,10 +51,6 @@ def _eigenvalue_gradients(K: np.ndarray, dK: np.ndarray):
 def _at(covariance, model):
     """The model to linearise at: `model`, by default the fitted one."""
     return covariance.model if model is None else model
-
-
-def _std(rows: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    return np.sqrt(np.maximum(np.einsum("ip,pq,iq->i", rows, matrix, rows), 0.0))
 
 
 def pole_uncertainty(covariance, model=None) -> PoleUncertainty:
@@ -105,9 +101,9 @@ def pole_uncertainty(covariance, model=None) -> PoleUncertainty:
         device_array(eigenvalues[order]),
         device_array(ellipses[order]),
         device_array(frequency[order]),
-        device_array(_std(d_frequency, covariance.matrix)[order]),
+        device_array(linearised_std(d_frequency, covariance.matrix)[order]),
         device_array(damping[order]),
-        device_array(_std(d_damping, covariance.matrix)[order]),
+        device_array(linearised_std(d_damping, covariance.matrix)[order]),
     )
 
 

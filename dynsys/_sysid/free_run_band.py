@@ -16,8 +16,9 @@ import jax
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .._fitting.covariance import JACOBIAN_DIRECTIONS
+from .._fitting.covariance import direction_groups
 from .._jit import device_array, kept_jit
+from .propagate import linearised_std
 from .signals import arrays_only, Signals
 from .validation import _free_run_or_ahead
 
@@ -47,9 +48,7 @@ def free_run_std(covariance, model, s: Signals, window: int) -> np.ndarray:
     its trained parameters and $\\Sigma$ `covariance.matrix` (float64)."""
     flat, _ = covariance.split(model)  # checks the parameter count
     count = flat.size
-    group = max(1, min(JACOBIAN_DIRECTIONS, count))
-    padded = -(-count // group) * group  # zero directions: one program per block
-    directions = np.eye(padded, count, dtype=flat.dtype)
+    group, directions = direction_groups(count, flat.dtype)  # one program per block
     arrays = arrays_only(s)
     blocks = [
         np.asarray(
@@ -62,9 +61,7 @@ def free_run_std(covariance, model, s: Signals, window: int) -> np.ndarray:
             ),
             np.float64,
         )
-        for start in range(0, padded, group)
+        for start in range(0, len(directions), group)
     ]
-    jacobian = np.concatenate(blocks)[:count]  # (P, N, T, p)
-    rows = jacobian.reshape(count, -1).T
-    variance = np.einsum("ip,pq,iq->i", rows, covariance.matrix, rows)
-    return np.sqrt(np.maximum(variance, 0.0)).reshape(jacobian.shape[1:])
+    jacobian = np.moveaxis(np.concatenate(blocks)[:count], 0, -1)  # (N, T, p, P)
+    return linearised_std(jacobian, covariance.matrix)

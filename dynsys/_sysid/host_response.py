@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._jit import kept_jit
-from .propagate import _check_covariance
+from .propagate import _check_covariance, linearised_std
 from .response import _discrete, _needs_input
 
 
@@ -153,13 +153,6 @@ def _with_inputs(sensitivity: Sensitivity, call: str) -> None:
     _needs_input(call, sensitivity.matrices.B if sensitivity.matrices.B.size else None)
 
 
-def _std(gradient: np.ndarray, covariance: np.ndarray) -> np.ndarray:
-    """$\\sqrt{\\mathrm{diag}(G \\Sigma G^T)}$ for `gradient` `(..., P)`."""
-    rows = gradient.reshape(-1, gradient.shape[-1])
-    variance = np.einsum("ip,pq,iq->i", rows, covariance, rows)
-    return np.sqrt(np.maximum(variance, 0.0)).reshape(gradient.shape[:-1])
-
-
 def frequency_band(
     sensitivity: Sensitivity, w_sample: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -173,7 +166,7 @@ def frequency_band(
     magnitude = np.abs(H)
     safe = np.where(magnitude == 0.0, 1.0, magnitude)
     gradient = np.real(np.conj(H)[..., None] * dH) / safe[..., None]
-    return H, _std(gradient, sensitivity.covariance)
+    return H, linearised_std(gradient, sensitivity.covariance)
 
 
 def static_gain_band(sensitivity: Sensitivity) -> tuple[np.ndarray, np.ndarray]:
@@ -182,7 +175,7 @@ def static_gain_band(sensitivity: Sensitivity) -> tuple[np.ndarray, np.ndarray]:
     `static_gain_uncertainty` gives them."""
     _with_inputs(sensitivity, "static_gain_uncertainty")
     H, dH = _response_and_derivative(sensitivity, np.zeros(1))
-    return np.real(H[0]), _std(np.real(dH[0]), sensitivity.covariance)
+    return np.real(H[0]), linearised_std(np.real(dH[0]), sensitivity.covariance)
 
 
 def _response_and_derivative(
@@ -223,6 +216,6 @@ def step_band(
             np.einsum("abq,bj->ajq", dK, KB) + np.einsum("ab,bjq->ajq", K, dKB),
         )
     gradient = np.cumsum(d_markov, axis=0)
-    return step_response(sensitivity.matrices, num_steps), _std(
+    return step_response(sensitivity.matrices, num_steps), linearised_std(
         gradient, sensitivity.covariance
     )

@@ -45,11 +45,15 @@ def propagate_std(
     # Not wrapped in one `jax.jit`: on the CPU that program (jax 0.10, batched
     # `solve`s of a frequency response inside `lax.map`) deadlocked at random.
     jacobian = jacobian_in_groups(lambda v: fn(rebuild(v)), flat)
-    jacobian = np.asarray(jacobian, np.float64)
-    shape = jacobian.shape[:-1]
-    rows = jacobian.reshape(-1, flat.size)
-    variance = np.einsum("ip,pq,iq->i", rows, covariance.matrix, rows)
-    return np.sqrt(np.maximum(variance, 0.0)).reshape(shape)
+    return linearised_std(np.asarray(jacobian, np.float64), covariance.matrix)
+
+
+def linearised_std(gradient: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """$\\sqrt{\\mathrm{diag}(G \\Sigma G^T)}$ for `gradient` `(..., P)` and the
+    covariance `matrix` `(P, P)`: shaped like `gradient` without its last axis."""
+    rows = gradient.reshape(-1, gradient.shape[-1])
+    variance = np.einsum("ip,pq,iq->i", rows, matrix, rows)
+    return np.sqrt(np.maximum(variance, 0.0)).reshape(gradient.shape[:-1])
 
 
 def monte_carlo(
