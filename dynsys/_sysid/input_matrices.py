@@ -38,10 +38,11 @@ def _input_regressors(
     if decays(K):
         phi = delayed_regressors(rows.reshape(T, p * n), us).reshape(N, T, p, n * m)
     else:
+        C = rows[0]  # C K^0
         phi = np.empty((N, T, p, n * m))
         W = np.zeros((N, n, n * m))  # d x_t / d vec(B)
         for t in range(T):
-            phi[:, t] = np.einsum("pi,nij->npj", rows[0], W)
+            phi[:, t] = np.einsum("pi,nij->npj", C, W)
             W = np.einsum("ij,njk->nik", K, W) + _unit_entries(us[:, t], n)
     if feedthrough:
         direct = _unit_entries(us.reshape(N * T, m), p).reshape(N, T, p, p * m)
