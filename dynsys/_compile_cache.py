@@ -40,6 +40,7 @@ _PRUNED_STAMP = ".dynsys-pruned"
 # Where `_kept_programs` keeps its compiled programs in a folder dynsys chose.
 KEPT_SUBFOLDER = "programs"
 KEPT_SUFFIX = ".program"
+NEXT_SUFFIX = ".next"  # `_read_ahead`'s list beside a kept program
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,8 +214,11 @@ def prune_folder(
     for _, path, size in sorted(entries):
         if total <= max_bytes:
             break
-        companion = path[: -len("-cache")] + "-atime"
-        for name in (path, companion) if path.endswith("-cache") else (path,):
+        if path.endswith("-cache"):
+            companion = path[: -len("-cache")] + "-atime"
+        else:  # a kept program's list of the programs that followed it
+            companion = path[: -len(KEPT_SUFFIX)] + NEXT_SUFFIX
+        for name in (path, companion):
             try:
                 os.unlink(name)
             except OSError:

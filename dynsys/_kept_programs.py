@@ -23,7 +23,7 @@ import pickle
 import time
 import warnings
 
-from . import _compile_cache
+from . import _compile_cache, _read_ahead
 from ._atomic_write import write_atomic
 from ._program_key import program_key, Unkeyed
 
@@ -88,9 +88,10 @@ class _Hole:
     """Where an output array goes in a kept program's output skeleton."""
 
 
-def load(path: pathlib.Path, key: str) -> _Program | None:
+def load(path: pathlib.Path, key: str, clocked: bool = True) -> _Program | None:
     """The program kept at `path` under `key`, or `None` (no entry, or one that
-    cannot be loaded here)."""
+    cannot be loaded here). `clocked`: record its loading time as a `LOAD_EVENT`
+    (not for one read ahead on another thread: its caller records its wait)."""
     started = time.perf_counter()
     try:
         content = path.read_bytes()
@@ -114,9 +115,29 @@ def load(path: pathlib.Path, key: str) -> _Program | None:
         compiled = deserialize_and_load(entry["executable"], in_tree, flat_out)
     except Exception:  # another jaxlib's or a cut-short entry: compiled again
         return None
+    if clocked:
+        seconds = time.perf_counter() - started
+        jax.monitoring.record_event_duration_secs(LOAD_EVENT, seconds)
+    return _Program(compiled, out_tree, out_static, out_dynamic)
+
+
+def _read_ahead_or_load(folder: pathlib.Path, path: pathlib.Path, key: str):
+    """`load(path, key)`, or the program read ahead for `key` (`_read_ahead`; the
+    wait for it is its loading time)."""
+    started = time.perf_counter()
+    _initialise_kernels()  # here, before a loading thread needs them
+    program = _read_ahead.taken(folder, key, _compile_cache.KEPT_SUFFIX, _load_ahead)
+    if program is None:
+        return load(path, key)
+    import jax
+
     seconds = time.perf_counter() - started
     jax.monitoring.record_event_duration_secs(LOAD_EVENT, seconds)
-    return _Program(compiled, out_tree, out_static, out_dynamic)
+    return program
+
+
+def _load_ahead(path: pathlib.Path, key: str) -> _Program | None:
+    return load(path, key, clocked=False)
 
 
 def _without_host_callbacks(lowered) -> bool:
@@ -213,7 +234,7 @@ class KeptProgram:
         program = self.programs.get(key)
         if program is None:
             path = folder / (key + _compile_cache.KEPT_SUFFIX)
-            program = load(path, key)
+            program = _read_ahead_or_load(folder, path, key)
             if program is not None:
                 try:
                     outputs = program(arrays)

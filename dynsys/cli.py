@@ -680,11 +680,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     if argv is None:  # the command's own process: JAX has not started yet
+        from . import _read_ahead
         from ._experiments.figure_helper import enable_for_process
         from ._jit import use_for_process
 
         use_for_process()
         enable_for_process()  # figures drawn on two cores
+        _read_ahead.enable_for_process()  # kept programs loaded on a thread
         gc.set_threshold(*COMMAND_GC_THRESHOLDS)
     distributed = getattr(args, "distributed", False)
     if distributed:

@@ -257,5 +257,12 @@ def test_a_folder_over_its_size_loses_its_least_recently_used_programs(tmp_path)
         "1.program",
         "notes.txt",
     ]
+    # A kept program's list of the programs read ahead after it goes with it.
+    for k in range(2):
+        (kept / f"{k}{_compile_cache.NEXT_SUFFIX}").write_text("1\n")
     assert _compile_cache.prune_folder(tmp_path, max_bytes=1000, every_seconds=0) == 1
-    assert sorted(p.name for p in kept.iterdir()) == ["1.program", "notes.txt"]
+    assert sorted(p.name for p in kept.iterdir()) == [
+        "1.next",
+        "1.program",
+        "notes.txt",
+    ]

@@ -197,6 +197,18 @@ def test_sweep_seeds_must_be_distinct_seeds():
             dynsys.resolve_config({**FIT, "sweep": sweep})
 
 
+def test_a_fit_of_a_data_file_does_not_build_the_zoo_model_it_never_simulates():
+    # The abstract build refuses num_masses = 0 where the model is simulated; a fit
+    # of a data file still checks the parameters' names and types, not the build.
+    bad = {"system": {"params": {"num_masses": 0}}}
+    with pytest.raises(dynsys.ConfigError, match="cannot be built"):
+        dynsys.resolve_config({**FIT, **bad})
+    from_file = {**FIT, **bad, "data": {"file": "measured.csv"}}
+    assert dynsys.resolve_config(from_file)["system"]["params"] == {"num_masses": 0}
+    with pytest.raises(dynsys.ConfigError, match="expected a number"):
+        dynsys.resolve_config({**from_file, "system": {"params": {"mass": "1"}}})
+
+
 @pytest.mark.parametrize(
     "change, message",
     [

@@ -50,11 +50,11 @@ SUMMARY_LABEL = "free-run fit % (100 = perfect)"
 
 def _optimizer(fit_cfg: dict):
     """(optimizer or None for the default, num_steps or None, a description)."""
-    import optax
-
     name, steps = fit_cfg["optimizer"], fit_cfg["steps"]
     if name == "default":
         return None, steps, "the default optimiser"
+    import optax
+
     if name == "lbfgs":
         return optax.lbfgs(), steps or 200, "L-BFGS"
     return optax.adam(fit_cfg["lr"]), steps or 400, f"Adam (lr {fit_cfg['lr']:g})"

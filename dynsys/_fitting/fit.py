@@ -5,13 +5,12 @@ import dataclasses
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TYPE_CHECKING
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
 from .._compile_cache import use_compile_cache
@@ -53,6 +52,10 @@ from .solvers import (
     tolerances,
 )
 from .train import optax_strategy, optimise, TrainResult
+
+
+if TYPE_CHECKING:
+    import optax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -616,7 +619,7 @@ def fit(
     *,
     loss: LossName | MultipleShooting = "simulation",
     horizon: int = 1,
-    optimizer: optax.GradientTransformation | None = None,
+    optimizer: "optax.GradientTransformation | None" = None,
     num_steps: int | None = None,
     batch_size: int | None = None,
     fit_x0: bool = False,

@@ -21,7 +21,6 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optax
 
 from .levenberg_marquardt import all_finite, LevenbergMarquardtStrategy
 from .transform_key import by_value, ByValue
@@ -114,6 +113,8 @@ class OptaxStrategy(eqx.Module):
         return state
 
     def step(self, objective, params, static, state, batch):
+        import optax
+
         opt_state = state if self.rtol is None else state[0]
 
         def value_fn(p):
@@ -198,6 +199,8 @@ def default_strategy(
 
 
 def lbfgs_strategy(rtol: float) -> OptaxStrategy:
+    import optax
+
     return OptaxStrategy(
         optax.lbfgs(), "L-BFGS with zoom line search (optax)", rtol=rtol**0.75
     )

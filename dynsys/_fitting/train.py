@@ -1,16 +1,16 @@
 """The one training loop of dynsys: `train` (used by `fit` and controller training)."""
 
 import dataclasses
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jaxtyping import PRNGKeyArray, PyTree, Scalar
 
 from .._jit import device_array
@@ -26,6 +26,10 @@ from .flat_loss import (
 )
 from .progress import Progress
 from .solvers import describe, LossFunction, OptaxStrategy
+
+
+if TYPE_CHECKING:
+    import optax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -480,7 +484,13 @@ def optimise(
     return _train_result(loop, warn, caller, problem)
 
 
-_DEFAULT_OPTIMIZER = OptaxStrategy(optax.adam(1e-2), "optax (adam 1e-2)")
+@functools.cache
+def _default_optimizer() -> OptaxStrategy:
+    """`train`'s default, `optax.adam(1e-2)` (optax is imported on first use: a fit
+    by Levenberg–Marquardt never needs it, and it is 0.1 s of a run's start)."""
+    import optax
+
+    return OptaxStrategy(optax.adam(1e-2), "optax (adam 1e-2)")
 
 
 def optax_strategy(optimizer) -> OptaxStrategy:
@@ -526,7 +536,7 @@ def train(
     model: PyTree,
     *,
     data: PyTree | None = None,
-    optimizer: optax.GradientTransformation | None = None,
+    optimizer: "optax.GradientTransformation | None" = None,
     num_steps: int,
     batch_size: int | None = None,
     key: PRNGKeyArray | None = None,
@@ -594,7 +604,7 @@ def train(
     ```
     """
     _check_train_arguments(num_steps, eval_every, batch_size, data, flat_steps)
-    strategy = _DEFAULT_OPTIMIZER if optimizer is None else optax_strategy(optimizer)
+    strategy = _default_optimizer() if optimizer is None else optax_strategy(optimizer)
     return optimise(
         LossFunction(loss_fn, data is not None),
         strategy,
