@@ -198,3 +198,17 @@ def device_array(a, dtype=None):
     if isinstance(a, jax.Array):
         return jnp.asarray(a, dtype)
     return jax.device_put(np.asarray(a, dtype))
+
+
+def host_key(seed: int):
+    """`jax.random.key(seed)` without compiling (it compiles two small programs per
+    process). For JAX's default key, threefry2x32, a seed in `[0, 2**31)` has the
+    key data `[0, seed]`; any other seed or key implementation goes through
+    `jax.random.key`."""
+    import jax
+    import numpy as np
+
+    if jax.config.jax_default_prng_impl != "threefry2x32" or not 0 <= seed < 2**31:
+        return jax.random.key(seed)
+    data = jax.device_put(np.array([0, seed], np.uint32))
+    return jax.random.wrap_key_data(data, impl="threefry2x32")

@@ -70,6 +70,41 @@ def _kept(cache: pathlib.Path) -> dict[str, bytes]:
     }
 
 
+_HEATING = pathlib.Path(__file__).parents[1] / "data" / "real" / "heating.csv"
+
+
+@pytest.mark.skipif(
+    not _jit._keeps_programs(), reason="dynsys keeps no programs with this jaxlib"
+)
+@pytest.mark.slow
+def test_a_warm_fit_of_a_file_traces_nothing(tmp_path):
+    # The command's second fit of a real record loads every program whole: nothing
+    # is traced, not even a small eager operation (`jnp.asarray` of a host array,
+    # an eager slice or sum, a PRNG key), each of which compiles a program of its
+    # own; its programs were read ahead; the fit is the same.
+    environment = {**os.environ, "DYNSYS_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "dynsys.cli", "fit", str(_HEATING)]
+    command += ["--inputs", "drive_V", "--outputs", "temp_C", "--no-progress"]
+    for out in ("first", "second"):
+        result = subprocess.run(
+            [*command, "--out", out],
+            cwd=tmp_path,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr
+    stages = _metrics(tmp_path, "second")["timing"]["stages"]
+    for count in ("traces", "cache_hits", "programs_compiled"):
+        assert sum(stage[count] for stage in stages.values()) == 0, (count, stages)
+    assert sum(stage["programs_loaded"] for stage in stages.values()) >= 10
+    listed = tmp_path / "cache" / _compile_cache.KEPT_SUBFOLDER
+    assert len(list(listed.glob("*" + _compile_cache.NEXT_SUFFIX))) == 1
+    first = _metrics(tmp_path, "first")
+    assert _metrics(tmp_path, "second")["fit_percent"] == first["fit_percent"]
+
+
 @pytest.mark.slow
 def test_a_second_identical_fit_compiles_nothing(tmp_path):
     cache = tmp_path / "cache"

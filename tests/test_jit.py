@@ -193,3 +193,47 @@ def test_device_array_moves_host_data_without_compiling_and_as_jnp_asarray():
     assert _jit.device_array(x) is x
     doubled = jax.jit(lambda v: _jit.device_array(v, jnp.float32) * 2)(x)
     np.testing.assert_array_equal(doubled, [0.0, 2.0, 4.0])
+
+
+@pytest.mark.usefixtures("no_persistent_cache")
+def test_host_key_is_jax_random_key_without_compiling():
+    from .compile_count import compiled_programs
+
+    seeds = [0, 1, 7, 2**31 - 1]
+    with compiled_programs(fresh=True) as compiled:
+        keys = [_jit.host_key(seed) for seed in seeds]
+    assert sum(compiled.values()) == 0, compiled
+    for seed, key in zip(seeds, keys):
+        reference = jax.random.key(seed)
+        assert key.dtype == reference.dtype and key.shape == reference.shape
+        np.testing.assert_array_equal(
+            jax.random.key_data(key), jax.random.key_data(reference)
+        )
+        np.testing.assert_array_equal(
+            jax.random.normal(key, (3,)), jax.random.normal(reference, (3,))
+        )
+    # Seeds outside the range go through `jax.random.key` itself.
+    for seed in (-1, 2**31, 2**40 + 3):
+        np.testing.assert_array_equal(
+            jax.random.key_data(_jit.host_key(seed)),
+            jax.random.key_data(jax.random.key(seed)),
+        )
+
+
+@pytest.mark.usefixtures("no_persistent_cache")
+def test_a_linear_system_of_numpy_arrays_is_built_without_compiling():
+    import dynsys
+
+    from .compile_count import compiled_programs
+
+    K, B, C = np.eye(3) * 0.5, np.ones((3, 1)), np.arange(3.0)[None]
+    with compiled_programs(fresh=True) as compiled:
+        system = dynsys.LinearSystem(K, B, C)
+    assert sum(compiled.values()) == 0, compiled
+    for built, given in zip((system.K, system.B, system.C), (K, B, C)):
+        assert isinstance(built, jax.Array) and built.dtype == jnp.asarray(given).dtype
+        np.testing.assert_array_equal(built, given)
+    # Integers become floats.
+    assert dynsys.LinearSystem(np.eye(2, dtype=int), None, np.eye(2)).K.dtype == (
+        jnp.asarray(1.0).dtype
+    )

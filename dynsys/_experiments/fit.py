@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from .._distributed import share_between_processes
+from .._jit import host_key
 from . import figure_helper, fit_checks
 from .compile_clock import stage
 from .config import ConfigError
@@ -96,8 +97,6 @@ def _fit_model(
     `(result, seconds, optimiser, steps continued)`."""
     import functools
 
-    import jax
-
     from .._fitting.continuation import NotResumable
     from .._fitting.fit import fit
     from .._fitting.fit_padded import fit_padded
@@ -112,7 +111,7 @@ def _fit_model(
         optimizer=optimizer,
         num_steps=num_steps,
         batch_size=fit_cfg["batch_size"],
-        key=jax.random.key(config["seed"] + 1),
+        key=host_key(config["seed"] + 1),
         progress=progress,
         val_data=val_data,
     )

@@ -76,14 +76,14 @@ def model_warnings(name: str, model, data, found: list[str]) -> None:
 
 
 @functools.cache
+@functools.cache
 def _forced_program():
     """`forced_outputs` as one program per model structure and data shape (outside
-    `jit`, its scan compiled again for each model)."""
-    import equinox as eqx
-
+    `jit`, its scan compiled again for each model), kept across runs."""
+    from .._jit import kept_jit
     from .._sysid.initial_state import forced_outputs
 
-    return eqx.filter_jit(forced_outputs)
+    return kept_jit(forced_outputs)
 
 
 def _ignores_inputs(linear, data) -> bool:

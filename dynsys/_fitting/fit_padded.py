@@ -4,6 +4,9 @@ program."""
 
 import dataclasses
 
+import jax
+import numpy as np
+
 from .._systems.system import LinearSystem
 from .fit import fit
 from .padded import frozen_padding, NotPaddable, pad, unpad
@@ -33,8 +36,16 @@ def fit_padded(start: LinearSystem, data, size: int, feedthrough: bool, **option
     except NotPaddable:
         return fit(start, data, **options)
     model = unpad(result.model, order, has_d)
-    x0s = None if result.x0s is None else result.x0s[..., :order]
+    x0s = None if result.x0s is None else _leading_states(result.x0s, order)
     uncertainty = None
     if result.uncertainty is not None:
         uncertainty = result.uncertainty.at((model, None))
     return dataclasses.replace(result, model=model, x0s=x0s, uncertainty=uncertainty)
+
+
+def _leading_states(x0s, order: int):
+    """`x0s[..., :order]`, cut on the host where this process holds the whole array
+    (an eager slice compiles a program per shape), in its placement."""
+    if not x0s.is_fully_addressable:
+        return x0s[..., :order]
+    return jax.device_put(np.asarray(x0s)[..., :order], x0s.sharding)

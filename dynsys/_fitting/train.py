@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PRNGKeyArray, PyTree, Scalar
 
-from .._jit import device_array
+from .._jit import device_array, host_key
 from .._rollout.sharding import leading_axis_shardings
 from .batches import chunk_indices, on_device
 from .chunk import evaluate, init_carry, run_chunk
@@ -269,7 +269,7 @@ def _dispatch(loop: _Loop, k: int, num_steps: int) -> int:
         loop.data,
         indices,
         ks,
-        jnp.asarray(k + count),
+        jax.device_put(k + count),  # weakly typed, as `jnp.asarray`, compiling nothing
         loop.shardings,
         loop.track_best,
     )
@@ -445,7 +445,7 @@ def optimise(
     same problem), it continues that run instead of starting again: the result
     is that of one run of `num_steps` (`continuation.py`)."""
     if key is None:
-        key = jax.random.key(0)
+        key = host_key(0)
     params, static = _trainable(model, filter_spec, caller)
     carry = jax.tree.map(_strong, init_carry(strategy, params))
     data, batches = on_device(data, batch_size, key, num_steps, caller)

@@ -66,7 +66,7 @@ def input_matrices(
 
     The regressors of $x_0$ grow like $K^t$ when $K$ is unstable, and then swamp
     the others: stabilise `K` first (`stabilised_start`)."""
-    dtype = jnp.asarray(ys).dtype
+    dtype = jnp.result_type(ys)  # JAX's dtype of `ys`, without a program to find it
     K, C, ys, us = _numpy(K), _numpy(C), _numpy(ys), _numpy(us)
     N, T, p = ys.shape
     n = K.shape[0]

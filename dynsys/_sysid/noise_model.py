@@ -10,7 +10,7 @@ import numpy as np
 import scipy.linalg
 from jaxtyping import Array
 
-from .._jit import kept_jit
+from .._jit import device_array, kept_jit
 from .input_matrices import input_matrices
 from .signals import Signals
 
@@ -81,7 +81,7 @@ def past_projection(
     s p)` and `(N, W)`. It depends on the data and the horizon only, so an order
     scan computes it once for all its orders (`SubspaceBasis.past`)."""
     past, valid = _past_projection(
-        s.ys, s.us, jnp.asarray(s.lengths), horizon, constant
+        s.ys, s.us, device_array(s.lengths), horizon, constant
     )
     return np.asarray(past, np.float64), np.asarray(valid)
 

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float
 
+from .._jit import device_array
 from .._systems.ode import LinearODE
 from .._systems.system import LinearSystem
 from .propagate import propagate_std
@@ -289,8 +290,8 @@ def modes(system) -> Modes:
     damping = np.where(np.isinf(frequency), 1.0, damping)  # eigenvalue 0
     order = np.lexsort((eigenvalues.imag, frequency))
     return Modes(
-        jnp.asarray(eigenvalues[order]),
-        jnp.asarray(frequency[order]),
-        jnp.asarray(damping[order]),
+        device_array(eigenvalues[order]),
+        device_array(frequency[order]),
+        device_array(damping[order]),
         dt,
     )

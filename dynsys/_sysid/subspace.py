@@ -416,7 +416,10 @@ def realise(
         B, D, c, L, covariance = estimate_noise_model(
             K, C, B, D, c, gamma, s, basis.horizon, feedthrough, constant, basis.past()
         )
-    output_level = None if c is None else y_bar + c
+    # Added on the host: an eager `+` compiles a program per shape.
+    output_level = (
+        None if c is None else device_array(np.asarray(y_bar) + np.asarray(c))
+    )
     linear = LinearSystem(
         K, B, C, D, dt=s.dt, input_level=u_bar, output_level=output_level
     )

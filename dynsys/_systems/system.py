@@ -4,9 +4,11 @@ import abc
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._custom_types import Input, Output, State, Time
+from .._jit import device_array
 
 
 class AbstractSystem(eqx.Module):
@@ -64,11 +66,20 @@ class AbstractSystem(eqx.Module):
 
 
 def _as_float_arrays(*arrays: ArrayLike | None) -> list[Array | None]:
-    present = [jnp.asarray(a) for a in arrays if a is not None]
-    dtype = jnp.result_type(*present)
+    # NumPy arrays go to the device without a program (`jnp.asarray` compiles one
+    # per shape); Python scalars stay weakly typed.
+    converted = [
+        None
+        if a is None
+        else device_array(a)
+        if isinstance(a, np.ndarray)
+        else jnp.asarray(a)
+        for a in arrays
+    ]
+    dtype = jnp.result_type(*[a for a in converted if a is not None])
     if not jnp.issubdtype(dtype, jnp.inexact):
         dtype = jnp.result_type(float)
-    return [None if a is None else jnp.asarray(a, dtype=dtype) for a in arrays]
+    return [None if a is None else jnp.asarray(a, dtype=dtype) for a in converted]
 
 
 def shape_error(
