@@ -109,7 +109,8 @@ def test_two_processes_from_the_command_line_succeed(tmp_path):
     assert (tmp_path / "runs" / folder / "metrics.json").is_file()
     assert "wrote " in results[0][1]
     # Process 1 prints nothing of its own (gloo's C++ prints its connections).
-    assert all(line.startswith("[Gloo]") for line in results[1][1].splitlines())
+    printed = results[1][1].splitlines()
+    assert all(line.startswith("[Gloo]") for line in printed), results[1][1:]
 
 
 @pytest.mark.slow  # JAX processes that wait for peers that never come
