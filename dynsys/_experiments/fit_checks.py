@@ -76,7 +76,6 @@ def model_warnings(name: str, model, data, found: list[str]) -> None:
 
 
 @functools.cache
-@functools.cache
 def _forced_program():
     """`forced_outputs` as one program per model structure and data shape (outside
     `jit`, its scan compiled again for each model), kept across runs."""

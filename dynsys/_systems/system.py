@@ -66,20 +66,18 @@ class AbstractSystem(eqx.Module):
 
 
 def _as_float_arrays(*arrays: ArrayLike | None) -> list[Array | None]:
-    # NumPy arrays go to the device without a program (`jnp.asarray` compiles one
-    # per shape); Python scalars stay weakly typed.
-    converted = [
-        None
-        if a is None
-        else device_array(a)
-        if isinstance(a, np.ndarray)
-        else jnp.asarray(a)
-        for a in arrays
-    ]
+    converted = [None if a is None else _on_device(a) for a in arrays]
     dtype = jnp.result_type(*[a for a in converted if a is not None])
     if not jnp.issubdtype(dtype, jnp.inexact):
         dtype = jnp.result_type(float)
     return [None if a is None else jnp.asarray(a, dtype=dtype) for a in converted]
+
+
+def _on_device(a: ArrayLike) -> Array:
+    """A NumPy array moved without a program (`jnp.asarray` compiles one per shape
+    and dtype); anything else through `jnp.asarray` (a Python scalar stays weakly
+    typed)."""
+    return device_array(a) if isinstance(a, np.ndarray) else jnp.asarray(a)
 
 
 def shape_error(
