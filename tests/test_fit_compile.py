@@ -38,7 +38,7 @@ def _records(num_steps):
 
 def _big(counter: collections.Counter) -> collections.Counter:
     """The programs of fit's own compiled functions (not JAX's one-operation ones)."""
-    names = ("run_chunk", "_predict", "evaluate", "_initial_states")
+    names = ("run_chunk", "_predictions", "evaluate", "_initial_states")
     return collections.Counter(
         {k: v for k, v in counter.items() if any(n in k for n in names)}
     )
@@ -50,9 +50,9 @@ def test_one_fit_compiles_one_chunk_and_one_prediction_program():
     with compiled_programs() as first:
         result = dynsys.fit(start, train, val_data=val, num_steps=4, progress=False)
     assert result.val_losses  # the validation loss was evaluated during the fit
-    # The chunk once; one prediction program for the training and the (padded)
-    # validation data, which also gives the validation loss during the fit.
-    assert _big(first) == {"jit(run_chunk)": 1, "jit(_predict)": 1}, first
+    # The chunk once (it also gives the validation loss of every step); one
+    # prediction program for the training and the (padded) validation data.
+    assert _big(first) == {"jit(run_chunk)": 1, "jit(_predictions)": 1}, first
     # The rest are a few small set-up programs (data to the device, weights).
     assert sum(first.values()) <= 12, first
     with compiled_programs() as second:

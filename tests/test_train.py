@@ -336,11 +336,11 @@ def test_a_signal_while_a_chunk_is_recorded_keeps_a_best_step_that_was_recorded(
 
     real_record, counts = train_module._record, []
 
-    def record(outputs, count, first_step):
+    def record(outputs, count, first_step, held_out):
         counts.append(count)
         if len(counts) == 2:  # the second chunk: the signal comes while it is recorded
             os.kill(os.getpid(), signal.SIGINT)
-        return real_record(outputs, count, first_step)
+        return real_record(outputs, count, first_step, held_out)
 
     monkeypatch.setattr(train_module, "_record", record)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)

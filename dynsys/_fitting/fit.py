@@ -24,7 +24,7 @@ from .._rollout.sharding import to_host
 from .._systems.system import AbstractSystem
 from .continuation import Continuation, NotResumable
 from .covariance import LazyCovariance, ParameterCovariance
-from .flat_loss import FLAT_STEPS, HELD_OUT_PATIENCE
+from .flat_loss import FLAT_STEPS, HELD_OUT_PATIENCE, HELD_OUT_STEPS
 from .least_squares import _check_data, step_mask
 from .losses import (
     channel_weights,
@@ -238,6 +238,21 @@ class _ValidationLoss(eqx.Module):
     def __call__(self, params):
         return _predict(self.objective, params[0], None, self.batch)[0]
 
+    def traced(self) -> "_HeldOutLoss":
+        """The same loss, to be traced inside another program (the chunk's)."""
+        return _HeldOutLoss(self.objective, self.batch)
+
+
+class _HeldOutLoss(eqx.Module):
+    """`_ValidationLoss` traced inside the caller's program (`chunk.HeldOutEachStep`:
+    the held-out loss of every Levenberg–Marquardt step)."""
+
+    objective: FitObjective
+    batch: dict
+
+    def __call__(self, params):
+        return _predictions(self.objective, params[0], None, self.batch)[0]
+
 
 class _ModelCallback(eqx.Module):
     callback: Any = eqx.field(static=True)
@@ -359,8 +374,7 @@ def _exact_loss(batch) -> float:
     return (1e3 * eps) ** 2 * scale
 
 
-@top_level_jit
-def _predict(objective: FitObjective, model, x0s, batch):
+def _predictions(objective: FitObjective, model, x0s, batch):
     """Free-run predictions over all steps (outputs `(N, T, p)`, or states `(N, T,
     n)`) and, on state data, one-step predictions; plus the loss and the initial
     states (estimated in closed form, else `x0s`).
@@ -392,6 +406,9 @@ def _predict(objective: FitObjective, model, x0s, batch):
     steps = xs.shape[1] - 1
     free = rollout(linear, start, steps, inputs=us, method=objective.method).xs
     return loss, free[:, 1:], one_step_predictions(linear, xs, us), x0s
+
+
+_predict = top_level_jit(_predictions)
 
 
 @top_level_jit
@@ -534,6 +551,14 @@ def _padded(batch: dict, padding: int) -> dict:
         return device_array(np.pad(to_host(array), widths))
 
     return {name: pad(name, array) for name, array in batch.items()}
+
+
+def _held_out_patience(optimizer, each_step: bool) -> int | None:
+    """The default optimiser's patience with validation data: in steps of held-out
+    losses evaluated at every step (Levenberg–Marquardt) or every 10 (L-BFGS)."""
+    if optimizer is not None:
+        return None
+    return HELD_OUT_STEPS if each_step else HELD_OUT_PATIENCE
 
 
 def _warn_untrusted(stop_reason: str | None):
@@ -712,12 +737,13 @@ def fit(
     )
     strategy = with_free_parameters(strategy, objective, params, filter_spec)
     evaluator = _validation_loss(loss, val_data, model, method, adjoint, data)
+    each_step = optimizer is None and isinstance(strategy, LevenbergMarquardtStrategy)
     result = _optimised(
         objective,
         strategy,
         params,
         batch,
-        evaluator,
+        evaluator.traced() if each_step and evaluator is not None else evaluator,
         num_steps=default_steps if num_steps is None else num_steps,
         batch_size=batch_size,
         key=key,
@@ -726,7 +752,8 @@ def fit(
         filter_spec=(filter_spec, True),
         chunk=_chunk(strategy, params, batch),
         flat_steps=FLAT_STEPS if optimizer is None else None,
-        patience=HELD_OUT_PATIENCE if optimizer is None else None,
+        patience=_held_out_patience(optimizer, each_step),
+        evaluate_each_step=each_step,
         resume=None if resume is None else _continuation_of(resume),
     )
     stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))

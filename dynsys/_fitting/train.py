@@ -16,12 +16,13 @@ from jaxtyping import PRNGKeyArray, PyTree, Scalar
 from .._jit import device_array, host_key
 from .._rollout.sharding import leading_axis_shardings
 from .batches import chunk_indices, on_device
-from .chunk import evaluate, init_carry, run_chunk
+from .chunk import evaluate, HeldOutEachStep, init_carry, run_chunk
 from .continuation import Continuation, NotResumable, same
 from .flat_loss import (
     flat_resolution,
     flat_steps_at_end,
     flat_stop_reason,
+    HELD_OUT_RESOLUTION,
     held_out_stop_reason,
 )
 from .progress import Progress
@@ -139,23 +140,44 @@ def _steps_per_dispatch(chunk, data, callback, evaluator, eval_every: int) -> in
     return chunk
 
 
-def _record(
-    outputs, count: int, first_step: int
-) -> tuple[list[float], str | None, bool]:
-    """A chunk's first `count` losses, up to the first non-finite or converged step;
-    `(losses, stop reason, converged)`. Changes nothing (see `_dispatch`)."""
-    chunk_losses, chunk_finite, chunk_converged = (np.asarray(v) for v in outputs)
-    losses = []
+@dataclasses.dataclass
+class _Recorded:
+    """What a chunk's outputs say (`_record`): its losses, up to the first
+    non-finite, converged or held-out-exhausted step; the held-out losses of those
+    steps when it evaluated them; why it stopped; whether it converged."""
+
+    losses: list[float]
+    val_losses: list[tuple[int, float]]
+    stop_reason: str | None = None
+    converged: bool = False
+    exhausted: bool = False
+
+
+def _record(outputs, count: int, first_step: int, held_out: bool) -> _Recorded:
+    """A chunk's first `count` steps, up to the first non-finite, converged or
+    (with `held_out`) held-out-exhausted one. Changes nothing (see `_dispatch`)."""
+    chunk_losses, chunk_finite, chunk_converged, scores, exhausted = (
+        np.asarray(v) for v in outputs
+    )
+    recorded = _Recorded([], [])
     for j in range(count):
         loss = float(chunk_losses[j])
-        losses.append(loss)
+        recorded.losses.append(loss)
+        if held_out:
+            recorded.val_losses.append((first_step + j, float(scores[j])))
         if not chunk_finite[j]:
             what = "loss" if not math.isfinite(loss) else "gradient"
-            reason = f"non-finite {what} at step {first_step + j}; kept the best model"
-            return losses, reason, False
+            recorded.stop_reason = (
+                f"non-finite {what} at step {first_step + j}; kept the best model"
+            )
+            break
         if chunk_converged[j]:
-            return losses, None, True
-    return losses, None, False
+            recorded.converged = True
+            break
+        if exhausted[j]:
+            recorded.exhausted = True
+            break
+    return recorded
 
 
 def _best(best, params):
@@ -187,11 +209,15 @@ class _Loop:
     bar: Progress | None
     params: Any
     carry: Any
-    best_device: tuple  # (loss, step, params) as arrays, tracked by `_run_chunk`
+    # (loss, step, params) as arrays, tracked by `run_chunk` (by the training loss,
+    # or by the held-out loss with `held_out`: then also its reference loss, step)
+    best_device: tuple
     best_host: tuple  # (loss, step, params), chosen by evaluations
     flat_steps: int | None = None  # stop after this many steps of a flat loss
     resolution: float = 0.0  # the relative change per step that counts as flat
     patience: int | None = None  # stop after this many steps without a better val
+    # the held-out loss of every step, in the chunk (`evaluator` is then None)
+    held_out: HeldOutEachStep | None = None
     losses: list[float] = dataclasses.field(default_factory=list)
     val_losses: list[tuple[int, float]] = dataclasses.field(default_factory=list)
     full_losses: list[tuple[int, float]] = dataclasses.field(default_factory=list)
@@ -201,7 +227,14 @@ class _Loop:
 
     @property
     def track_best(self) -> bool:
-        """Whether the device tracks the best model (no evaluator)."""
+        """Whether the device tracks the best model by the training loss (no
+        evaluator)."""
+        return self.evaluator is None and self.held_out is None
+
+    @property
+    def best_on_device(self) -> bool:
+        """Whether the best model is the device's (by the training loss or by the
+        held-out loss of every step), not the host's evaluations'."""
         return self.evaluator is None
 
 
@@ -224,11 +257,13 @@ def _has_tolerance(strategy) -> bool:
     return getattr(strategy, "rtol", None) is not None
 
 
-def _initial_best(params) -> tuple[tuple, tuple]:
-    """The running best before any step: on the device and on the host."""
+def _initial_best(params, held_out: bool = False) -> tuple[tuple, tuple]:
+    """The running best before any step: on the device (with `held_out`, also the
+    reference of its patience) and on the host."""
     dtype = _params_dtype(params)
     index_dtype = jax.dtypes.canonicalize_dtype(int)
-    best_device = (device_array(np.inf, dtype), device_array(-1, index_dtype), params)
+    none = (device_array(np.inf, dtype), device_array(-1, index_dtype))
+    best_device = (*none, params, *none) if held_out else (*none, params)
     best_host = (math.inf, -1, params)  # chosen by evaluations
     return best_device, best_host
 
@@ -272,16 +307,29 @@ def _dispatch(loop: _Loop, k: int, num_steps: int) -> int:
         jax.device_put(k + count),  # weakly typed, as `jnp.asarray`, compiling nothing
         loop.shardings,
         loop.track_best,
+        loop.held_out,
     )
-    losses, stop_reason, converged = _record(outputs, count, k)
+    recorded = _record(outputs, count, k, loop.held_out is not None)
     # Ctrl-C (a `KeyboardInterrupt` between any two statements) keeps what was
     # recorded: the losses go in first, in one call, so that the running best never
     # names a step past them.
-    loop.losses.extend(losses)
+    loop.losses.extend(recorded.losses)
+    loop.val_losses.extend(recorded.val_losses)
     loop.best_device = best_device
     loop.params, loop.carry = new_params, new_carry
-    loop.stop_reason, loop.converged = stop_reason, converged
-    return len(losses)
+    loop.stop_reason, loop.converged = recorded.stop_reason, recorded.converged
+    if recorded.exhausted:
+        loop.stop_reason = _held_out_exhausted(loop)
+    return len(recorded.losses)
+
+
+def _held_out_exhausted(loop: _Loop) -> str:
+    """The stop reason of a run whose held-out loss (of every step) stopped
+    improving."""
+    best_step = int(loop.best_device[1])
+    return held_out_stop_reason(
+        loop.held_out.patience, best_step, loop.held_out.resolution
+    )
 
 
 def _after_chunk(loop: _Loop, k: int, ran: int) -> bool:
@@ -394,7 +442,7 @@ def _train_result(
 ) -> "TrainResult":
     """The `TrainResult` of a finished loop (warning of a non-finite stop)."""
     best_loss, best_step, best_params = _best(
-        loop.best_device if loop.track_best else loop.best_host, loop.params
+        loop.best_device if loop.best_on_device else loop.best_host, loop.params
     )
     stop_reason = loop.stop_reason
     if warn and stop_reason is not None and stop_reason.startswith("non-finite"):
@@ -436,14 +484,19 @@ def optimise(
     flat_steps: int | None = None,
     patience: int | None = None,
     resume: Continuation | None = None,
+    evaluate_each_step: bool = False,
 ) -> "TrainResult":
     """The loop shared by `train` and `fit`: `strategy` minimises `objective` over
     the trainable arrays of `model`, a chunk of steps per dispatch; with
     `flat_steps`, it stops once the loss has been flat that many steps, with
     `patience` (and an `evaluator`), once the evaluated loss has not improved for
-    that many steps. With `resume` (an earlier result's `continuation`, of the
-    same problem), it continues that run instead of starting again: the result
-    is that of one run of `num_steps` (`continuation.py`)."""
+    that many steps. With `evaluate_each_step` (a traceable `evaluator` and a
+    `patience`), the evaluator runs inside the chunk at every step instead of on
+    the host every `eval_every` steps, and "improved" means by more than
+    `HELD_OUT_RESOLUTION` (`HeldOutEachStep`). With `resume` (an earlier result's
+    `continuation`, of the same problem), it continues that run instead of
+    starting again: the result is that of one run of `num_steps`
+    (`continuation.py`)."""
     if key is None:
         key = host_key(0)
     params, static = _trainable(model, filter_spec, caller)
@@ -451,9 +504,16 @@ def optimise(
     data, batches = on_device(data, batch_size, key, num_steps, caller)
     shardings = None if data is None else leading_axis_shardings(data)
     evaluator, full_data = _best_model_evaluator(objective, data, batches, evaluator)
+    # Chunks of at most `eval_every` steps with an evaluator, evaluated every step
+    # or not: the flat-loss rule is applied after each chunk, and a continued run
+    # (a structure scan's 30 steps) takes the same steps only from a chunk's end.
     chunk = _steps_per_dispatch(chunk, data, callback, evaluator, eval_every)
+    held_out = None
+    if evaluate_each_step and evaluator is not None and patience is not None:
+        held_out = HeldOutEachStep(evaluator, patience, HELD_OUT_RESOLUTION)
+        evaluator, patience = None, None  # both are the chunk's now
     problem = (objective, strategy, params, static, data, shardings, evaluator)
-    problem += ((chunk, eval_every, flat_steps, patience, full_data),)
+    problem += ((chunk, eval_every, flat_steps, patience, full_data, held_out),)
     if resume is not None:
         _check_resumable(resume, problem, num_steps, batches, callback)
     bar = Progress(caller, num_steps, _has_tolerance(strategy)) if progress else None
@@ -475,10 +535,11 @@ def optimise(
             bar,
             params,
             carry,
-            *_initial_best(params),
+            *_initial_best(params, held_out is not None),
             flat_steps,
             flat_resolution(_params_dtype(params)),
             patience,
+            held_out,
         )
     _run_steps(loop, num_steps, warn, caller)
     return _train_result(loop, warn, caller, problem)
