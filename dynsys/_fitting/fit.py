@@ -686,7 +686,9 @@ def fit(
         `"one_step"`. (On output data the initial states are always estimated.)
     - `key`, `progress`: the PRNG key of the minibatches; show a progress bar.
     - `val_data`: an optional held-out `Dataset` of the same kind (on output data,
-        linear models only); its loss, every 10 steps, picks the best model.
+        linear models only); its loss picks the best model, evaluated after every
+        step with Levenberg–Marquardt (which then stops 20 steps after it last
+        fell by 0.1 %), every 10 steps otherwise.
     - `method`, `adjoint`: passed to `rollout` (default `Autodiff()`). With
         `LinearAdjoint` the default optimiser is L-BFGS (no forward mode).
     - `callback`: `callback(step, model, loss)` after each step; return `True` to
