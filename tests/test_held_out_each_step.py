@@ -55,9 +55,10 @@ def test_each_steps_held_out_loss_is_the_hosts_evaluation_of_its_model(
     in_chunk = dynsys.fit(start, train, val_data=val, num_steps=15, progress=False)
     _on_the_host(monkeypatch)
     host = dynsys.fit(start, train, val_data=val, num_steps=15, progress=False)
-    assert [s for s, _ in in_chunk.val_losses] == list(range(15))
-    # The host evaluates the last model too (step 15), which the chunk leaves out.
-    host_values = [v for s, v in host.val_losses if s < 15]
+    # Steps 0-14 in the chunk, the model after the last step (15) on the host.
+    assert [s for s, _ in in_chunk.val_losses] == list(range(16))
+    assert [s for s, _ in host.val_losses] == list(range(16))
+    host_values = [v for _, v in host.val_losses]
     np.testing.assert_allclose(
         [v for _, v in in_chunk.val_losses], host_values, rtol=1e-9
     )

@@ -745,7 +745,7 @@ def fit(
         strategy,
         params,
         batch,
-        evaluator.traced() if each_step and evaluator is not None else evaluator,
+        evaluator,
         num_steps=default_steps if num_steps is None else num_steps,
         batch_size=batch_size,
         key=key,

@@ -216,8 +216,11 @@ class _Loop:
     flat_steps: int | None = None  # stop after this many steps of a flat loss
     resolution: float = 0.0  # the relative change per step that counts as flat
     patience: int | None = None  # stop after this many steps without a better val
-    # the held-out loss of every step, in the chunk (`evaluator` is then None)
+    # the held-out loss of every step, in the chunk (`evaluator` is then None), and
+    # on the host that of the model after the last step (`_evaluate_last_held_out`)
     held_out: HeldOutEachStep | None = None
+    held_out_last: Callable | None = None
+    best_before_last: tuple | None = None  # the running best before that evaluation
     losses: list[float] = dataclasses.field(default_factory=list)
     val_losses: list[tuple[int, float]] = dataclasses.field(default_factory=list)
     full_losses: list[tuple[int, float]] = dataclasses.field(default_factory=list)
@@ -278,9 +281,39 @@ def _evaluate_at(loop: _Loop, step: int):
         loop.best_host = (value, step, loop.params)
 
 
+def _evaluate_last_held_out(loop: _Loop, step: int):
+    """Evaluate the model after the last step (which no chunk evaluated) by the
+    held-out loss, record the value, and let it compete for the best model and the
+    reference of the patience as the chunk's steps do (`HeldOutEachStep.update`)."""
+    value = float(evaluate(loop.held_out_last, loop.params, loop.static))
+    loop.val_losses.append((step, value))
+    loop.evaluated_last, loop.best_before_last = step, loop.best_device
+    if not math.isfinite(value):
+        return
+    score, best_step, params, reference, reference_step = loop.best_device
+    here = device_array(value, score.dtype), device_array(step, best_step.dtype)
+    if value < float(score):
+        score, best_step, params = (*here, loop.params)
+    if value < float(reference) * (1 - loop.held_out.resolution):
+        reference, reference_step = here
+    loop.best_device = (score, best_step, params, reference, reference_step)
+
+
+def _undo_last_held_out(loop: _Loop, k: int):
+    """Before a resumed run's chunk at step `k`: forget the host's evaluation of
+    the model at `k`, which the chunk evaluates itself, so that the resumed run
+    takes the steps of one longer run."""
+    if loop.best_before_last is not None and loop.evaluated_last == k:
+        loop.val_losses.pop()
+        loop.best_device, loop.best_before_last = loop.best_before_last, None
+        loop.evaluated_last = -1
+
+
 def _dispatch(loop: _Loop, k: int, num_steps: int) -> int:
     """Run the chunk that starts at step `k` (after an evaluation, when one is
     due) and record its losses; the number of steps it ran."""
+    if loop.held_out is not None:
+        _undo_last_held_out(loop, k)
     if (
         loop.evaluator is not None
         and k % loop.eval_every == 0
@@ -379,14 +412,13 @@ def _run_steps(loop: _Loop, num_steps: int, warn: bool, caller: str):
             k += ran
             if _after_chunk(loop, k, ran):
                 break
-        if (
-            loop.evaluator is not None
-            and loop.stop_reason is None
-            and loop.evaluated_last != k
-        ):
+        if loop.stop_reason is None and loop.evaluated_last != k:
             # The model after the last update has no step loss; it competes only
             # where models are compared by evaluation.
-            _evaluate_at(loop, k)
+            if loop.evaluator is not None:
+                _evaluate_at(loop, k)
+            elif loop.held_out is not None:
+                _evaluate_last_held_out(loop, k)
     except KeyboardInterrupt:
         loop.stop_reason = (
             f"interrupted at step {len(loop.losses)}; kept the best model"
@@ -490,9 +522,10 @@ def optimise(
     the trainable arrays of `model`, a chunk of steps per dispatch; with
     `flat_steps`, it stops once the loss has been flat that many steps, with
     `patience` (and an `evaluator`), once the evaluated loss has not improved for
-    that many steps. With `evaluate_each_step` (a traceable `evaluator` and a
-    `patience`), the evaluator runs inside the chunk at every step instead of on
-    the host every `eval_every` steps, and "improved" means by more than
+    that many steps. With `evaluate_each_step` (an `evaluator`, traceable or with a
+    `traced()` twin, and a `patience`), the evaluator runs inside the chunk at every
+    step instead of on the host every `eval_every` steps (the model after the last
+    step still on the host), and "improved" means by more than
     `HELD_OUT_RESOLUTION` (`HeldOutEachStep`). With `resume` (an earlier result's
     `continuation`, of the same problem), it continues that run instead of
     starting again: the result is that of one run of `num_steps`
@@ -508,10 +541,13 @@ def optimise(
     # or not: the flat-loss rule is applied after each chunk, and a continued run
     # (a structure scan's 30 steps) takes the same steps only from a chunk's end.
     chunk = _steps_per_dispatch(chunk, data, callback, evaluator, eval_every)
-    held_out = None
+    held_out, held_out_last = None, None
     if evaluate_each_step and evaluator is not None and patience is not None:
-        held_out = HeldOutEachStep(evaluator, patience, HELD_OUT_RESOLUTION)
-        evaluator, patience = None, None  # both are the chunk's now
+        traced = getattr(evaluator, "traced", lambda: evaluator)()
+        held_out = HeldOutEachStep(traced, patience, HELD_OUT_RESOLUTION)
+        # Both are the chunk's now; the model after the last step is evaluated
+        # on the host, as `evaluator` (a program the caller may share).
+        evaluator, patience, held_out_last = None, None, evaluator
     problem = (objective, strategy, params, static, data, shardings, evaluator)
     problem += ((chunk, eval_every, flat_steps, patience, full_data, held_out),)
     if resume is not None:
@@ -540,6 +576,7 @@ def optimise(
             flat_resolution(_params_dtype(params)),
             patience,
             held_out,
+            held_out_last,
         )
     _run_steps(loop, num_steps, warn, caller)
     return _train_result(loop, warn, caller, problem)
