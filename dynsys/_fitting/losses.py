@@ -20,6 +20,7 @@ from .._systems.innovation import (
 from .._systems.ode import Discretized
 from .._systems.stable import StableLinearSystem
 from .._systems.system import LinearSystem
+from .initial_states import closed_form_outputs, solve_x0
 from .solvers import AbstractObjective
 
 
@@ -118,106 +119,6 @@ def channel_weights(
     var = xp.sum(xp.where(valid, (ys - mean[None, None]) ** 2, 0.0), axis=(0, 1))
     var = var / count
     return xp.where(var > 0, 1.0 / xp.where(var > 0, var, 1.0), 1.0)
-
-
-def solve_x0(
-    G: Float[Array, "T p n"],
-    b: Float[Array, "N T p"],
-    valid: Bool[Array, "N T"],
-    weights: Float[Array, " p"],
-) -> Float[Array, "N n"]:
-    """For each experiment `i`,
-    $\\arg\\min_{x_0} \\sum_{t\\ \\mathrm{valid}} \\sum_c w_c (G_t x_0 - b_{i,t})_c^2$;
-    differentiable in forward and reverse mode.
-
-    In float64 by the normal equations (an `n x n` Cholesky factorisation per
-    experiment and one step of iterative refinement), with a hand-written derivative
-    (`_normal_equations_x0`); in float32, whose precision the normal equations would
-    square away, by a QR solve per experiment. A ridge at round-off level keeps a
-    rank-deficient problem (a window shorter than the state, an unobservable
-    direction, a fully padded window) finite without changing a well-posed one:
-    $\\epsilon \\lVert A_i \\rVert_F^2$ added to $A_i^\\top A_i$ (with $A_i$ the
-    weighted valid rows of $G$), $(\\epsilon \\lVert A_i \\rVert_F)^2$ in the QR
-    solve, whose own accuracy needs less."""
-    if G.dtype == jnp.float64:
-        return _normal_equations_x0(G, b, valid.astype(G.dtype), weights)
-    return jax.vmap(_qr_x0, in_axes=(None, 0, 0, None))(G, b, valid, weights)
-
-
-def _qr_x0(G, b, valid, weights):
-    """One experiment's $x_0$ by a QR solve (`G (T, p, n)`, `b (T, p)`)."""
-    T, p, n = G.shape
-    root = jnp.sqrt(weights)
-    A = jnp.where(valid[:, None, None], G * root[None, :, None], 0.0).reshape(T * p, n)
-    rhs = jnp.where(valid[:, None], b * root[None, :], 0.0).reshape(T * p)
-    scale = jnp.sum(A**2)
-    eps = jnp.finfo(A.dtype).eps
-    ridge = jnp.sqrt(eps**2 * scale + jnp.where(scale > 0, 0.0, 1.0))
-    A = jnp.concatenate([A, ridge * jnp.eye(n, dtype=A.dtype)])
-    Q, R = jnp.linalg.qr(A)
-    return jax.scipy.linalg.solve_triangular(R, Q[: T * p].T @ rhs, lower=False)
-
-
-def _normal_equations_parts(G, b, valid, weights):
-    """Per experiment: the row weights `W (N, T, p)`, the ridged Gram matrices'
-    Cholesky factors, the Gram matrices' traces `(N,)`, the ridges `(N,)` and the
-    refined solutions `x (N, n)`."""
-    W = valid[:, :, None] * weights[None, None, :]
-    gram = jnp.einsum("tpn,itp,tpm->inm", G, W, G)
-    scale = jnp.trace(gram, axis1=1, axis2=2)
-    eps = jnp.finfo(G.dtype).eps
-    ridge = eps * scale + jnp.where(scale > 0, 0.0, 1.0)
-    eye = jnp.eye(G.shape[-1], dtype=G.dtype)
-    factors = jnp.linalg.cholesky(gram + ridge[:, None, None] * eye[None])  # lower
-
-    def solve(right):  # (N, n)
-        return jax.vmap(_cho_solve)(factors, right)
-
-    x = solve(jnp.einsum("tpn,itp->in", G, W * b))
-    residual = b - jnp.einsum("tpn,in->itp", G, x)
-    x = x + solve(jnp.einsum("tpn,itp->in", G, W * residual) - ridge[:, None] * x)
-    return W, factors, scale, ridge, x
-
-
-def _cho_solve(lower, right):
-    return jax.scipy.linalg.cho_solve((lower, True), right)
-
-
-@jax.custom_jvp
-def _normal_equations_x0(G, b, valid, weights):
-    """`solve_x0` in float64 (`valid` as 0/1 floats)."""
-    return _normal_equations_parts(G, b, valid, weights)[-1]
-
-
-@_normal_equations_x0.defjvp
-def _normal_equations_x0_jvp(primals, tangents):
-    # With M_i = sum_t G_t^T W_it G_t + rho_i I, differentiating M_i x_i =
-    # sum_t G_t^T W_it b_it gives M_i dx_i = sum_t dG_t^T W_it r_it +
-    # G_t^T W_it (db_it - dG_t x_i) + G_t^T dW_it r_it - drho_i x_i, with
-    # r = b - G x. Each term is one contraction over time and channels, which
-    # jacfwd batches over all parameter directions as a matrix product: through
-    # the factorisation or a vmapped solve per experiment the Jacobian of the
-    # output-error loss took 4-10x as long (small batched LAPACK calls, and
-    # per-experiment copies of dG).
-    G, b, valid, weights = primals
-    dG, db, _, dweights = tangents
-    W, factors, scale, ridge, x = _normal_equations_parts(G, b, valid, weights)
-    residual = b - jnp.einsum("tpn,in->itp", G, x)
-    dW = valid[:, :, None] * dweights[None, None, :]
-    right = (
-        jnp.einsum("tpn,itp->in", dG, W * residual)
-        + jnp.einsum("tpn,itp->in", G, W * (db - jnp.einsum("tpn,in->itp", dG, x)))
-        + jnp.einsum("tpn,itp->in", G, dW * residual)
-    )
-    eps = jnp.finfo(G.dtype).eps
-    dscale = 2 * jnp.einsum("tpn,itp,tpn->i", G, W, dG) + jnp.einsum(
-        "tpn,itp,tpn->i", G, dW, G
-    )
-    dridge = jnp.where(scale > 0, eps * dscale, 0.0)
-    right = right - dridge[:, None] * x
-    eye = jnp.eye(G.shape[-1], dtype=G.dtype)
-    inverses = jax.vmap(_cho_solve, in_axes=(0, None))(factors, eye)
-    return x, jnp.einsum("inm,im->in", inverses, right)
 
 
 class FitObjective(AbstractObjective):
@@ -389,8 +290,7 @@ class FitObjective(AbstractObjective):
         would each solve it again)."""
         model = materialise(model)
         ys, us, mask = masked_signals(batch)
-        G, forced, x0 = self._closed_form(model, ys, us, mask)
-        predicted = forced + jnp.einsum("tpn,in->itp", G, x0)
+        predicted, x0 = self._closed_form(model, ys, us, mask)
         return self._weighted(predicted - ys, mask, mask), predicted, x0
 
     def _predict_outputs(self, model, x0s, ys, us, mask, t0s):
@@ -398,8 +298,7 @@ class FitObjective(AbstractObjective):
         state: closed form for a linear model, `x0s` (trained) otherwise."""
         T = ys.shape[1]
         if self.x0 == "closed_form":
-            G, forced, x0 = self._closed_form(model, ys, us, mask)
-            return forced + jnp.einsum("tpn,in->itp", G, x0)
+            return self._closed_form(model, ys, us, mask)[0]
         if t0s is None:
             return self._rollout(model, x0s, T, us).ys
 
@@ -409,19 +308,27 @@ class FitObjective(AbstractObjective):
         return jax.vmap(one, in_axes=(0, None if us is None else 0, 0))(x0s, us, t0s)
 
     def _closed_form(self, model, ys, us, mask):
-        """Per experiment: $y_t = G_t x_0 + z_t$ with $G_t = C K^t$ (the free
-        response of each state direction) and $z_t$ the forced response from
-        $x_0 = 0$; returns `G (T, p, n)`, `z (N, T, p)` and the weighted
-        least-squares `x0 (N, n)`."""
-        T, n = ys.shape[1], model.state_size
-        eye = jnp.eye(n, dtype=model.K.dtype)
-        C = eye if model.C is None else model.C
-        G = self._rollout(LinearSystem(model.K, C=C), eye, T, None).ys
-        G = jnp.transpose(G, (1, 2, 0))
-        zeros = jnp.zeros((ys.shape[0], n), model.K.dtype)
-        forced = self._rollout(model, zeros, T, us).ys
-        x0 = solve_x0(G, ys - forced, mask, self.weights)
-        return G, forced, x0
+        """Per experiment, from its least-squares initial state: the predicted
+        outputs `(N, T, p)` and the states `x0 (N, n)` (`closed_form_outputs`)."""
+        return closed_form_outputs(self._simulate, model, ys, us, mask, self.weights)
+
+    @property
+    def _simulate(self):
+        """`(model, x0s, num_steps, inputs) -> ys` with this loss's rollout
+        options (a plain function: it holds no array of this module)."""
+        method, adjoint = self.method, self.adjoint
+
+        def simulate(model, x0, num_steps, inputs):
+            return rollout(
+                model,
+                x0,
+                num_steps,
+                inputs=inputs,
+                method=method,
+                adjoint=Autodiff() if adjoint is None else adjoint,
+            ).ys
+
+        return simulate
 
     def _prediction_closed_form(self, model, ys, us, mask):
         """As `_closed_form`, for the Kalman predictor's `horizon`-step predictions:
@@ -450,8 +357,8 @@ class FitObjective(AbstractObjective):
             ys = ys[:, index].reshape(-1, h, p)
             us = None if us is None else us[:, index].reshape(-1, h, us.shape[-1])
             mask = mask[:, index].reshape(-1, h)
-            return self._closed_form(model, ys, us, mask)[2].reshape(N, len(starts), -1)
-        return self._closed_form(model, ys, us, mask)[2]
+            return self._closed_form(model, ys, us, mask)[1].reshape(N, len(starts), -1)
+        return self._closed_form(model, ys, us, mask)[1]
 
 
 def _window_index(shooting: MultipleShooting, num_steps: int):

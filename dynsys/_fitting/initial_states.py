@@ -1,0 +1,219 @@
+"""The initial states of a linear model's experiments in closed form: the
+least-squares `x0` of each experiment given the free and forced responses
+(`solve_x0`), and the outputs predicted from it (`closed_form_outputs`), whose
+derivative along every parameter direction is formed from single-trajectory
+derivatives instead of the whole free response's."""
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from .._systems.system import LinearSystem
+
+
+def solve_x0(
+    G: Float[Array, "T p n"],
+    b: Float[Array, "N T p"],
+    valid: Bool[Array, "N T"],
+    weights: Float[Array, " p"],
+) -> Float[Array, "N n"]:
+    """For each experiment `i`,
+    $\\arg\\min_{x_0} \\sum_{t\\ \\mathrm{valid}} \\sum_c w_c (G_t x_0 - b_{i,t})_c^2$;
+    differentiable in forward and reverse mode.
+
+    In float64 by the normal equations (an `n x n` Cholesky factorisation per
+    experiment and one step of iterative refinement), with a hand-written derivative
+    (`_normal_equations_x0`); in float32, whose precision the normal equations would
+    square away, by a QR solve per experiment. A ridge at round-off level keeps a
+    rank-deficient problem (a window shorter than the state, an unobservable
+    direction, a fully padded window) finite without changing a well-posed one:
+    $\\epsilon \\lVert A_i \\rVert_F^2$ added to $A_i^\\top A_i$ (with $A_i$ the
+    weighted valid rows of $G$), $(\\epsilon \\lVert A_i \\rVert_F)^2$ in the QR
+    solve, whose own accuracy needs less."""
+    if G.dtype == jnp.float64:
+        return _normal_equations_x0(G, b, valid.astype(G.dtype), weights)
+    return jax.vmap(_qr_x0, in_axes=(None, 0, 0, None))(G, b, valid, weights)
+
+
+def _qr_x0(G, b, valid, weights):
+    """One experiment's $x_0$ by a QR solve (`G (T, p, n)`, `b (T, p)`)."""
+    T, p, n = G.shape
+    root = jnp.sqrt(weights)
+    A = jnp.where(valid[:, None, None], G * root[None, :, None], 0.0).reshape(T * p, n)
+    rhs = jnp.where(valid[:, None], b * root[None, :], 0.0).reshape(T * p)
+    scale = jnp.sum(A**2)
+    eps = jnp.finfo(A.dtype).eps
+    ridge = jnp.sqrt(eps**2 * scale + jnp.where(scale > 0, 0.0, 1.0))
+    A = jnp.concatenate([A, ridge * jnp.eye(n, dtype=A.dtype)])
+    Q, R = jnp.linalg.qr(A)
+    return jax.scipy.linalg.solve_triangular(R, Q[: T * p].T @ rhs, lower=False)
+
+
+def _normal_equations_parts(G, b, valid, weights):
+    """Per experiment: the row weights `W (N, T, p)`, the ridged Gram matrices'
+    Cholesky factors, the Gram matrices' traces `(N,)`, the ridges `(N,)` and the
+    refined solutions `x (N, n)`."""
+    W = valid[:, :, None] * weights[None, None, :]
+    gram = jnp.einsum("tpn,itp,tpm->inm", G, W, G)
+    scale = jnp.trace(gram, axis1=1, axis2=2)
+    eps = jnp.finfo(G.dtype).eps
+    ridge = eps * scale + jnp.where(scale > 0, 0.0, 1.0)
+    eye = jnp.eye(G.shape[-1], dtype=G.dtype)
+    factors = jnp.linalg.cholesky(gram + ridge[:, None, None] * eye[None])  # lower
+
+    def solve(right):  # (N, n)
+        return jax.vmap(_cho_solve)(factors, right)
+
+    x = solve(jnp.einsum("tpn,itp->in", G, W * b))
+    residual = b - jnp.einsum("tpn,in->itp", G, x)
+    x = x + solve(jnp.einsum("tpn,itp->in", G, W * residual) - ridge[:, None] * x)
+    return W, factors, scale, ridge, x
+
+
+def _cho_solve(lower, right):
+    return jax.scipy.linalg.cho_solve((lower, True), right)
+
+
+@jax.custom_jvp
+def _normal_equations_x0(G, b, valid, weights):
+    """`solve_x0` in float64 (`valid` as 0/1 floats)."""
+    return _normal_equations_parts(G, b, valid, weights)[-1]
+
+
+@_normal_equations_x0.defjvp
+def _normal_equations_x0_jvp(primals, tangents):
+    # With M_i = sum_t G_t^T W_it G_t + rho_i I, differentiating M_i x_i =
+    # sum_t G_t^T W_it b_it gives M_i dx_i = sum_t dG_t^T W_it r_it +
+    # G_t^T W_it (db_it - dG_t x_i) + G_t^T dW_it r_it - drho_i x_i, with
+    # r = b - G x. Each term is one contraction over time and channels, which
+    # jacfwd batches over all parameter directions as a matrix product: through
+    # the factorisation or a vmapped solve per experiment the Jacobian of the
+    # output-error loss took 4-10x as long (small batched LAPACK calls, and
+    # per-experiment copies of dG).
+    G, b, valid, weights = primals
+    dG, db, _, dweights = tangents
+    W, factors, scale, ridge, x = _normal_equations_parts(G, b, valid, weights)
+    residual = b - jnp.einsum("tpn,in->itp", G, x)
+    dW = valid[:, :, None] * dweights[None, None, :]
+    right = (
+        jnp.einsum("tpn,itp->in", dG, W * residual)
+        + jnp.einsum("tpn,itp->in", G, W * (db - jnp.einsum("tpn,in->itp", dG, x)))
+        + jnp.einsum("tpn,itp->in", G, dW * residual)
+    )
+    eps = jnp.finfo(G.dtype).eps
+    dscale = 2 * jnp.einsum("tpn,itp,tpn->i", G, W, dG) + jnp.einsum(
+        "tpn,itp,tpn->i", G, dW, G
+    )
+    dridge = jnp.where(scale > 0, eps * dscale, 0.0)
+    right = right - dridge[:, None] * x
+    eye = jnp.eye(G.shape[-1], dtype=G.dtype)
+    inverses = jax.vmap(_cho_solve, in_axes=(0, None))(factors, eye)
+    return x, jnp.einsum("inm,im->in", inverses, right)
+
+
+# simulate(model, x0s (N, n), num_steps, inputs (N, T, m) or None) -> ys (N, T, p)
+Simulate = Callable[..., Float[Array, "N T p"]]
+
+
+def closed_form_outputs(
+    simulate: Simulate,
+    model,
+    ys: Float[Array, "N T p"],
+    us: Float[Array, "N T m"] | None,
+    mask: Bool[Array, "N T"],
+    weights: Float[Array, " p"],
+) -> tuple[Float[Array, "N T p"], Float[Array, "N n"]]:
+    """The outputs of a linear `model` (with `K`, `C`) from each experiment's
+    least-squares initial state, and those states: `predicted = z + G x0` with
+    `G_t = C K^t` the free response, `z` the forced response from rest and `x0 =
+    solve_x0(G, ys - z, mask, weights)`. `ys` and `us` are zero at the padded
+    steps (`mask` False).
+
+    In float64 its derivative is formed without the free response's: along a
+    direction, `dz + dG x0` is the derivative of one run from the fixed `x0`, and
+    the term of `dx0` with `dG^T` is the derivative of the adjoint recursion
+    `sum_t G_t^T v_t`, so that each parameter direction carries an `(N, n)` state
+    instead of `G`'s `(n, n)` per step (on the glass furnace record, 6 outputs and
+    6 states, the Jacobian 6.4x and a Levenberg–Marquardt step 3.3x faster;
+    docs/benchmarks.md). In float32 it is differentiated through `solve_x0`'s QR
+    solves.
+    """
+    if ys.dtype != jnp.float64:
+        G, forced = _responses(simulate, model, ys.shape[:2], us)
+        x0 = solve_x0(G, ys - forced, mask, weights)
+        return forced + jnp.einsum("tpn,in->itp", G, x0), x0
+    return _structured_derivative(simulate)(model, ys, us, mask, weights)
+
+
+def _responses(simulate: Simulate, model, shape: tuple[int, int], us):
+    """The free response `G (T, p, n)` and the forced responses from rest `(N, T,
+    p)`, for `shape = (N, T)`."""
+    (N, T), n = shape, model.state_size
+    eye = jnp.eye(n, dtype=model.K.dtype)
+    C = eye if model.C is None else model.C
+    G = simulate(LinearSystem(model.K, C=C), eye, T, None)
+    rest = jnp.zeros((N, n), model.K.dtype)
+    return jnp.transpose(G, (1, 2, 0)), simulate(model, rest, T, us)
+
+
+def _adjoint_sum(model, v: Float[Array, "N T p"]) -> Float[Array, "N n"]:
+    """`sum_t G_t^T v_t` per experiment (`G_t = C K^t`), by the recursion
+    `l <- K^T l + C^T v_t` from the last step back to the first."""
+    K = model.K
+    C = jnp.eye(K.shape[0], dtype=K.dtype) if model.C is None else model.C
+
+    def back(rows, v_t):  # rows (N, n): the l of each experiment, as rows
+        return rows @ K + v_t @ C, None
+
+    zeros = jnp.zeros((v.shape[0], K.shape[0]), v.dtype)
+    total, _ = jax.lax.scan(back, zeros, jnp.swapaxes(v, 0, 1), reverse=True)
+    return total
+
+
+def _structured_derivative(simulate: Simulate):
+    """`closed_form_outputs` in float64 as a function of `(model, ys, us, mask,
+    weights)` with its own forward-mode derivative."""
+
+    def parts(model, ys, us, mask, weights):
+        G, forced = _responses(simulate, model, ys.shape[:2], us)
+        valid = mask.astype(G.dtype)
+        W, factors, _, _, x0 = _normal_equations_parts(G, ys - forced, valid, weights)
+        return G, W, factors, x0, forced + jnp.einsum("tpn,in->itp", G, x0)
+
+    @jax.custom_jvp
+    def outputs(model, ys, us, mask, weights):
+        _, _, _, x0, predicted = parts(model, ys, us, mask, weights)
+        return predicted, x0
+
+    @outputs.defjvp
+    def outputs_jvp(primals, tangents):
+        model, ys, us, mask, weights = primals
+        dmodel, dys, dus, _, dweights = tangents
+        G, W, factors, x0, predicted = parts(model, ys, us, mask, weights)
+        residual = ys - predicted
+        T = ys.shape[1]
+        # dz + dG x0: the derivative of the run from the (fixed) estimated states.
+        _, along = jax.jvp(
+            lambda m, u: simulate(m, x0, T, u), (model, us), (dmodel, dus)
+        )
+        # M dx0 = dG^T W r + G^T W (dys - dz - dG x0) + G^T dW r, with M = G^T W G
+        # + ridge (solve_x0's); the ridge's own derivative, eps times the trace of
+        # dM, is below the round-off of the other terms and is left out.
+        _, transposed = jax.jvp(
+            lambda m: _adjoint_sum(m, W * residual), (model,), (dmodel,)
+        )
+        dW = mask.astype(G.dtype)[:, :, None] * dweights[None, None, :]
+        right = (
+            transposed
+            + jnp.einsum("tpn,itp->in", G, W * (dys - along))
+            + jnp.einsum("tpn,itp->in", G, dW * residual)
+        )
+        eye = jnp.eye(G.shape[-1], dtype=G.dtype)
+        inverses = jax.vmap(_cho_solve, in_axes=(0, None))(factors, eye)
+        dx0 = jnp.einsum("inm,im->in", inverses, right)
+        dpredicted = along + jnp.einsum("tpn,in->itp", G, dx0)
+        return (predicted, x0), (dpredicted, dx0)
+
+    return outputs

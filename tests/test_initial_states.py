@@ -1,0 +1,134 @@
+"""The outputs from closed-form initial states (`closed_form_outputs`): its own
+float64 derivative against differentiation through the free response and
+`solve_x0`, central finite differences and reverse mode."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+import dynsys
+from dynsys._fitting.initial_states import closed_form_outputs, solve_x0
+
+
+def _simulate(model, x0, num_steps, inputs):
+    return dynsys.rollout(model, x0, num_steps, inputs=inputs).ys
+
+
+def _through_the_free_response(model, ys, us, mask, weights):
+    """The same outputs, differentiated by JAX through `G` and `solve_x0`."""
+    n, (N, T) = model.state_size, ys.shape[:2]
+    eye = jnp.eye(n)
+    C = eye if model.C is None else model.C
+    G = jnp.transpose(_simulate(dynsys.LinearSystem(model.K, C=C), eye, T, None), (1, 2, 0))
+    forced = _simulate(model, jnp.zeros((N, n)), T, us)
+    x0 = solve_x0(G, ys - forced, mask, weights)
+    return forced + jnp.einsum("tpn,in->itp", G, x0), x0
+
+
+def _problem(inputs: bool, feedthrough: bool, levels: bool, seed=0):
+    """A 3-state, 2-output model (1 or no input) and 3 experiments of 25 steps,
+    the second padded after 17 steps (zeros there, as the loss passes them)."""
+    rng = np.random.default_rng(seed)
+    n, p, m, N, T = 3, 2, 1, 3, 25
+    K = rng.normal(size=(n, n))
+    K = 0.9 * K / np.max(np.abs(np.linalg.eigvals(K)))
+    B = rng.normal(size=(n, m)) if inputs else None
+    D = 0.3 * rng.normal(size=(p, m)) if inputs and feedthrough else None
+    model = dynsys.LinearSystem(
+        K,
+        B,
+        rng.normal(size=(p, n)),
+        D,
+        input_level=np.array([0.4]) if inputs and levels else None,
+        output_level=np.array([1.0, -2.0]) if levels else None,
+    )
+    mask = jnp.asarray(np.arange(T)[None, :] < np.array([T, 17, T])[:, None])
+    ys = jnp.where(mask[..., None], jnp.asarray(rng.normal(size=(N, T, p))), 0.0)
+    us = jnp.asarray(rng.normal(size=(N, T, m))) if inputs else None
+    if us is not None:
+        us = jnp.where(mask[..., None], us, 0.0)
+    return model, ys, us, mask, jnp.array([0.7, 2.5])
+
+
+CASES = [(True, True, False), (True, False, True), (False, False, False)]
+
+
+def _flat(model):
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    flat, unravel = ravel_pytree(params)
+    return flat, lambda point: eqx.combine(unravel(point), static)
+
+
+@pytest.mark.parametrize("inputs, feedthrough, levels", CASES)
+def test_the_derivative_equals_the_one_through_the_free_response(
+    inputs, feedthrough, levels
+):
+    model, ys, us, mask, weights = _problem(inputs, feedthrough, levels)
+    flat, rebuild = _flat(model)
+
+    def structured(point):
+        return closed_form_outputs(_simulate, rebuild(point), ys, us, mask, weights)
+
+    def plain(point):
+        return _through_the_free_response(rebuild(point), ys, us, mask, weights)
+
+    got, expected = jax.jacfwd(structured)(flat), jax.jacfwd(plain)(flat)
+    for a, b in zip(structured(flat), plain(flat)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    for a, b in zip(got, expected):
+        assert a.shape == b.shape and np.max(np.abs(b)) > 0.1
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * np.max(np.abs(b)))
+    # The data of the padded steps move no initial state.
+    x0_of_data = jax.jacfwd(
+        lambda data: closed_form_outputs(_simulate, model, data, us, mask, weights)[1]
+    )(ys)
+    np.testing.assert_array_equal(x0_of_data[:, :, 1, 17:], 0.0)
+    assert np.max(np.abs(x0_of_data[:, :, 1, :17])) > 0.01
+
+
+@pytest.mark.parametrize("inputs, feedthrough, levels", CASES[:2])
+def test_the_derivative_against_central_differences_and_reverse_mode(
+    inputs, feedthrough, levels
+):
+    model, ys, us, mask, weights = _problem(inputs, feedthrough, levels, seed=3)
+    flat, rebuild = _flat(model)
+
+    def loss(point, w=weights, data=ys):
+        predicted, x0 = closed_form_outputs(_simulate, rebuild(point), data, us, mask, w)
+        return jnp.sum(jnp.sin(predicted)) + jnp.sum(x0**2)
+
+    forward = jax.jacfwd(loss)(flat)
+    reverse = jax.grad(loss)(flat)
+    h = 1e-6
+    central = np.array(
+        [
+            (loss(flat + h * e) - loss(flat - h * e)) / (2 * h)
+            for e in np.eye(flat.size)
+        ]
+    )
+    np.testing.assert_allclose(forward, central, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(reverse, forward, rtol=1e-11, atol=1e-11)
+    # Along the weights and the data too (the fit never moves them).
+    for argnum, value in ((1, weights), (2, ys)):
+        along = jax.jacfwd(loss, argnums=argnum)(flat, weights, ys)
+        step = h * np.asarray(np.random.default_rng(1).normal(size=value.shape))
+        step = step * (mask[..., None] if argnum == 2 else 1.0)
+        args_up = [flat, weights, ys]
+        args_down = [flat, weights, ys]
+        args_up[argnum], args_down[argnum] = value + step, value - step
+        difference = (loss(*args_up) - loss(*args_down)) / 2
+        np.testing.assert_allclose(np.sum(along * step), difference, rtol=1e-6)
+
+
+def test_float32_keeps_the_qr_path_and_its_values():
+    model, ys, us, mask, weights = _problem(True, True, False)
+    model32 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), model)
+    args32 = [jnp.asarray(a, jnp.float32) for a in (ys, us)]
+    got = closed_form_outputs(_simulate, model32, *args32, mask, weights.astype("f4"))
+    expected = _through_the_free_response(model, ys, us, mask, weights)
+    assert got[0].dtype == jnp.float32
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-3)
