@@ -22,7 +22,9 @@ def _through_the_free_response(model, ys, us, mask, weights):
     n, (N, T) = model.state_size, ys.shape[:2]
     eye = jnp.eye(n)
     C = eye if model.C is None else model.C
-    G = jnp.transpose(_simulate(dynsys.LinearSystem(model.K, C=C), eye, T, None), (1, 2, 0))
+    G = jnp.transpose(
+        _simulate(dynsys.LinearSystem(model.K, C=C), eye, T, None), (1, 2, 0)
+    )
     forced = _simulate(model, jnp.zeros((N, n)), T, us)
     x0 = solve_x0(G, ys - forced, mask, weights)
     return forced + jnp.einsum("tpn,in->itp", G, x0), x0
@@ -97,17 +99,16 @@ def test_the_derivative_against_central_differences_and_reverse_mode(
     flat, rebuild = _flat(model)
 
     def loss(point, w=weights, data=ys):
-        predicted, x0 = closed_form_outputs(_simulate, rebuild(point), data, us, mask, w)
+        predicted, x0 = closed_form_outputs(
+            _simulate, rebuild(point), data, us, mask, w
+        )
         return jnp.sum(jnp.sin(predicted)) + jnp.sum(x0**2)
 
     forward = jax.jacfwd(loss)(flat)
     reverse = jax.grad(loss)(flat)
     h = 1e-6
     central = np.array(
-        [
-            (loss(flat + h * e) - loss(flat - h * e)) / (2 * h)
-            for e in np.eye(flat.size)
-        ]
+        [(loss(flat + h * e) - loss(flat - h * e)) / (2 * h) for e in np.eye(flat.size)]
     )
     np.testing.assert_allclose(forward, central, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(reverse, forward, rtol=1e-11, atol=1e-11)
