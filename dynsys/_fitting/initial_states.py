@@ -39,6 +39,13 @@ def solve_x0(
 
 def _qr_x0(G, b, valid, weights):
     """One experiment's $x_0$ by a QR solve (`G (T, p, n)`, `b (T, p)`)."""
+    return _qr_parts(G, b, valid, weights)[-1]
+
+
+def _qr_parts(G, b, valid, weights):
+    """One experiment's QR solve: the orthonormal columns `Q (T p, n)` of its
+    weighted valid rows (the ridge's rows left out), the triangle `R (n, n)` of
+    them and the ridge, and $x_0$."""
     T, p, n = G.shape
     root = jnp.sqrt(weights)
     A = jnp.where(valid[:, None, None], G * root[None, :, None], 0.0).reshape(T * p, n)
@@ -48,7 +55,8 @@ def _qr_x0(G, b, valid, weights):
     ridge = jnp.sqrt(eps**2 * scale + jnp.where(scale > 0, 0.0, 1.0))
     A = jnp.concatenate([A, ridge * jnp.eye(n, dtype=A.dtype)])
     Q, R = jnp.linalg.qr(A)
-    return jax.scipy.linalg.solve_triangular(R, Q[: T * p].T @ rhs, lower=False)
+    x = jax.scipy.linalg.solve_triangular(R, Q[: T * p].T @ rhs, lower=False)
+    return Q[: T * p], R, x
 
 
 def _normal_equations_parts(G, b, valid, weights):
@@ -131,20 +139,17 @@ def closed_form_outputs(
     solve_x0(G, ys - z, mask, weights)`. `ys` and `us` are zero at the padded
     steps (`mask` False).
 
-    In float64 its derivative is formed without the free response's: along a
-    direction, `dz + dG x0` is the derivative of one run from the fixed `x0`, and
-    the term of `dx0` with `dG^T` is the derivative of the adjoint recursion
-    `sum_t G_t^T v_t`, so that each parameter direction carries an `(N, n)` state
-    instead of `G`'s `(n, n)` per step (on the glass furnace record, 6 outputs and
-    6 states, the Jacobian 6.4x and a Levenberg–Marquardt step 3.3x faster;
-    docs/benchmarks.md). In float32 it is differentiated through `solve_x0`'s QR
-    solves.
+    Its derivative is formed without the free response's: along a direction,
+    `dz + dG x0` is the derivative of one run from the fixed `x0`, and the term of
+    `dx0` with `dG^T` is the derivative of the adjoint recursion `sum_t G_t^T v_t`,
+    so that each parameter direction carries an `(N, n)` state instead of `G`'s
+    `(n, n)` per step (on the glass furnace record, 6 outputs and 6 states, the
+    Jacobian 6.4x and a Levenberg–Marquardt step 3.3x faster in float64;
+    docs/benchmarks.md). `dx0` is solved with `solve_x0`'s factors: Cholesky's in
+    float64, the QR factors in float32 (whose precision the normal equations would
+    square away).
     """
-    if ys.dtype != jnp.float64:
-        G, forced = _responses(simulate, model, ys.shape[:2], us)
-        x0 = solve_x0(G, ys - forced, mask, weights)
-        return forced + jnp.einsum("tpn,in->itp", G, x0), x0
-    return _structured_derivative(simulate)(model, ys, us, mask, weights)
+    return _with_structured_derivative(simulate)(model, ys, us, mask, weights)
 
 
 def _responses(simulate: Simulate, model, shape: tuple[int, int], us):
@@ -172,48 +177,67 @@ def _adjoint_sum(model, v: Float[Array, "N T p"]) -> Float[Array, "N n"]:
     return total
 
 
-def _structured_derivative(simulate: Simulate):
-    """`closed_form_outputs` in float64 as a function of `(model, ys, us, mask,
-    weights)` with its own forward-mode derivative."""
+def _with_structured_derivative(simulate: Simulate):
+    """`closed_form_outputs` as a function of `(model, ys, us, mask, weights)` with
+    its own forward-mode derivative."""
 
     def parts(model, ys, us, mask, weights):
+        """`G`, the row weights `W (N, T, p)`, `x0`, the predicted outputs and
+        `solve(v, g)`: the `dx0` with `M dx0 = G^T W v + g` (`v (N, T, p)`, `g (N,
+        n)`, `M = G^T W G` plus the ridge)."""
         G, forced = _responses(simulate, model, ys.shape[:2], us)
-        valid = mask.astype(G.dtype)
-        W, factors, _, _, x0 = _normal_equations_parts(G, ys - forced, valid, weights)
-        return G, W, factors, x0, forced + jnp.einsum("tpn,in->itp", G, x0)
+        valid, b = mask.astype(G.dtype), ys - forced
+        if G.dtype == jnp.float64:
+            W, factors, _, _, x0 = _normal_equations_parts(G, b, valid, weights)
+
+            def solve(v, g):
+                right = jnp.einsum("tpn,itp->in", G, W * v) + g
+                return jax.vmap(_cho_solve)(factors, right)
+
+        else:
+            W = valid[:, :, None] * weights[None, None, :]
+            qr = jax.vmap(_qr_parts, in_axes=(None, 0, 0, None))
+            Q, R, x0 = qr(G, b, valid, weights)
+
+            def solve(v, g):  # R^-1 (Q^T sqrt(W) v + R^-T g), M = R^T R
+                rows = (jnp.sqrt(W) * v).reshape(v.shape[0], -1)
+                projected = jnp.einsum("irn,ir->in", Q, rows)
+                lower = jax.vmap(lambda r, b: _triangular(r, b, True))(R, g)
+                return jax.vmap(_triangular)(R, projected + lower)
+
+        return G, W, x0, forced + jnp.einsum("tpn,in->itp", G, x0), solve
 
     @jax.custom_jvp
     def outputs(model, ys, us, mask, weights):
-        _, _, _, x0, predicted = parts(model, ys, us, mask, weights)
+        _, _, x0, predicted, _ = parts(model, ys, us, mask, weights)
         return predicted, x0
 
     @outputs.defjvp
     def outputs_jvp(primals, tangents):
         model, ys, us, mask, weights = primals
         dmodel, dys, dus, _, dweights = tangents
-        G, W, factors, x0, predicted = parts(model, ys, us, mask, weights)
+        G, W, x0, predicted, solve = parts(model, ys, us, mask, weights)
         residual = ys - predicted
         T = ys.shape[1]
         # dz + dG x0: the derivative of the run from the (fixed) estimated states.
         _, along = jax.jvp(
             lambda m, u: simulate(m, x0, T, u), (model, us), (dmodel, dus)
         )
-        # M dx0 = dG^T W r + G^T W (dys - dz - dG x0) + G^T dW r, with M = G^T W G
-        # + ridge (solve_x0's); the ridge's own derivative, eps times the trace of
-        # dM, is below the round-off of the other terms and is left out.
+        # M dx0 = dG^T W r + G^T W (dys - dz - dG x0) + G^T dW r (r the residual);
+        # the ridge's own derivative, eps times the trace of dM, is below the
+        # round-off of the other terms and is left out.
         _, transposed = jax.jvp(
             lambda m: _adjoint_sum(m, W * residual), (model,), (dmodel,)
         )
         dW = mask.astype(G.dtype)[:, :, None] * dweights[None, None, :]
-        right = (
-            transposed
-            + jnp.einsum("tpn,itp->in", G, W * (dys - along))
-            + jnp.einsum("tpn,itp->in", G, dW * residual)
-        )
-        eye = jnp.eye(G.shape[-1], dtype=G.dtype)
-        inverses = jax.vmap(_cho_solve, in_axes=(0, None))(factors, eye)
-        dx0 = jnp.einsum("inm,im->in", inverses, right)
+        g = transposed + jnp.einsum("tpn,itp->in", G, dW * residual)
+        dx0 = solve(dys - along, g)
         dpredicted = along + jnp.einsum("tpn,in->itp", G, dx0)
         return (predicted, x0), (dpredicted, dx0)
 
     return outputs
+
+
+def _triangular(R, right, transposed=False):
+    """`R^-1 right`, or `R^-T right` with `transposed` (`R` upper triangular)."""
+    return jax.scipy.linalg.solve_triangular(R, right, trans=1 if transposed else 0)
