@@ -153,3 +153,31 @@ def test_float32_solves_with_the_qr_factors():
         np.testing.assert_allclose(
             got, expected, rtol=2e-3, atol=2e-4 * np.max(np.abs(expected))
         )
+
+
+@pytest.mark.filterwarnings("ignore:fit. the model is unstable or marginal")
+@pytest.mark.parametrize(
+    "adjoint, optimizers",
+    [(dynsys.LinearAdjoint(), ("adam",)), (dynsys.Checkpointed(), ("adam", None))],
+)
+def test_fits_with_other_adjoints_take_the_same_steps(adjoint, optimizers):
+    """The derivative differentiates the rollout in forward mode inside its rule;
+    a fit on output data with another adjoint (reverse mode through the rule with
+    an optax optimiser; forward mode with Levenberg–Marquardt, which `fit` uses
+    with `Checkpointed` and not with `LinearAdjoint`) takes the default adjoint's
+    steps."""
+    import optax
+
+    model, ys, us, mask, _ = _problem(True, True, False, seed=5)
+    data = dynsys.Dataset(us=us[:, :17], ys=ys[:, :17])
+    for name in optimizers:
+        optimizer = optax.adam(1e-3) if name == "adam" else None
+        results = [
+            dynsys.fit(
+                model, data, optimizer=optimizer, adjoint=a, num_steps=5, progress=False
+            )
+            for a in (adjoint, None)
+        ]
+        assert results[0].optimizer == results[1].optimizer
+        np.testing.assert_allclose(results[0].losses, results[1].losses, rtol=1e-9)
+        assert results[1].losses[-1] < results[1].losses[0]
