@@ -267,7 +267,7 @@ def test_closed_form_x0_equals_weighted_least_squares(dtype, rtol):
     differences; a fully padded experiment gives a finite zero."""
     from jax.test_util import check_grads
 
-    from dynsys._fitting.losses import solve_x0
+    from dynsys._fitting.initial_states import solve_x0
 
     keys = jax.random.split(jax.random.key(4), 3)
     G = jax.random.normal(keys[0], (30, 2, 4), dtype)

@@ -10,7 +10,11 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import dynsys
-from dynsys._fitting.initial_states import closed_form_outputs, solve_x0
+from dynsys._fitting.initial_states import (
+    closed_form_outputs,
+    closed_form_predictions,
+    solve_x0,
+)
 
 
 def _simulate(model, x0, num_steps, inputs):
@@ -122,6 +126,59 @@ def test_the_derivative_against_central_differences_and_reverse_mode(
         args_up[argnum], args_down[argnum] = value + step, value - step
         difference = (loss(*args_up) - loss(*args_down)) / 2
         np.testing.assert_allclose(np.sum(along * step), difference, rtol=1e-6)
+
+
+@pytest.mark.parametrize("horizon", [1, 3])
+def test_the_kalman_predictors_derivative_equals_the_one_through_its_response(
+    horizon,
+):
+    """`closed_form_predictions` (the prediction-error loss's predictions) against
+    JAX's derivative through `prediction_free_response`, the predictions from
+    zero and `solve_x0`, along the model, the data and the weights."""
+    from dynsys._systems.innovation import (
+        kalman_predictions,
+        prediction_free_response,
+    )
+
+    system, ys, us, mask, weights = _problem(True, True, True, seed=7)
+    # A gain that moves the predictor's poles but keeps them inside 0.95.
+    gain = 0.1 * np.random.default_rng(12).normal(size=(3, 2))
+    radius = np.abs(np.linalg.eigvals(system.K - gain @ system.C)).max()
+    assert radius < 0.95
+    model = dynsys.InnovationSystem(
+        system.K,
+        system.B,
+        system.C,
+        system.D,
+        kalman_gain=jnp.asarray(gain),
+        input_level=system.input_level,
+        output_level=system.output_level,
+    )
+    flat, rebuild = _flat(model)
+
+    def structured(point, data, w):
+        return closed_form_predictions(horizon, rebuild(point), data, us, mask, w)
+
+    def plain(point, data, w):
+        m = rebuild(point)
+        G = prediction_free_response(m, data.shape[1], horizon)
+        rest = jnp.zeros((data.shape[0], m.state_size))
+        forced = kalman_predictions(m, rest, data, us, horizon)
+        x0 = solve_x0(G, data - forced, mask, w)
+        return forced + jnp.einsum("tpn,in->itp", G, x0), x0
+
+    for a, b in zip(structured(flat, ys, weights), plain(flat, ys, weights)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    for argnums in (0, 1, 2):
+        got = jax.jacfwd(structured, argnums=argnums)(flat, ys, weights)
+        expected = jax.jacfwd(plain, argnums=argnums)(flat, ys, weights)
+        for a, b in zip(got, expected):
+            assert np.max(np.abs(b)) > 1e-3
+            scale = np.max(np.abs(b))
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * scale)
+    reverse = jax.grad(lambda p: jnp.sum(jnp.sin(structured(p, ys, weights)[0])))
+    forward = jax.jacfwd(lambda p: jnp.sum(jnp.sin(structured(p, ys, weights)[0])))
+    np.testing.assert_allclose(reverse(flat), forward(flat), rtol=1e-10, atol=1e-10)
 
 
 def test_float32_solves_with_the_qr_factors():

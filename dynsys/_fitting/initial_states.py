@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from .._systems.innovation import kalman_predictions, prediction_free_response
 from .._systems.system import LinearSystem
 
 
@@ -149,18 +150,65 @@ def closed_form_outputs(
     float64, the QR factors in float32 (whose precision the normal equations would
     square away).
     """
-    return _with_structured_derivative(simulate)(model, ys, us, mask, weights)
+    outputs = _with_structured_derivative(_FreeRun(simulate))
+    return outputs(model, ys, us, mask, weights)
 
 
-def _responses(simulate: Simulate, model, shape: tuple[int, int], us):
-    """The free response `G (T, p, n)` and the forced responses from rest `(N, T,
-    p)`, for `shape = (N, T)`."""
-    (N, T), n = shape, model.state_size
-    eye = jnp.eye(n, dtype=model.K.dtype)
-    C = eye if model.C is None else model.C
-    G = simulate(LinearSystem(model.K, C=C), eye, T, None)
-    rest = jnp.zeros((N, n), model.K.dtype)
-    return jnp.transpose(G, (1, 2, 0)), simulate(model, rest, T, us)
+def closed_form_predictions(
+    horizon: int,
+    model,
+    ys: Float[Array, "N T p"],
+    us: Float[Array, "N T m"] | None,
+    mask: Bool[Array, "N T"],
+    weights: Float[Array, " p"],
+) -> tuple[Float[Array, "N T p"], Float[Array, "N n"]]:
+    """`closed_form_outputs` for the `horizon`-step predictions of an
+    `InnovationSystem`'s Kalman predictor (`kalman_predictions`, affine in the
+    predictor's initial state): the predictions from each experiment's
+    least-squares initial state, and those states. The term of `dx0` with `dG^T`
+    is the derivative of the predictions' reverse-mode derivative in the initial
+    state (forward over reverse)."""
+    outputs = _with_structured_derivative(_KalmanPredictor(horizon))
+    return outputs(model, ys, us, mask, weights)
+
+
+class _FreeRun:
+    """The free run of a linear model from `x0`, through `simulate`: `run`, the
+    free response `G (T, p, n)` and `adjoint_sum` (`sum_t G_t^T v_t`)."""
+
+    def __init__(self, simulate: Simulate):
+        self.simulate = simulate
+
+    def run(self, model, x0, ys, us):
+        return self.simulate(model, x0, ys.shape[1], us)
+
+    def free(self, model, num_steps: int):
+        eye = jnp.eye(model.state_size, dtype=model.K.dtype)
+        C = eye if model.C is None else model.C
+        G = self.simulate(LinearSystem(model.K, C=C), eye, num_steps, None)
+        return jnp.transpose(G, (1, 2, 0))
+
+    def adjoint_sum(self, model, x0, ys, us, v):
+        return _adjoint_sum(model, v)
+
+
+class _KalmanPredictor:
+    """The `horizon`-step predictions of a Kalman predictor from `x0`, as
+    `_FreeRun`."""
+
+    def __init__(self, horizon: int):
+        self.horizon = horizon
+
+    def run(self, model, x0, ys, us):
+        return kalman_predictions(model, x0, ys, us, self.horizon)
+
+    def free(self, model, num_steps: int):
+        return prediction_free_response(model, num_steps, self.horizon)
+
+    def adjoint_sum(self, model, x0, ys, us, v):
+        # The predictions are affine in x0: their pullback of v is G^T v.
+        _, pullback = jax.vjp(lambda x: self.run(model, x, ys, us), x0)
+        return pullback(v)[0]
 
 
 def _adjoint_sum(model, v: Float[Array, "N T p"]) -> Float[Array, "N n"]:
@@ -177,15 +225,17 @@ def _adjoint_sum(model, v: Float[Array, "N T p"]) -> Float[Array, "N n"]:
     return total
 
 
-def _with_structured_derivative(simulate: Simulate):
-    """`closed_form_outputs` as a function of `(model, ys, us, mask, weights)` with
-    its own forward-mode derivative."""
+def _with_structured_derivative(predictor: "_FreeRun | _KalmanPredictor"):
+    """`closed_form_outputs` of `predictor` as a function of `(model, ys, us,
+    mask, weights)` with its own forward-mode derivative."""
 
     def parts(model, ys, us, mask, weights):
         """`G`, the row weights `W (N, T, p)`, `x0`, the predicted outputs and
         `solve(v, g)`: the `dx0` with `M dx0 = G^T W v + g` (`v (N, T, p)`, `g (N,
         n)`, `M = G^T W G` plus the ridge)."""
-        G, forced = _responses(simulate, model, ys.shape[:2], us)
+        G = predictor.free(model, ys.shape[1])
+        rest = jnp.zeros((ys.shape[0], model.state_size), G.dtype)
+        forced = predictor.run(model, rest, ys, us)
         valid, b = mask.astype(G.dtype), ys - forced
         if G.dtype == jnp.float64:
             W, factors, _, _, x0 = _normal_equations_parts(G, b, valid, weights)
@@ -218,16 +268,19 @@ def _with_structured_derivative(simulate: Simulate):
         dmodel, dys, dus, _, dweights = tangents
         G, W, x0, predicted, solve = parts(model, ys, us, mask, weights)
         residual = ys - predicted
-        T = ys.shape[1]
         # dz + dG x0: the derivative of the run from the (fixed) estimated states.
         _, along = jax.jvp(
-            lambda m, u: simulate(m, x0, T, u), (model, us), (dmodel, dus)
+            lambda m, y, u: predictor.run(m, x0, y, u),
+            (model, ys, us),
+            (dmodel, dys, dus),
         )
         # M dx0 = dG^T W r + G^T W (dys - dz - dG x0) + G^T dW r (r the residual);
         # the ridge's own derivative, eps times the trace of dM, is below the
         # round-off of the other terms and is left out.
         _, transposed = jax.jvp(
-            lambda m: _adjoint_sum(m, W * residual), (model,), (dmodel,)
+            lambda m: predictor.adjoint_sum(m, x0, ys, us, W * residual),
+            (model,),
+            (dmodel,),
         )
         dW = mask.astype(G.dtype)[:, :, None] * dweights[None, None, :]
         g = transposed + jnp.einsum("tpn,itp->in", G, dW * residual)

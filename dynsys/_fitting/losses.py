@@ -12,15 +12,11 @@ from jaxtyping import Array, Bool, Float
 
 from .._rollout.adjoint import Autodiff
 from .._rollout.rollout import _times, rollout
-from .._systems.innovation import (
-    InnovationSystem,
-    kalman_predictions,
-    prediction_free_response,
-)
+from .._systems.innovation import InnovationSystem
 from .._systems.ode import Discretized
 from .._systems.stable import StableLinearSystem
 from .._systems.system import LinearSystem
-from .initial_states import closed_form_outputs, solve_x0
+from .initial_states import closed_form_outputs, closed_form_predictions
 from .solvers import AbstractObjective
 
 
@@ -266,8 +262,7 @@ class FitObjective(AbstractObjective):
             predicted = self._predict_outputs(model, x0s, y_w, u_w, m_w, t0s)
             errors, valid = predicted - y_w, m_w
         elif isinstance(self.kind, PredictionError):
-            G, forced, x0 = self._prediction_closed_form(model, ys, us, mask)
-            predicted = forced + jnp.einsum("tpn,in->itp", G, x0)
+            predicted = self._prediction_closed_form(model, ys, us, mask)[0]
             errors, valid = predicted - ys, mask
         else:
             predicted = self._predict_outputs(model, x0s, ys, us, mask, None)
@@ -332,15 +327,10 @@ class FitObjective(AbstractObjective):
 
     def _prediction_closed_form(self, model, ys, us, mask):
         """As `_closed_form`, for the Kalman predictor's `horizon`-step predictions:
-        `G (T, p, n)`, the predictions from $\\hat x_0 = 0$ `(N, T, p)` and the
-        weighted least-squares $\\hat x_0$ `(N, n)`."""
-        N, T = ys.shape[:2]
+        the predictions `(N, T, p)` from the weighted least-squares $\\hat x_0$
+        `(N, n)`, and those states (`closed_form_predictions`)."""
         horizon = self.kind.horizon
-        G = prediction_free_response(model, T, horizon)
-        zeros = jnp.zeros((N, model.state_size), model.K.dtype)
-        forced = kalman_predictions(model, zeros, ys, us, horizon)
-        x0 = solve_x0(G, ys - forced, mask, self.weights)
-        return G, forced, x0
+        return closed_form_predictions(horizon, model, ys, us, mask, self.weights)
 
     def initial_states(self, model, batch):
         """The initial states the loss uses for `model` on `batch` when they are
@@ -349,7 +339,7 @@ class FitObjective(AbstractObjective):
         ys, us, mask = masked_signals(batch)
         N, T, p = ys.shape
         if isinstance(self.kind, PredictionError):
-            return self._prediction_closed_form(model, ys, us, mask)[2]
+            return self._prediction_closed_form(model, ys, us, mask)[1]
         if isinstance(self.kind, MultipleShooting):
             starts, offsets = _window_index(self.kind, T)
             index = starts[:, None] + offsets

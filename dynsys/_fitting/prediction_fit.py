@@ -116,8 +116,7 @@ def kalman_outputs(objective: FitObjective, model, batch):
     """The Kalman predictor's `horizon`-step predictions `(N, T, p)` (initial state
     estimated)."""
     ys, us, mask = masked_signals(batch)
-    G, forced, x0 = objective._prediction_closed_form(model, ys, us, mask)
-    return forced + jnp.einsum("tpn,in->itp", G, x0)
+    return objective._prediction_closed_form(model, ys, us, mask)[0]
 
 
 def with_innovation_covariance(objective: FitObjective, model, batch):
