@@ -144,11 +144,10 @@ def closed_form_outputs(
     `dz + dG x0` is the derivative of one run from the fixed `x0`, and the term of
     `dx0` with `dG^T` is the derivative of the adjoint recursion `sum_t G_t^T v_t`,
     so that each parameter direction carries an `(N, n)` state instead of `G`'s
-    `(n, n)` per step (on the glass furnace record, 6 outputs and 6 states, the
-    Jacobian 6.4x and a Levenberg–Marquardt step 3.3x faster in float64;
-    docs/benchmarks.md). `dx0` is solved with `solve_x0`'s factors: Cholesky's in
-    float64, the QR factors in float32 (whose precision the normal equations would
-    square away).
+    `(n, n)` per step (on the glass furnace record, 6 outputs and 6 states, a
+    Levenberg–Marquardt step 3x faster; docs/benchmarks.md). `dx0` is solved with
+    `solve_x0`'s factors: Cholesky's in float64, the QR factors in float32 (whose
+    precision the normal equations would square away).
     """
     outputs = _with_structured_derivative(_FreeRun(simulate))
     return outputs(model, ys, us, mask, weights)
