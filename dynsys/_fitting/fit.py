@@ -672,10 +672,9 @@ def fit(
     - `data`: a `Dataset`; with outputs its `output_size` must match the model's,
         else its `state_size`; its inputs the model's `input_size`.
     - `loss`: `"simulation"`, `"one_step"`, `"prediction"` or a `MultipleShooting`.
-        `"prediction"` (output data, an `InnovationSystem`) minimises the error of
-        the `horizon`-step-ahead predictions of the model's Kalman predictor
-        (`horizon=1`: the prediction-error method), which fits integrating and
-        unstable plants that free-run simulation cannot: docs/noise-models.md.
+        `"prediction"` (output data, an `InnovationSystem`) fits the `horizon`-step
+        predictions of its Kalman predictor (`horizon=1`: the prediction-error
+        method), also for integrating and unstable plants: docs/noise-models.md.
     - `horizon`: the prediction horizon of `loss="prediction"` (1 to the data's `T`).
     - `optimizer`: `None` (Levenberg–Marquardt, or L-BFGS for large problems) or
         an optax transform (`optax.adam(1e-3)`, `optax.lbfgs()`, ...).
@@ -686,9 +685,8 @@ def fit(
         `"one_step"`. (On output data the initial states are always estimated.)
     - `key`, `progress`: the PRNG key of the minibatches; show a progress bar.
     - `val_data`: an optional held-out `Dataset` of the same kind (on output data,
-        linear models only); its loss picks the best model, evaluated after every
-        step with Levenberg–Marquardt (which then stops 20 steps after it last
-        fell by 0.1 %), every 10 steps otherwise.
+        linear models only); its loss picks the best model: every step with LM
+        (which stops 20 steps after it last fell by 0.1 %), every 10 otherwise.
     - `method`, `adjoint`: passed to `rollout` (default `Autodiff()`). With
         `LinearAdjoint` the default optimiser is L-BFGS (no forward mode).
     - `callback`: `callback(step, model, loss)` after each step; return `True` to
@@ -708,16 +706,14 @@ def fit(
     `ValueError` naming the argument: widths that do not match the model's, an
     unknown loss, the one-step loss on output data, a shooting horizon too long for
     the data (or too short for a window's state), `fit_x0` with `"one_step"`,
-    `batch_size` with the default optimiser; for `"prediction"`: a model that is
-    not an `InnovationSystem`, a Kalman predictor that is not finite and stable, a
-    `horizon` below 1 or beyond the data (and a `horizon` with another loss); a
-    `resume` of another problem, or one that cannot be continued.
+    `batch_size` with the default optimiser; for `"prediction"`: not an
+    `InnovationSystem`, a Kalman predictor not finite and stable, a `horizon` below
+    1 or beyond the data (or with another loss); a `resume` that cannot continue.
 
     **Warns:**
 
-    When the fitted Kalman predictor is unstable, and when an output-error fit
-    (`"simulation"` on output data) starts from or ends at a model with spectral
-    radius at least 0.999 (use `"prediction"`).
+    When the fitted Kalman predictor is unstable, or an output-error fit starts from
+    or ends at a model with spectral radius at least 0.999 (use `"prediction"`).
 
     **Example:**
 
