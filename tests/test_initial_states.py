@@ -1,4 +1,4 @@
-"""The outputs from closed-form initial states (`closed_form_outputs`): its own
+"""The outputs from closed-form initial states (`closed_form`): its own
 float64 derivative against differentiation through the free response and
 `solve_x0`, central finite differences and reverse mode."""
 
@@ -11,8 +11,9 @@ from jax.flatten_util import ravel_pytree
 
 import dynsys
 from dynsys._fitting.initial_states import (
-    closed_form_outputs,
-    closed_form_predictions,
+    closed_form,
+    FreeRun,
+    KalmanPredictor,
     solve_x0,
 )
 
@@ -76,7 +77,7 @@ def test_the_derivative_equals_the_one_through_the_free_response(
     flat, rebuild = _flat(model)
 
     def structured(point):
-        return closed_form_outputs(_simulate, rebuild(point), ys, us, mask, weights)
+        return closed_form(FreeRun(_simulate), rebuild(point), ys, us, mask, weights)
 
     def plain(point):
         return _through_the_free_response(rebuild(point), ys, us, mask, weights)
@@ -89,7 +90,7 @@ def test_the_derivative_equals_the_one_through_the_free_response(
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * np.max(np.abs(b)))
     # The data of the padded steps move no initial state.
     x0_of_data = jax.jacfwd(
-        lambda data: closed_form_outputs(_simulate, model, data, us, mask, weights)[1]
+        lambda data: closed_form(FreeRun(_simulate), model, data, us, mask, weights)[1]
     )(ys)
     np.testing.assert_array_equal(x0_of_data[:, :, 1, 17:], 0.0)
     assert np.max(np.abs(x0_of_data[:, :, 1, :17])) > 0.01
@@ -103,8 +104,8 @@ def test_the_derivative_against_central_differences_and_reverse_mode(
     flat, rebuild = _flat(model)
 
     def loss(point, w=weights, data=ys):
-        predicted, x0 = closed_form_outputs(
-            _simulate, rebuild(point), data, us, mask, w
+        predicted, x0 = closed_form(
+            FreeRun(_simulate), rebuild(point), data, us, mask, w
         )
         return jnp.sum(jnp.sin(predicted)) + jnp.sum(x0**2)
 
@@ -132,7 +133,7 @@ def test_the_derivative_against_central_differences_and_reverse_mode(
 def test_the_kalman_predictors_derivative_equals_the_one_through_its_response(
     horizon,
 ):
-    """`closed_form_predictions` (the prediction-error loss's predictions) against
+    """`closed_form` of a `KalmanPredictor` (the prediction-error loss's predictions) against
     JAX's derivative through `prediction_free_response`, the predictions from
     zero and `solve_x0`, along the model, the data and the weights."""
     from dynsys._systems.innovation import (
@@ -157,7 +158,7 @@ def test_the_kalman_predictors_derivative_equals_the_one_through_its_response(
     flat, rebuild = _flat(model)
 
     def structured(point, data, w):
-        return closed_form_predictions(horizon, rebuild(point), data, us, mask, w)
+        return closed_form(KalmanPredictor(horizon), rebuild(point), data, us, mask, w)
 
     def plain(point, data, w):
         m = rebuild(point)
@@ -190,7 +191,7 @@ def test_float32_solves_with_the_qr_factors():
     single = [jnp.asarray(a, jnp.float32) for a in (flat, ys, us, weights)]
 
     def structured(point, ys, us, weights):
-        return closed_form_outputs(_simulate, rebuild(point), ys, us, mask, weights)
+        return closed_form(FreeRun(_simulate), rebuild(point), ys, us, mask, weights)
 
     def plain(point, ys, us, weights):
         return _through_the_free_response(rebuild(point), ys, us, mask, weights)

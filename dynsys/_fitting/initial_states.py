@@ -1,6 +1,6 @@
 """The initial states of a linear model's experiments in closed form: the
 least-squares `x0` of each experiment given the free and forced responses
-(`solve_x0`), and the outputs predicted from it (`closed_form_outputs`), whose
+(`solve_x0`), and the outputs predicted from it (`closed_form`), whose
 derivative along every parameter direction is formed from single-trajectory
 derivatives instead of the whole free response's."""
 
@@ -126,52 +126,35 @@ def _normal_equations_x0_jvp(primals, tangents):
 Simulate = Callable[..., Float[Array, "N T p"]]
 
 
-def closed_form_outputs(
-    simulate: Simulate,
+def closed_form(
+    predictor: "FreeRun | KalmanPredictor",
     model,
     ys: Float[Array, "N T p"],
     us: Float[Array, "N T m"] | None,
     mask: Bool[Array, "N T"],
     weights: Float[Array, " p"],
 ) -> tuple[Float[Array, "N T p"], Float[Array, "N n"]]:
-    """The outputs of a linear `model` (with `K`, `C`) from each experiment's
-    least-squares initial state, and those states: `predicted = z + G x0` with
-    `G_t = C K^t` the free response, `z` the forced response from rest and `x0 =
-    solve_x0(G, ys - z, mask, weights)`. `ys` and `us` are zero at the padded
-    steps (`mask` False).
+    """The outputs that `predictor` gives a linear `model` from each experiment's
+    least-squares initial state, and those states: `predicted = z + G x0` with `G`
+    the predictor's free response (`C K^t` for a `FreeRun`), `z` its response from
+    rest and `x0 = solve_x0(G, ys - z, mask, weights)`. `ys` and `us` are zero at
+    the padded steps (`mask` False).
 
     Its derivative is formed without the free response's: along a direction,
     `dz + dG x0` is the derivative of one run from the fixed `x0`, and the term of
-    `dx0` with `dG^T` is the derivative of the adjoint recursion `sum_t G_t^T v_t`,
-    so that each parameter direction carries an `(N, n)` state instead of `G`'s
-    `(n, n)` per step (on the glass furnace record, 6 outputs and 6 states, a
-    Levenberg–Marquardt step 3x faster; docs/benchmarks.md). `dx0` is solved with
-    `solve_x0`'s factors: Cholesky's in float64, the QR factors in float32 (whose
-    precision the normal equations would square away).
+    `dx0` with `dG^T` is the derivative of `sum_t G_t^T v_t` (the adjoint
+    recursion of a `FreeRun`; a `KalmanPredictor`'s reverse-mode derivative in the
+    initial state, differentiated forward), so that each parameter direction
+    carries an `(N, n)` state instead of `G`'s `(n, n)` per step (on the glass
+    furnace record, 6 outputs and 6 states, a Levenberg–Marquardt step 3x faster;
+    docs/benchmarks.md). `dx0` is solved with `solve_x0`'s factors: Cholesky's in
+    float64, the QR factors in float32 (whose precision the normal equations would
+    square away).
     """
-    outputs = _with_structured_derivative(_FreeRun(simulate))
-    return outputs(model, ys, us, mask, weights)
+    return _with_structured_derivative(predictor)(model, ys, us, mask, weights)
 
 
-def closed_form_predictions(
-    horizon: int,
-    model,
-    ys: Float[Array, "N T p"],
-    us: Float[Array, "N T m"] | None,
-    mask: Bool[Array, "N T"],
-    weights: Float[Array, " p"],
-) -> tuple[Float[Array, "N T p"], Float[Array, "N n"]]:
-    """`closed_form_outputs` for the `horizon`-step predictions of an
-    `InnovationSystem`'s Kalman predictor (`kalman_predictions`, affine in the
-    predictor's initial state): the predictions from each experiment's
-    least-squares initial state, and those states. The term of `dx0` with `dG^T`
-    is the derivative of the predictions' reverse-mode derivative in the initial
-    state (forward over reverse)."""
-    outputs = _with_structured_derivative(_KalmanPredictor(horizon))
-    return outputs(model, ys, us, mask, weights)
-
-
-class _FreeRun:
+class FreeRun:
     """The free run of a linear model from `x0`, through `simulate`: `run`, the
     free response `G (T, p, n)` and `adjoint_sum` (`sum_t G_t^T v_t`)."""
 
@@ -191,9 +174,9 @@ class _FreeRun:
         return _adjoint_sum(model, v)
 
 
-class _KalmanPredictor:
-    """The `horizon`-step predictions of a Kalman predictor from `x0`, as
-    `_FreeRun`."""
+class KalmanPredictor:
+    """The `horizon`-step predictions of an `InnovationSystem`'s Kalman predictor
+    from `x0` (`kalman_predictions`), as `FreeRun`."""
 
     def __init__(self, horizon: int):
         self.horizon = horizon
@@ -224,8 +207,8 @@ def _adjoint_sum(model, v: Float[Array, "N T p"]) -> Float[Array, "N n"]:
     return total
 
 
-def _with_structured_derivative(predictor: "_FreeRun | _KalmanPredictor"):
-    """`closed_form_outputs` of `predictor` as a function of `(model, ys, us,
+def _with_structured_derivative(predictor: "FreeRun | KalmanPredictor"):
+    """`closed_form` of `predictor` as a function of `(model, ys, us,
     mask, weights)` with its own forward-mode derivative."""
 
     def parts(model, ys, us, mask, weights):

@@ -16,7 +16,7 @@ from .._systems.innovation import InnovationSystem
 from .._systems.ode import Discretized
 from .._systems.stable import StableLinearSystem
 from .._systems.system import LinearSystem
-from .initial_states import closed_form_outputs, closed_form_predictions
+from .initial_states import closed_form, FreeRun, KalmanPredictor
 from .solvers import AbstractObjective
 
 
@@ -304,8 +304,8 @@ class FitObjective(AbstractObjective):
 
     def _closed_form(self, model, ys, us, mask):
         """Per experiment, from its least-squares initial state: the predicted
-        outputs `(N, T, p)` and the states `x0 (N, n)` (`closed_form_outputs`)."""
-        return closed_form_outputs(self._simulate, model, ys, us, mask, self.weights)
+        outputs `(N, T, p)` and the states `x0 (N, n)` (`closed_form`)."""
+        return closed_form(FreeRun(self._simulate), model, ys, us, mask, self.weights)
 
     @property
     def _simulate(self):
@@ -328,9 +328,9 @@ class FitObjective(AbstractObjective):
     def _prediction_closed_form(self, model, ys, us, mask):
         """As `_closed_form`, for the Kalman predictor's `horizon`-step predictions:
         the predictions `(N, T, p)` from the weighted least-squares $\\hat x_0$
-        `(N, n)`, and those states (`closed_form_predictions`)."""
-        horizon = self.kind.horizon
-        return closed_form_predictions(horizon, model, ys, us, mask, self.weights)
+        `(N, n)`, and those states (`closed_form`)."""
+        predictor = KalmanPredictor(self.kind.horizon)
+        return closed_form(predictor, model, ys, us, mask, self.weights)
 
     def initial_states(self, model, batch):
         """The initial states the loss uses for `model` on `batch` when they are
