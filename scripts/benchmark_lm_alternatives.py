@@ -12,8 +12,8 @@ steps on every shared real record):
   output level free and the initial state eliminated by least squares, as dynsys
   does (dynsys also fits the input level, which the output level and the initial
   state all but duplicate);
-- `dynsys separable`: dynsys's Levenberg–Marquardt (the strategy `fit` uses, run
-  by the same training loop) on the separable problem below;
+- `dynsys separable`: `dynsys.fit` with `B`, `D` and the output level eliminated
+  (`dynsys/_fitting/separable.py`, switched on by `fit`'s `SEPARABLE`);
 - `minpack separable`: MINPACK's on the separable problem (Golub and Pereyra's
   variable projection): `B`, `D`, the output level and the initial state, in which
   the outputs are linear, eliminated by least squares at every `(K, C)`.
@@ -38,7 +38,6 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.linalg  # noqa: E402
@@ -46,9 +45,7 @@ import scipy.optimize  # noqa: E402
 from benchmark_lm import _estimation_data  # noqa: E402
 
 import dynsys  # noqa: E402
-from dynsys._fitting.levenberg_marquardt import LevenbergMarquardtStrategy  # noqa: E402
-from dynsys._fitting.solvers import AbstractObjective, tolerances  # noqa: E402
-from dynsys._fitting.train import optimise  # noqa: E402
+from dynsys._fitting import fit as fit_module  # noqa: E402
 
 
 DEFAULT_RECORDS = (
@@ -85,14 +82,24 @@ def balanced(model):
     )
 
 
-def dynsys_row(start, data):
-    """`(steps, rejected steps, final loss, best loss within 30 steps)`."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = dynsys.fit(start, data, progress=False)
+def dynsys_row(start, data, separable=False):
+    """`(steps, rejected steps, final loss, best loss within 30 steps, ms per
+    step)` of `dynsys.fit`; the time per step is a second fit's (the first
+    compiles), divided by its steps."""
+    fit_module.SEPARABLE = separable
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = dynsys.fit(start, data, progress=False)
+            begin = time.perf_counter()
+            dynsys.fit(start, data, progress=False)
+            seconds = time.perf_counter() - begin
+    finally:
+        fit_module.SEPARABLE = False
     losses = np.asarray(result.losses)
     rejected = int(np.sum(losses[1:] == losses[:-1]))
-    return result.steps_run, rejected, losses.min(), losses[:31].min()
+    per_step = 1000 * seconds / result.steps_run
+    return result.steps_run, rejected, losses.min(), losses[:31].min(), per_step
 
 
 def _free_response(K, C, length):
@@ -161,42 +168,6 @@ def separable_residuals(u, y, n, feedthrough):
     return residuals
 
 
-class _Raveled(eqx.Module):
-    theta: jax.Array
-
-
-class _Residuals(AbstractObjective):
-    """A residual function of raveled parameters as an objective of dynsys's
-    training loop, in dynsys's units (the mean of the squares)."""
-
-    function: object = eqx.field(static=True)
-    count: int = eqx.field(static=True)
-
-    def residuals(self, model, batch):
-        return self.function(model.theta) / np.sqrt(self.count)
-
-    def loss(self, model, batch):
-        return jnp.sum(self.residuals(model, batch) ** 2)
-
-
-def dynsys_separable_row(residuals, start, count):
-    """`(steps, rejected steps, final loss)` of dynsys's Levenberg–Marquardt on
-    `residuals` from `start` (no gauge directions removed)."""
-    strategy = LevenbergMarquardtStrategy(*tolerances(jnp.float64))
-    result = optimise(
-        _Residuals(residuals, count),
-        strategy,
-        _Raveled(jnp.asarray(start)),
-        data=None,
-        num_steps=200,
-        progress=False,
-        warn=False,
-    )
-    losses = np.asarray(result.losses)
-    rejected = int(np.sum(losses[1:] == losses[:-1]))
-    return result.steps_run, rejected, losses.min()
-
-
 def minpack_row(residuals, start):
     """`(Jacobian evaluations, residual evaluations, final loss, whether it
     converged)` of MINPACK's
@@ -234,12 +205,14 @@ def measure(record):
         output_level=start.output_level,
     )
     cells = [record]
-    for model in (start, balanced(start)):
+    for model, separable in ((start, False), (balanced(start), False), (start, True)):
         if model is None:
             cells.append("— (no balanced realisation)")
             continue
-        steps, rejected, loss, at_30 = dynsys_row(model, data)
-        cells.append(f"{steps} ({rejected} rejected), {loss:.8g}, {at_30:.8g}")
+        steps, rejected, loss, at_30, per_step = dynsys_row(model, data, separable)
+        cells.append(
+            f"{steps} ({rejected} rejected), {loss:.8g}, {at_30:.8g}, {per_step:.3g} ms"
+        )
     # dynsys's loss: the mean over channels and steps of the squared error of each
     # channel divided by its variance; MINPACK minimises the same on outputs
     # divided by their standard deviations.
@@ -253,8 +226,6 @@ def measure(record):
         (full_residuals(u, y, n, feedthrough), np.concatenate([K, B, C, *D, level])),
         (separable_residuals(u, y, n, feedthrough), np.concatenate([K, C])),
     )
-    steps, rejected, loss = dynsys_separable_row(*problems[1], y.size)
-    cells.append(f"{steps} ({rejected} rejected), {loss:.8g}")
     for residuals, theta in problems:
         jacobians, evaluations, loss, converged = minpack_row(residuals, theta)
         capped = "" if converged else " (cap)"
@@ -267,8 +238,8 @@ def main():
     parser.add_argument("--records", default=DEFAULT_RECORDS)
     args = parser.parse_args()
     print(
-        "| record, order | dynsys: steps, loss, best loss in 30 steps "
-        "| dynsys from the balanced realisation | dynsys, separable: steps, loss "
+        "| record, order | dynsys: steps, loss, best loss in 30 steps, time per step "
+        "| dynsys from the balanced realisation | dynsys, separable "
         "| MINPACK, full: Jacobians / residual evaluations, loss "
         "| MINPACK, separable: the same | seconds |"
     )

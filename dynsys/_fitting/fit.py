@@ -44,6 +44,7 @@ from .prediction_fit import (
     warn_after_fit,
     with_innovation_covariance,
 )
+from .separable import applies as separable_applies
 from .solvers import (
     DEFAULT_MAX_STEPS,
     default_strategy,
@@ -578,7 +579,9 @@ def _fit_result(
     and its metrics on the training (and validation) data."""
     best_model, best_x0s = result.model
     width = (batch["ys"] if "ys" in batch else batch["xs"]).shape[-1]
-    uncertainty = LazyCovariance(objective, result.model, batch, filter_spec, width)
+    # The covariance of every parameter: B, D and the level are not eliminated.
+    full = dataclasses.replace(objective, separable=False)
+    uncertainty = LazyCovariance(full, result.model, batch, filter_spec, width)
     if isinstance(objective.kind, PredictionError) and objective.kind.horizon == 1:
         best_model = with_innovation_covariance(objective, best_model, batch)
     train_metrics, estimated_x0s = _metrics(objective, best_model, best_x0s, batch)
@@ -636,6 +639,40 @@ def _optimised(objective, strategy, params, batch, evaluator, **options):
         )
     except NotResumable as error:
         raise NotResumable(f"fit(resume=...): {error}.") from None
+
+
+# Whether `fit` eliminates B, D and the output level by least squares where it can
+# (`separable.py`). Off: fewer steps on most real records, but each costs 5 to 50
+# times the full problem's step (docs/benchmarks.md); scripts/benchmark_lm_
+# alternatives.py switches it on to measure it.
+SEPARABLE = False
+
+
+def _separable(objective, strategy, params, batch, filter_spec):
+    """The objective and start of the separable fit (`separable.py`) where it is
+    switched on (`SEPARABLE`) and applies: the output-error loss of a
+    `LinearSystem` (no state offset) with closed-form initial states, every array
+    trained, and the default Levenberg–Marquardt on the normal equations (float64)
+    over all experiments at once; else `(objective, params)` unchanged."""
+    lm = isinstance(strategy, LevenbergMarquardtStrategy)
+    applicable = (
+        SEPARABLE
+        and lm
+        and strategy.normal_equations
+        and strategy.blocks == 1
+        and strategy.free is None
+        and objective.outputs
+        and objective.kind == "simulation"
+        and objective.x0 == "closed_form"
+        and params[1] is None
+        and filter_spec is eqx.is_inexact_array
+        and separable_applies(params[0])
+    )
+    if not applicable:
+        return objective, params
+    objective = dataclasses.replace(objective, separable=True)
+    trainable, static = eqx.partition(params, eqx.is_inexact_array)
+    return objective, eqx.combine(objective.complete(trainable, static, batch), static)
 
 
 def fit(
@@ -734,6 +771,7 @@ def fit(
         optimizer, objective, params, batch, batch_size, adjoint, rtol, atol
     )
     strategy = with_free_parameters(strategy, objective, params, filter_spec)
+    objective, params = _separable(objective, strategy, params, batch, filter_spec)
     evaluator = _validation_loss(loss, val_data, model, method, adjoint, data)
     each_step = optimizer is None and isinstance(strategy, LevenbergMarquardtStrategy)
     result = _optimised(

@@ -21,6 +21,7 @@ from jaxtyping import Array, Bool, Float, PyTree
 
 from .gauge import masked_step_basis, step_basis
 from .secant import update_secant
+from .separable import step_basis as separable_step_basis
 
 
 def all_finite(tree: PyTree) -> Array:
@@ -372,6 +373,8 @@ class LevenbergMarquardtStrategy(eqx.Module):
     def _basis(self, objective, params, static):
         if self.free is not None:
             return masked_step_basis(params, static, self.free)
+        if getattr(objective, "separable", False):
+            return separable_step_basis(params, static)
         return step_basis(params, static) if objective.gauge_free else None
 
     def step(self, objective, params, static, state: _State, batch):
@@ -459,6 +462,7 @@ class LevenbergMarquardtStrategy(eqx.Module):
         terminate = terminate | (state.first & state.terminate)
         new_state = eqx.tree_at(lambda s: s.terminate, new_state, terminate)
         new_params = unravel(jnp.where(accept, trial, flat))
+        new_params = objective.complete(new_params, static, batch)
         return loss, finite, new_params, new_state, converged
 
     def _at_accepted_point(

@@ -17,6 +17,7 @@ from .._systems.ode import Discretized
 from .._systems.stable import StableLinearSystem
 from .._systems.system import LinearSystem
 from .initial_states import closed_form, FreeRun, KalmanPredictor
+from .separable import eliminate, linear_part_names, outputs as separable_outputs
 from .solvers import AbstractObjective
 
 
@@ -138,6 +139,8 @@ class FitObjective(AbstractObjective):
     method: Any = eqx.field(static=True)
     adjoint: Any = eqx.field(static=True)
     weights: Array | None
+    # B, D and the output level eliminated by least squares (`separable.py`).
+    separable: bool = eqx.field(static=True, default=False)
 
     def residuals(self, params, batch):
         model, x0s = params
@@ -158,6 +161,22 @@ class FitObjective(AbstractObjective):
 
     def loss(self, params, batch):
         return jnp.sum(self.residuals(params, batch) ** 2)
+
+    def complete(self, params, static, batch):
+        """With `separable`: `params` (the trainable part of `(model, None)`, every
+        array of the `LinearSystem` trainable) with the least-squares `B`, `D` and
+        output level that the residuals use at its `K` and `C`."""
+        if not self.separable:
+            return params
+        model = eqx.combine(params, static)[0]
+        ys, us, mask = masked_signals(batch)
+        solved = eliminate(model, ys, us, mask, self.weights)
+        names = linear_part_names(model)
+        return eqx.tree_at(
+            lambda p: tuple(getattr(p[0], name) for name in names),
+            params,
+            tuple(getattr(solved, name) for name in names),
+        )
 
     @property
     def gauge_free(self) -> bool:
@@ -304,7 +323,10 @@ class FitObjective(AbstractObjective):
 
     def _closed_form(self, model, ys, us, mask):
         """Per experiment, from its least-squares initial state: the predicted
-        outputs `(N, T, p)` and the states `x0 (N, n)` (`closed_form`)."""
+        outputs `(N, T, p)` and the states `x0 (N, n)` (`closed_form`); with
+        `separable`, from the least-squares `B`, `D` and output level too."""
+        if self.separable:
+            return separable_outputs(model, ys, us, mask, self.weights)
         return closed_form(FreeRun(self._simulate), model, ys, us, mask, self.weights)
 
     @property

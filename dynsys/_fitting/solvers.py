@@ -41,6 +41,14 @@ class AbstractObjective(eqx.Module):
         move along that family (see `gauge.py`)."""
         return False
 
+    def complete(self, params, static, batch):
+        """`params` with the parts the objective determines itself (given the
+        others) set to their optimum: a least-squares objective that eliminates
+        some parameters (`FitObjective.separable`) says which; others return
+        `params`. A strategy calls it on every point it accepts."""
+        del static, batch
+        return params
+
     def group_share(self, group_batch, batch):
         """`s` with `residuals(model, batch)` restricted to the experiments of
         `group_batch` equal to `s * residuals(model, group_batch)`: a
