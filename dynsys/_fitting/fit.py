@@ -642,9 +642,9 @@ def _optimised(objective, strategy, params, batch, evaluator, **options):
 
 
 # Whether `fit` eliminates B, D and the output level by least squares where it can
-# (`separable.py`). Off: fewer steps on most real records, but each costs 5 to 50
-# times the full problem's step (docs/benchmarks.md); scripts/benchmark_lm_
-# alternatives.py switches it on to measure it.
+# (`separable.py`). Off: half the steps on the real records, but each costs 4 to
+# 22 times the full problem's step (docs/benchmarks.md, "What the step count
+# depends on"); scripts/benchmark_lm_alternatives.py switches it on to measure it.
 SEPARABLE = False
 
 

@@ -11,7 +11,7 @@ alone, and `step_basis` gives the directions of `(K, C)` that change the model:
 Marquardt on that problem takes fewer steps on most real records, but each step
 costs far more than the full problem's (whose derivative `initial_states.py`
 structures), so `fit` uses it only where `SEPARABLE` is switched on: measured in
-docs/benchmarks.md, "Separable least squares inside dynsys".
+docs/benchmarks.md, "What the step count depends on".
 """
 
 import equinox as eqx
