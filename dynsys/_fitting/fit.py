@@ -696,8 +696,7 @@ def fit(
     atol: float | None = None,
     resume: FitResult | None = None,
 ) -> FitResult:
-    """Fit the parameters of any `AbstractSystem` to data: measured states, or
-    measured outputs (output error).
+    """Fit any `AbstractSystem`'s parameters to measured states or outputs.
 
     Minimises the error of the model's predictions through the loop of `train`, by
     default with no learning rate to tune; how, and when it warns: docs/fitting.md.
