@@ -113,11 +113,15 @@ def pristine_cache(monkeypatch):
 
 
 @pytest.fixture
-def no_persistent_cache(pristine_cache):
+def no_persistent_cache(pristine_cache, monkeypatch):
     """No persistent compilation cache inside the test, for the tests that count or
-    time compilations (a program read back from the shared cache is not compiled)."""
+    time compilations (a program read back from the shared cache is not compiled).
+    `DYNSYS_CACHE_DIR` is `off` too: dynsys reads it again inside the test
+    (`pristine_cache` forgets its choice), and a folder the user gave the run would
+    serve programs that other tests compiled."""
     from jax.experimental.compilation_cache import compilation_cache
 
+    monkeypatch.setenv("DYNSYS_CACHE_DIR", "off")
     jax.config.update("jax_enable_compilation_cache", False)
     compilation_cache.reset_cache()
     yield

@@ -169,6 +169,7 @@ def test_a_padded_fit_takes_the_unpadded_fit_s_steps(order, feedthrough):
     )
 
 
+@pytest.mark.usefixtures("no_persistent_cache")  # a program read back is not traced
 def test_fits_padded_to_one_size_trace_their_step_once(monkeypatch):
     traces = []
     original = levenberg_marquardt.LevenbergMarquardtStrategy.step
