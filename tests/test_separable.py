@@ -134,6 +134,7 @@ def test_steps_move_K_and_C_off_the_change_of_basis_family():
     np.testing.assert_allclose(basis.T @ (tangents * k_and_c[:, None]), 0, atol=1e-12)
 
 
+@pytest.mark.usefixtures("no_persistent_cache")  # the spy sees only a traced fit
 def test_separable_fit_reaches_the_default_fits_minimum(monkeypatch):
     """On noisy data of a lightly damped 4-state system, the fit with `B`, `D` and
     the output level eliminated ends at the default fit's loss, with a model whose
