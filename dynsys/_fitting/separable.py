@@ -113,12 +113,14 @@ def _solve(model, ys, us, mask, weights):
         model, ys, us, mask, weights
     )
     targets = jnp.concatenate([f, y[..., None]], axis=-1)
-    explained = jax.vmap(lambda a, b: _fitted_part(a, b)[0])(g, targets)
+    explained, states = jax.vmap(_fitted_part)(g, targets)
     rest = (targets - explained).reshape(-1, targets.shape[-1])
     values = _fitted_part(rest[:, :-1], rest[:, -1:])[1][:, 0]
-    forced = f @ values
-    free, x0s = jax.vmap(_fitted_part)(g, (y - forced)[..., None])
-    return values, x0s[..., 0], forced + free[..., 0]
+    # The fit by the free response is linear in its targets: that of y - F values
+    # is read off the one above, without factorising G again.
+    x0s = states[..., -1] - states[..., :-1] @ values
+    free = explained[..., -1] - explained[..., :-1] @ values
+    return values, x0s, f @ values + free
 
 
 def eliminate(
