@@ -13,7 +13,9 @@ steps on every shared real record):
   does (dynsys also fits the input level, which the output level and the initial
   state all but duplicate);
 - `dynsys separable`: `dynsys.fit` with `B`, `D` and the output level eliminated
-  (`dynsys/_fitting/separable.py`, switched on by `fit`'s `SEPARABLE`);
+  (`dynsys/_fitting/separable.py`, switched on by `fit`'s `SEPARABLE`), with the
+  eliminated problem's derivative (`"exact"`) and with Kaufman's (`"kaufman"`:
+  the full problem's derivative, less its part along the linear parameters);
 - `minpack separable`: MINPACK's on the separable problem (Golub and Pereyra's
   variable projection): `B`, `D`, the output level and the initial state, in which
   the outputs are linear, eliminated by least squares at every `(K, C)`.
@@ -82,7 +84,7 @@ def balanced(model):
     )
 
 
-def dynsys_row(start, data, separable=False):
+def dynsys_row(start, data, separable=None):
     """`(steps, rejected steps, final loss, best loss within 30 steps, ms per
     step)` of `dynsys.fit`; the time per step is a second fit's (the first
     compiles), divided by its steps."""
@@ -95,7 +97,7 @@ def dynsys_row(start, data, separable=False):
             dynsys.fit(start, data, progress=False)
             seconds = time.perf_counter() - begin
     finally:
-        fit_module.SEPARABLE = False
+        fit_module.SEPARABLE = None
     losses = np.asarray(result.losses)
     rejected = int(np.sum(losses[1:] == losses[:-1]))
     per_step = 1000 * seconds / result.steps_run
@@ -205,7 +207,13 @@ def measure(record):
         output_level=start.output_level,
     )
     cells = [record]
-    for model, separable in ((start, False), (balanced(start), False), (start, True)):
+    setups = (
+        (start, None),
+        (balanced(start), None),
+        (start, "exact"),
+        (start, "kaufman"),
+    )
+    for model, separable in setups:
         if model is None:
             cells.append("— (no balanced realisation)")
             continue
@@ -240,10 +248,11 @@ def main():
     print(
         "| record, order | dynsys: steps, loss, best loss in 30 steps, time per step "
         "| dynsys from the balanced realisation | dynsys, separable "
+        "| dynsys, separable (Kaufman) "
         "| MINPACK, full: Jacobians / residual evaluations, loss "
         "| MINPACK, separable: the same | seconds |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for record in args.records.split(","):
         begin = time.perf_counter()
         cells = measure(record)

@@ -1,7 +1,8 @@
 """Separable least squares (`separable.py`): the eliminated `B`, `D` and output
 level against a least-squares solve over explicitly simulated regressors (a plain
 Python loop), its outputs against `closed_form` on the eliminated model, the
-directions of its steps, and a separable fit against the default one."""
+directions of its steps, Kaufman's Jacobian against the eliminated loss's gradient
+by finite differences, and separable fits against the default one."""
 
 import equinox as eqx
 import jax
@@ -11,10 +12,20 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import dynsys
-from dynsys._fitting import fit as fit_module, losses as losses_module
+from dynsys._fitting import (
+    fit as fit_module,
+    levenberg_marquardt as lm_module,
+    losses as losses_module,
+)
 from dynsys._fitting.gauge import similarity_tangents
 from dynsys._fitting.initial_states import closed_form, FreeRun
-from dynsys._fitting.separable import eliminate, outputs, step_basis
+from dynsys._fitting.separable import (
+    eliminate,
+    linear_directions,
+    outputs,
+    projected_jacobian,
+    step_basis,
+)
 
 
 def _problem(feedthrough: bool, seed=0):
@@ -134,11 +145,76 @@ def test_steps_move_K_and_C_off_the_change_of_basis_family():
     np.testing.assert_allclose(basis.T @ (tangents * k_and_c[:, None]), 0, atol=1e-12)
 
 
-@pytest.mark.usefixtures("no_persistent_cache")  # the spy sees only a traced fit
-def test_separable_fit_reaches_the_default_fits_minimum(monkeypatch):
-    """On noisy data of a lightly damped 4-state system, the fit with `B`, `D` and
-    the output level eliminated ends at the default fit's loss, with a model whose
-    linear parts are the least-squares ones at its `K` and `C`."""
+def test_linear_directions_are_the_unit_vectors_of_B_D_and_the_output_level():
+    model = _problem(True)[0]
+    params = eqx.partition((model, None), eqx.is_inexact_array)[0]
+    directions = np.asarray(linear_directions(params))
+    unravel = ravel_pytree(params)[1]
+    moved = [unravel(jnp.asarray(column))[0] for column in directions.T]
+    assert len(moved) == 3 * 2 + 2 * 2 + 2  # B, D, output level
+    for name in ("B", "D", "output_level"):
+        hits = np.sum([np.asarray(getattr(x, name)) for x in moved], axis=0)
+        np.testing.assert_array_equal(hits, 1)  # each entry once
+    for name in ("K", "C", "input_level"):
+        assert all(np.all(np.asarray(getattr(x, name)) == 0) for x in moved)
+
+
+def test_kaufman_jacobian_gives_the_eliminated_losss_gradient():
+    """Kaufman's Jacobian is the full residuals' derivatives along `K` and `C`
+    less their least-squares fit (numpy's) by those along `B`, `D` and the level;
+    at a model whose linear parts are the least-squares ones, it times the
+    residuals is the gradient of the eliminated loss (Kaufman 1975): checked
+    against central differences of `outputs`, which eliminates at every
+    `(K, C)`."""
+    model, ys, us, mask, weights = _problem(True, seed=2)
+    model = eliminate(model, ys, us, mask, weights)
+    root = np.sqrt(np.asarray(weights))[None, None, :]
+    valid = np.asarray(mask)[..., None]
+
+    def simulate(model, x0, num_steps, inputs):
+        return dynsys.rollout(model, x0, num_steps, inputs=inputs).ys
+
+    def full_residuals(model):
+        predicted = closed_form(FreeRun(simulate), model, ys, us, mask, weights)[0]
+        return (jnp.where(valid, predicted - ys, 0.0) * root).reshape(-1)
+
+    def eliminated_loss(model):
+        predicted = outputs(model, ys, us, mask, weights)[0]
+        return np.sum((np.where(valid, predicted - ys, 0.0) * root) ** 2)
+
+    params = (model, None)
+    flat, unravel = ravel_pytree(params)
+    size = flat.size
+    k_and_c = list(range(9)) + list(range(15, 21))  # raveled: K, B, C, ...
+    linear = np.nonzero(np.asarray(linear_directions(params)).any(axis=1))[0]
+
+    def derivatives(columns):
+        def along(direction):
+            point = lambda t: full_residuals(unravel(flat + t * direction)[0])  # noqa: E731
+            return jax.jvp(point, (0.0,), (1.0,))[1]
+
+        return jnp.stack([along(jnp.eye(size)[i]) for i in columns], axis=1)
+
+    nonlinear_part, linear_part = derivatives(k_and_c), derivatives(linear)
+    jac = projected_jacobian(nonlinear_part, linear_part)
+    explained = linear_part @ np.linalg.lstsq(linear_part, nonlinear_part)[0]
+    np.testing.assert_allclose(jac, nonlinear_part - explained, atol=1e-9)
+    residual = full_residuals(model)
+    gradient = 2 * np.asarray(jac.T @ residual)
+
+    h = 1e-6
+    expected = []
+    for i in k_and_c:
+        step = np.eye(size)[i] * h
+        up = eliminated_loss(unravel(flat + step)[0])
+        down = eliminated_loss(unravel(flat - step)[0])
+        expected.append((up - down) / (2 * h))
+    np.testing.assert_allclose(gradient, expected, rtol=1e-5, atol=1e-7)
+
+
+def _lightly_damped_fit_data():
+    """Noisy data of a lightly damped 4-state, 2-input, 2-output system with
+    feedthrough, and the subspace start."""
     key = jax.random.key(3)
     angle = 0.3
     rotation = jnp.array(
@@ -163,19 +239,35 @@ def test_separable_fit_reaches_the_default_fits_minimum(monkeypatch):
         key=jax.random.fold_in(key, 4),
     )
     data = dynsys.Dataset(us=noisy.us, ys=noisy.ys)
-    start = dynsys.fit_subspace(data, 4, feedthrough=True)
+    return data, dynsys.fit_subspace(data, 4, feedthrough=True)
 
+
+@pytest.mark.usefixtures("no_persistent_cache")  # the spy sees only a traced fit
+@pytest.mark.parametrize("mode", ["exact", "kaufman"])
+def test_separable_fit_reaches_the_default_fits_minimum(monkeypatch, mode):
+    """On noisy data of a lightly damped 4-state system, the fit with `B`, `D` and
+    the output level eliminated (with the eliminated problem's derivative, or
+    Kaufman's) ends at the default fit's loss, with a model whose linear parts are
+    the least-squares ones at its `K` and `C`."""
+    data, start = _lightly_damped_fit_data()
     default = dynsys.fit(start, data, progress=False)
     traced = []
 
-    def spied(*args):
-        traced.append(True)
-        return outputs(*args)
+    def spy(function):
+        def spied(*args):
+            traced.append(True)
+            return function(*args)
 
-    monkeypatch.setattr(losses_module, "separable_outputs", spied)
-    monkeypatch.setattr(fit_module, "SEPARABLE", True)
+        return spied
+
+    # What each mode uses that the other does not.
+    if mode == "exact":
+        monkeypatch.setattr(losses_module, "separable_outputs", spy(outputs))
+    else:
+        monkeypatch.setattr(lm_module, "projected_jacobian", spy(projected_jacobian))
+    monkeypatch.setattr(fit_module, "SEPARABLE", mode)
     separable = dynsys.fit(start, data, progress=False)
-    assert traced  # the separable residuals were used
+    assert traced
 
     assert separable.converged and default.converged
     np.testing.assert_allclose(

@@ -580,7 +580,7 @@ def _fit_result(
     best_model, best_x0s = result.model
     width = (batch["ys"] if "ys" in batch else batch["xs"]).shape[-1]
     # The covariance of every parameter: B, D and the level are not eliminated.
-    full = dataclasses.replace(objective, separable=False)
+    full = dataclasses.replace(objective, separable=None)
     uncertainty = LazyCovariance(full, result.model, batch, filter_spec, width)
     if isinstance(objective.kind, PredictionError) and objective.kind.horizon == 1:
         best_model = with_innovation_covariance(objective, best_model, batch)
@@ -642,10 +642,12 @@ def _optimised(objective, strategy, params, batch, evaluator, **options):
 
 
 # Whether `fit` eliminates B, D and the output level by least squares where it can
-# (`separable.py`). Off: half the steps on the real records, but each costs 4 to
-# 22 times the full problem's step (docs/benchmarks.md, "What the step count
-# depends on"); scripts/benchmark_lm_alternatives.py switches it on to measure it.
-SEPARABLE = False
+# (`separable.py`): `None`, or `FitObjective.separable`'s "exact" or "kaufman".
+# Off: half the steps on the real records, but each costs more than the full
+# problem's step and some records end in higher minima (docs/benchmarks.md, "What
+# the step count depends on"); scripts/benchmark_lm_alternatives.py switches it on
+# to measure it.
+SEPARABLE = None
 
 
 def _separable(objective, strategy, params, batch, filter_spec):
@@ -656,7 +658,7 @@ def _separable(objective, strategy, params, batch, filter_spec):
     over all experiments at once; else `(objective, params)` unchanged."""
     lm = isinstance(strategy, LevenbergMarquardtStrategy)
     applicable = (
-        SEPARABLE
+        SEPARABLE is not None
         and lm
         and strategy.normal_equations
         and strategy.blocks == 1
@@ -670,7 +672,7 @@ def _separable(objective, strategy, params, batch, filter_spec):
     )
     if not applicable:
         return objective, params
-    objective = dataclasses.replace(objective, separable=True)
+    objective = dataclasses.replace(objective, separable=SEPARABLE)
     trainable, static = eqx.partition(params, eqx.is_inexact_array)
     return objective, eqx.combine(objective.complete(trainable, static, batch), static)
 

@@ -21,7 +21,11 @@ from jaxtyping import Array, Bool, Float, PyTree
 
 from .gauge import masked_step_basis, step_basis
 from .secant import update_secant
-from .separable import step_basis as separable_step_basis
+from .separable import (
+    linear_directions,
+    projected_jacobian,
+    step_basis as separable_step_basis,
+)
 
 
 def all_finite(tree: PyTree) -> Array:
@@ -373,7 +377,7 @@ class LevenbergMarquardtStrategy(eqx.Module):
     def _basis(self, objective, params, static):
         if self.free is not None:
             return masked_step_basis(params, static, self.free)
-        if getattr(objective, "separable", False):
+        if getattr(objective, "separable", None):
             return separable_step_basis(params, static)
         return step_basis(params, static) if objective.gauge_free else None
 
@@ -391,7 +395,13 @@ class LevenbergMarquardtStrategy(eqx.Module):
         delta = jnp.where(state.first, 0.0, model.step(model_damping))
         if self.free is not None:  # exactly zero on the frozen parameters
             delta = delta * self.free
+        # The trial point with the parts the objective determines set to their
+        # optimum there (`complete`; most objectives return the point itself).
         trial = flat + delta
+        candidate = unravel(trial)
+        completed = objective.complete(candidate, static, batch)
+        if completed is not candidate:
+            trial = ravel_pytree(completed)[0]
         trial_residual = residuals(trial)
         if trial_residual.shape != state.residual.shape or (
             trial_residual.dtype != state.residual.dtype
@@ -462,7 +472,6 @@ class LevenbergMarquardtStrategy(eqx.Module):
         terminate = terminate | (state.first & state.terminate)
         new_state = eqx.tree_at(lambda s: s.terminate, new_state, terminate)
         new_params = unravel(jnp.where(accept, trial, flat))
-        new_params = objective.complete(new_params, static, batch)
         return loss, finite, new_params, new_state, converged
 
     def _at_accepted_point(
@@ -494,7 +503,10 @@ class LevenbergMarquardtStrategy(eqx.Module):
                 objective, unravel, static, point, basis, batch
             )
         else:
-            linearisation = self._linearise(residuals, point, residual, basis)
+            linear = None
+            if getattr(objective, "separable", None) == "kaufman":
+                linear = linear_directions(unravel(point))
+            linearisation = self._linearise(residuals, point, residual, basis, linear)
         normal, gradient = linearisation.normal, linearisation.gradient
         factorisation, scale = factorise_normal(normal, gradient, basis, state.scale)
         secant = self._update_secant(state, linearisation, step)
@@ -514,24 +526,32 @@ class LevenbergMarquardtStrategy(eqx.Module):
         growth = jnp.where(state.first, state.growth, growth)
         return damping.astype(state.damping.dtype), growth.astype(state.growth.dtype)
 
-    def _jacobian(self, residuals, point, basis):
+    def _jacobian(self, residuals, point, basis, linear=None):
         """The residuals' Jacobian at `point` along `basis` (columns; all parameters
         when `None`), one forward-mode derivative per column: `(R, Q)`."""
         directions = _directions(point, basis)
+        if linear is not None:
+            directions = jnp.concatenate([directions, linear.T])
 
         def derivative(direction):
             return jax.jvp(residuals, (point,), (direction,))[1]
 
-        return jax.vmap(derivative, out_axes=1)(directions)
+        jac = jax.vmap(derivative, out_axes=1)(directions)
+        if linear is None:
+            return jac
+        q = basis.shape[1]
+        return projected_jacobian(jac[:, :q], jac[:, q:])
 
     def _factorise(self, residuals, point, residual, basis, state):
         """The Jacobian at `point` along `basis` and its factorisation."""
         jac = self._jacobian(residuals, point, basis)
         return factorise(jac, residual, basis, state.scale, self.normal_equations)
 
-    def _linearise(self, residuals, point, residual, basis) -> _Linearisation:
+    def _linearise(
+        self, residuals, point, residual, basis, linear=None
+    ) -> _Linearisation:
         """`J^T J` and `J^T r` at `point` along `basis`."""
-        jac = self._jacobian(residuals, point, basis)
+        jac = self._jacobian(residuals, point, basis, linear)
         return _Linearisation(jac.T @ jac, jac.T @ residual, basis)
 
     def _update_secant(self, state: _State, new: _Linearisation, step):

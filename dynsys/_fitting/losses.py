@@ -139,8 +139,10 @@ class FitObjective(AbstractObjective):
     method: Any = eqx.field(static=True)
     adjoint: Any = eqx.field(static=True)
     weights: Array | None
-    # B, D and the output level eliminated by least squares (`separable.py`).
-    separable: bool = eqx.field(static=True, default=False)
+    # B, D and the output level eliminated by least squares (`separable.py`):
+    # `None`; "exact", the residuals those of the eliminated problem; "kaufman",
+    # the full model's at points whose linear parts `complete` has solved for.
+    separable: str | None = eqx.field(static=True, default=None)
 
     def residuals(self, params, batch):
         model, x0s = params
@@ -165,8 +167,8 @@ class FitObjective(AbstractObjective):
     def complete(self, params, static, batch):
         """With `separable`: `params` (the trainable part of `(model, None)`, every
         array of the `LinearSystem` trainable) with the least-squares `B`, `D` and
-        output level that the residuals use at its `K` and `C`."""
-        if not self.separable:
+        output level at its `K` and `C`."""
+        if self.separable is None:
             return params
         model = eqx.combine(params, static)[0]
         ys, us, mask = masked_signals(batch)
@@ -324,8 +326,8 @@ class FitObjective(AbstractObjective):
     def _closed_form(self, model, ys, us, mask):
         """Per experiment, from its least-squares initial state: the predicted
         outputs `(N, T, p)` and the states `x0 (N, n)` (`closed_form`); with
-        `separable`, from the least-squares `B`, `D` and output level too."""
-        if self.separable:
+        `separable="exact"`, from the least-squares `B`, `D` and output level too."""
+        if self.separable == "exact":
             return separable_outputs(model, ys, us, mask, self.weights)
         return closed_form(FreeRun(self._simulate), model, ys, us, mask, self.weights)
 

@@ -178,3 +178,24 @@ def step_basis(params: PyTree, static: PyTree) -> Float[Array, "P Q"]:
     basis = complement_basis(tangents)
     size = sum(leaf.size for leaf in leaves)
     return jnp.zeros((size, basis.shape[1]), basis.dtype).at[selected].set(basis)
+
+
+def linear_directions(params: PyTree) -> Float[Array, "P L"]:
+    """The unit directions of `B`, `D` and the output level (those the model has)
+    as columns in the coordinates of `ravel_pytree(params)`."""
+    model = params[0]
+    linear = [getattr(model, name) for name in linear_part_names(model)]
+    leaves = jax.tree.leaves(params)
+    moving = [np.full(leaf.size, any(leaf is x for x in linear)) for leaf in leaves]
+    selected = np.nonzero(np.concatenate(moving))[0]
+    size = sum(leaf.size for leaf in leaves)
+    eye = np.zeros((size, selected.size))
+    eye[selected, np.arange(selected.size)] = 1.0
+    return jnp.asarray(eye, leaves[0].dtype)
+
+
+def projected_jacobian(jac_nonlinear, jac_linear):
+    """Kaufman's (1975) Jacobian of the variable-projection residuals: the
+    full residuals' derivatives along the nonlinear directions `(R, Q)` less their
+    part explained by the derivatives along the linear ones `(R, L)`."""
+    return jac_nonlinear - _fitted_part(jac_linear, jac_nonlinear)[0]
