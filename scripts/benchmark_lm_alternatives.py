@@ -1,4 +1,4 @@
-"""Levenberg–Marquardt steps on the real records under four set-ups, side by side in
+"""Levenberg–Marquardt steps on the real records under six set-ups, side by side in
 one run, to judge what the step count depends on (issue 20, item 4: at most 30
 steps on every shared real record):
 
