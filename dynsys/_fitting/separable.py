@@ -7,11 +7,15 @@ $y_t = C x_t + D (u_t - \\bar u) + \\bar y$ are linear in `B`, `D`, the output
 level $\\bar y$ and each experiment's initial state. `eliminate` sets those to their
 weighted least-squares values, so that the fit's residuals depend on `(K, C)`
 alone, and `step_basis` gives the directions of `(K, C)` that change the model:
-`n p` of them (the change-of-basis family, `n^2` directions, removed). Levenberg–
-Marquardt on that problem takes fewer steps on most real records, but each step
-costs far more than the full problem's (whose derivative `initial_states.py`
-structures), so `fit` uses it only where `SEPARABLE` is switched on: measured in
-docs/benchmarks.md, "What the step count depends on".
+`n p` of them (the change-of-basis family, `n^2` directions, removed). The step's
+derivative is either the eliminated residuals' own (JAX's, through the
+elimination: "exact") or Kaufman's (1975) approximation of it (`projected_jacobian`:
+the full model's Jacobian, whose derivative `initial_states.py` structures, less
+its part along the linear parameters). Levenberg–Marquardt on that problem takes
+about half the steps on the real records, in the same time with Kaufman's
+derivative, but ends in higher minima on some, so `fit` uses it only where
+`SEPARABLE` is switched on: measured in docs/benchmarks.md, "What the step count
+depends on".
 """
 
 import equinox as eqx
