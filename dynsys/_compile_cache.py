@@ -14,8 +14,9 @@ size), so that a second run of the same shapes compiles nothing; dynsys's own
 programs are kept there too, in `programs/` (`_kept_programs`: a second run does not
 even trace them). The folder is kept under 2 GiB by `prune_folder` (at most once a
 day; JAX's own size limit would scan the whole folder on every write). The cache
-never makes a run fail: a folder that cannot be written, or a disk with almost no
-space left, turns it off with one warning; JAX itself ignores (with a warning) an
+never makes a run fail: a folder that cannot be written, a disk with almost no
+space left, or a process of a `jax.distributed` run on CPU turns it off with one
+warning; JAX itself ignores (with a warning) an
 entry it cannot read, and entries of another JAX version never match (the version
 is part of the key).
 """
@@ -109,7 +110,8 @@ def use_compile_cache(
         return _current
     status = _choose(setting)
     if status.folder is not None and status.source != "jax":
-        reason = _unusable(pathlib.Path(status.folder))
+        reason = _SEVERAL_CPU_PROCESSES if _several_cpu_processes() else None
+        reason = reason or _unusable(pathlib.Path(status.folder))
         if reason is not None:
             status = CacheStatus(None, status.source, reason)
             _say_once(f"dynsys: no compilation cache: {reason}; compiling as usual.")
@@ -140,6 +142,28 @@ def _from_text(text: str, source: str) -> CacheStatus:
         what = "config key 'compile_cache'" if source == "config" else source
         return CacheStatus(None, source, f"turned off ({what} = {text!r})")
     return CacheStatus(str(pathlib.Path(text).expanduser().absolute()), source)
+
+
+_SEVERAL_CPU_PROCESSES = (
+    "this is one of several processes of a jax.distributed run on CPU, where a "
+    "program that one process compiled and another reads back breaks their "
+    "collectives"
+)
+
+
+def _several_cpu_processes() -> bool:
+    """Whether this is one of several processes of a `jax.distributed` run on CPU.
+    There every process reads the programs that process 0 wrote to the cache, and
+    on the second run of the same shapes their collectives no longer match (Gloo:
+    "Received data size doesn't match expected size"; `tests/test_distributed.py`).
+    Asked without starting JAX's backends where `jax.distributed` is not
+    initialised (which must come first)."""
+    import jax
+
+    initialised = getattr(jax.distributed, "is_initialized", None)
+    if initialised is None or not initialised():
+        return False
+    return jax.process_count() > 1 and jax.default_backend() == "cpu"
 
 
 def _unusable(folder: pathlib.Path) -> str | None:

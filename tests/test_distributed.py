@@ -113,7 +113,8 @@ WORKER = (
              B_default=default.model.B, losses_default=default.losses,
              K_train=trained.final_model.K, losses_train=trained.losses,
              fit_percent=whole.metrics["train"]["fit_percent"], xs=xs,
-             mismatch=mismatch, indivisible=indivisible)
+             mismatch=mismatch, indivisible=indivisible,
+             cache=str(dynsys._compile_cache.current_status()))
 
     # The command line in the same processes: `dynsys run CONFIG --distributed`.
     import contextlib
@@ -173,6 +174,8 @@ def _run_two_processes(out: pathlib.Path) -> None:
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")
         + " --xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
+        # A cache folder, which the processes of a run on CPU must not use.
+        "DYNSYS_CACHE_DIR": str(out / "cache"),
     }
     for name in ("DYNSYS_COORDINATOR", "DYNSYS_NUM_PROCESSES", "DYNSYS_PROCESS_ID"):
         env.pop(name, None)
@@ -216,6 +219,14 @@ def test_two_processes_fit_and_rollout_equal_one_process(tmp_path):
     (tmp_path / "config.toml").write_text(CONFIG)
     _run_two_processes(tmp_path)
     results = [np.load(tmp_path / f"process-{i}.npz") for i in range(2)]
+
+    # No compiled program kept: process 1 reading what process 0 compiled breaks
+    # their collectives on the next run of the same shapes.
+    for result in results:
+        assert "one of several processes of a jax.distributed run on CPU" in str(
+            result["cache"]
+        )
+    assert not any((tmp_path / "cache").glob("**/*-cache"))
 
     # Every process ends with the same model, bit for bit.
     for name in (
