@@ -278,3 +278,10 @@ def test_separable_fit_reaches_the_default_fits_minimum(monkeypatch, mode):
     solved = eliminate(separable.model, ys, us_, mask, weights)
     np.testing.assert_allclose(solved.B, separable.model.B, atol=1e-9)
     np.testing.assert_allclose(solved.D, separable.model.D, atol=1e-9)
+
+
+def test_an_unknown_separable_mode_is_refused(monkeypatch):
+    data, start = _lightly_damped_fit_data()
+    monkeypatch.setattr(fit_module, "SEPARABLE", True)
+    with pytest.raises(ValueError, match=r"fit.SEPARABLE must be None, 'exact' or"):
+        dynsys.fit(start, data, progress=False, num_steps=2)

@@ -656,6 +656,10 @@ def _separable(objective, strategy, params, batch, filter_spec):
     `LinearSystem` (no state offset) with closed-form initial states, every array
     trained, and the default Levenberg–Marquardt on the normal equations (float64)
     over all experiments at once; else `(objective, params)` unchanged."""
+    if SEPARABLE not in (None, "exact", "kaufman"):
+        raise ValueError(
+            f"fit.SEPARABLE must be None, 'exact' or 'kaufman'; got {SEPARABLE!r}"
+        )
     lm = isinstance(strategy, LevenbergMarquardtStrategy)
     applicable = (
         SEPARABLE is not None

@@ -482,6 +482,9 @@ class LevenbergMarquardtStrategy(eqx.Module):
         linearisation and the secant estimate they come from, and the damping
         scales."""
         basis = self._basis(objective, unravel(point), static)
+        linear = None  # Kaufman's separable step: B, D and the level projected out
+        if getattr(objective, "separable", None) == "kaufman":
+            linear = linear_directions(unravel(point))
         if not self._uses_secant:
             if self.blocks > 1:
                 factorisation, scale = self._factorise_blocks(
@@ -489,7 +492,7 @@ class LevenbergMarquardtStrategy(eqx.Module):
                 )
             else:
                 factorisation, scale = self._factorise(
-                    residuals, point, residual, basis, state
+                    residuals, point, residual, basis, state, linear
                 )
             return (
                 factorisation,
@@ -503,9 +506,6 @@ class LevenbergMarquardtStrategy(eqx.Module):
                 objective, unravel, static, point, basis, batch
             )
         else:
-            linear = None
-            if getattr(objective, "separable", None) == "kaufman":
-                linear = linear_directions(unravel(point))
             linearisation = self._linearise(residuals, point, residual, basis, linear)
         normal, gradient = linearisation.normal, linearisation.gradient
         factorisation, scale = factorise_normal(normal, gradient, basis, state.scale)
@@ -528,7 +528,10 @@ class LevenbergMarquardtStrategy(eqx.Module):
 
     def _jacobian(self, residuals, point, basis, linear=None):
         """The residuals' Jacobian at `point` along `basis` (columns; all parameters
-        when `None`), one forward-mode derivative per column: `(R, Q)`."""
+        when `None`), one forward-mode derivative per column: `(R, Q)`. With
+        `linear` (`(P, L)` directions of parameters the residuals are linear in,
+        solved for at `point`): Kaufman's Jacobian, less its part along those
+        (`separable.projected_jacobian`)."""
         directions = _directions(point, basis)
         if linear is not None:
             directions = jnp.concatenate([directions, linear.T])
@@ -542,9 +545,9 @@ class LevenbergMarquardtStrategy(eqx.Module):
         q = basis.shape[1]
         return projected_jacobian(jac[:, :q], jac[:, q:])
 
-    def _factorise(self, residuals, point, residual, basis, state):
+    def _factorise(self, residuals, point, residual, basis, state, linear=None):
         """The Jacobian at `point` along `basis` and its factorisation."""
-        jac = self._jacobian(residuals, point, basis)
+        jac = self._jacobian(residuals, point, basis, linear)
         return factorise(jac, residual, basis, state.scale, self.normal_equations)
 
     def _linearise(

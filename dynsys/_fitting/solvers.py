@@ -45,7 +45,8 @@ class AbstractObjective(eqx.Module):
         """`params` with the parts the objective determines itself (given the
         others) set to their optimum: a least-squares objective that eliminates
         some parameters (`FitObjective.separable`) says which; others return
-        `params`. A strategy calls it on every point it accepts."""
+        `params` itself. Levenberg–Marquardt calls it on every trial point before
+        evaluating it."""
         del static, batch
         return params
 
