@@ -14,11 +14,11 @@ size), so that a second run of the same shapes compiles nothing; dynsys's own
 programs are kept there too, in `programs/` (`_kept_programs`: a second run does not
 even trace them). The folder is kept under 2 GiB by `prune_folder` (at most once a
 day; JAX's own size limit would scan the whole folder on every write). The cache
-never makes a run fail: a folder that cannot be written, a disk with almost no
-space left, or a process of a `jax.distributed` run on CPU turns it off with one
-warning; JAX itself ignores (with a warning) an
+never makes a run fail: a folder that cannot be written, or a disk with almost no
+space left, turns it off with one warning; JAX itself ignores (with a warning) an
 entry it cannot read, and entries of another JAX version never match (the version
-is part of the key).
+is part of the key). The processes of a `jax.distributed` run on CPU keep no
+programs (`_several_cpu_processes`; said in their `CacheStatus`).
 """
 
 import dataclasses
@@ -110,9 +110,11 @@ def use_compile_cache(
         return _current
     status = _choose(setting)
     if status.folder is not None and status.source != "jax":
-        reason = _SEVERAL_CPU_PROCESSES if _several_cpu_processes() else None
-        reason = reason or _unusable(pathlib.Path(status.folder))
-        if reason is not None:
+        if _several_cpu_processes():
+            # Said in the status (the run's summary and metrics), not as a
+            # warning: every process would print it, before any error's one line.
+            status = CacheStatus(None, status.source, _SEVERAL_CPU_PROCESSES)
+        elif (reason := _unusable(pathlib.Path(status.folder))) is not None:
             status = CacheStatus(None, status.source, reason)
             _say_once(f"dynsys: no compilation cache: {reason}; compiling as usual.")
     _apply(status)
