@@ -175,13 +175,18 @@ def step_basis(params: PyTree, static: PyTree) -> Float[Array, "P Q"]:
     the `LinearSystem` trainable): those that move `K` and `C` only, orthogonal to
     the change-of-basis family's tangents there; `Q = n p`."""
     model = params[0]
-    leaves = jax.tree.leaves(params)
-    moving = [np.full(leaf.size, leaf is model.K or leaf is model.C) for leaf in leaves]
-    selected = np.nonzero(np.concatenate(moving))[0]
+    selected, size = _raveled_entries(params, (model.K, model.C))
     tangents = similarity_tangents(params, static)[selected]
     basis = complement_basis(tangents)
-    size = sum(leaf.size for leaf in leaves)
     return jnp.zeros((size, basis.shape[1]), basis.dtype).at[selected].set(basis)
+
+
+def _raveled_entries(params: PyTree, arrays) -> tuple[np.ndarray, int]:
+    """The positions of the entries of `arrays` (leaves of `params`) in
+    `ravel_pytree(params)`, and its size."""
+    leaves = jax.tree.leaves(params)
+    moving = [np.full(leaf.size, any(leaf is x for x in arrays)) for leaf in leaves]
+    return np.nonzero(np.concatenate(moving))[0], sum(leaf.size for leaf in leaves)
 
 
 def linear_directions(params: PyTree) -> Float[Array, "P L"]:
@@ -189,13 +194,10 @@ def linear_directions(params: PyTree) -> Float[Array, "P L"]:
     as columns in the coordinates of `ravel_pytree(params)`."""
     model = params[0]
     linear = [getattr(model, name) for name in linear_part_names(model)]
-    leaves = jax.tree.leaves(params)
-    moving = [np.full(leaf.size, any(leaf is x for x in linear)) for leaf in leaves]
-    selected = np.nonzero(np.concatenate(moving))[0]
-    size = sum(leaf.size for leaf in leaves)
+    selected, size = _raveled_entries(params, linear)
     eye = np.zeros((size, selected.size))
     eye[selected, np.arange(selected.size)] = 1.0
-    return jnp.asarray(eye, leaves[0].dtype)
+    return jnp.asarray(eye, model.K.dtype)
 
 
 def projected_jacobian(jac_nonlinear, jac_linear):
