@@ -4,12 +4,12 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-import dynsys
+from .._systems.ode import AbstractODE, Sampled
 
 from ._names import Names
 
 
-class LotkaVolterra(dynsys.AbstractODE):
+class LotkaVolterra(AbstractODE):
     """Predator–prey dynamics, a nonlinear ODE without input.
 
     State $(x, y)$: prey and predator populations (keep them positive):
@@ -61,9 +61,9 @@ def lotka_volterra(
     gamma: float = 3.0,
     delta: float = 1.0,
     dt: float = 0.1,
-) -> dynsys.Sampled:
+) -> Sampled:
     """The `LotkaVolterra` model sampled every `dt`."""
-    return dynsys.Sampled(LotkaVolterra(alpha, beta, gamma, delta), dt)
+    return Sampled(LotkaVolterra(alpha, beta, gamma, delta), dt)
 
 
 def lotka_volterra_names(**params) -> Names:

@@ -3,7 +3,8 @@
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-import dynsys
+from .._systems.ode import LinearODE, discretize
+from .._systems.system import LinearSystem
 
 from ._names import Names
 
@@ -45,10 +46,10 @@ def mass_spring_damper(
     stiffness: float = 1.0,
     damping: float = 0.2,
     dt: float = 0.1,
-) -> dynsys.LinearSystem:
+) -> LinearSystem:
     """The chain sampled every `dt` with the force held constant between samples.
 
-    Exact zero-order hold, `dynsys.discretize(dynsys.LinearODE(A, B), dt)`:
+    Exact zero-order hold, `discretize(LinearODE(A, B), dt)`:
     $K = e^{A\\,dt}$, $B_d = \\int_0^{dt} e^{A s} ds\\, B$.
 
     **Returns:**
@@ -56,7 +57,7 @@ def mass_spring_damper(
     A `LinearSystem` with `n = 2 * num_masses` states and one input.
     """
     A, B = mass_spring_damper_matrices(num_masses, mass, stiffness, damping)
-    return dynsys.discretize(dynsys.LinearODE(A, B), dt)
+    return discretize(LinearODE(A, B), dt)
 
 
 def mass_spring_damper_names(num_masses: int = 2, **params) -> Names:

@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-import dynsys
+from .._systems.system import AbstractSystem
 
 from ._names import Names
 
@@ -19,7 +19,7 @@ def angular_acceleration(gravity, length, mass, damping, theta, omega, torque):
     )
 
 
-class Pendulum(dynsys.AbstractSystem):
+class Pendulum(AbstractSystem):
     """A damped, torque-driven pendulum as a nonlinear difference system.
 
     State $x = (\\theta, \\omega)$ (angle from hanging down, in rad, and angular

@@ -7,7 +7,7 @@ gives its state, input and output names with units (for figures and tables).
 
 from collections.abc import Callable
 
-import dynsys
+from .._systems.system import AbstractSystem
 
 from ._names import Names as Names
 from .lotka_volterra import (
@@ -29,7 +29,7 @@ from .van_der_pol import (
 )
 
 
-ZOO: dict[str, Callable[..., dynsys.AbstractSystem]] = {
+ZOO: dict[str, Callable[..., AbstractSystem]] = {
     "mass_spring_damper": mass_spring_damper,
     "pendulum": Pendulum,
     "pendulum_ode": pendulum_ode,
@@ -46,7 +46,7 @@ NAMES: dict[str, Callable[..., Names]] = {
 }
 
 
-def get(name: str, **params) -> dynsys.AbstractSystem:
+def get(name: str, **params) -> AbstractSystem:
     """Build the zoo model `name` with the given parameters.
 
     **Raises:**

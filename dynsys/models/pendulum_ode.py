@@ -4,12 +4,12 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-import dynsys
+from .._systems.ode import AbstractODE, Sampled
 
 from .pendulum import angular_acceleration
 
 
-class PendulumODE(dynsys.AbstractODE):
+class PendulumODE(AbstractODE):
     """A damped, torque-driven pendulum in continuous time.
 
     State $x = (\\theta, \\omega)$ (angle from hanging down, in rad, and angular
@@ -19,7 +19,7 @@ class PendulumODE(dynsys.AbstractODE):
     - c\\,\\omega + \\tfrac{u}{m l^2}$.
 
     The physical parameters are arrays, so they can be fitted. Sample it with
-    `dynsys.Sampled(PendulumODE(), dt)` or use `pendulum_ode(...)`.
+    `Sampled(PendulumODE(), dt)` or use `pendulum_ode(...)`.
 
     **Arguments:**
 
@@ -62,6 +62,6 @@ def pendulum_ode(
     mass: float = 1.0,
     damping: float = 0.1,
     dt: float = 0.05,
-) -> dynsys.Sampled:
+) -> Sampled:
     """The `PendulumODE` sampled every `dt` (torque held between samples)."""
-    return dynsys.Sampled(PendulumODE(gravity, length, mass, damping), dt)
+    return Sampled(PendulumODE(gravity, length, mass, damping), dt)

@@ -4,12 +4,12 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-import dynsys
+from .._systems.ode import AbstractODE, Sampled
 
 from ._names import Names
 
 
-class VanDerPol(dynsys.AbstractODE):
+class VanDerPol(AbstractODE):
     """The forced van der Pol oscillator, a nonlinear ODE with a stable limit cycle.
 
     $\\ddot x - \\mu (1 - x^2)\\dot x + x = u$, as the first-order system with state
@@ -37,9 +37,9 @@ class VanDerPol(dynsys.AbstractODE):
         return jnp.stack([x[1], self.mu * (1 - x[0] ** 2) * x[1] - x[0] + forcing])
 
 
-def van_der_pol(mu: float = 1.0, dt: float = 0.1) -> dynsys.Sampled:
+def van_der_pol(mu: float = 1.0, dt: float = 0.1) -> Sampled:
     """The `VanDerPol` oscillator sampled every `dt` (forcing held between samples)."""
-    return dynsys.Sampled(VanDerPol(mu), dt)
+    return Sampled(VanDerPol(mu), dt)
 
 
 def van_der_pol_names(**params) -> Names:
