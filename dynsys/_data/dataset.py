@@ -10,6 +10,7 @@ import jax
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray, Real
 
+from .._custom_types import checks_own_arguments
 from .construction import (
     _cast_finite,
     _check_lengths,
@@ -77,7 +78,8 @@ class Dataset(eqx.Module):
     ```
     """
 
-    xs: Float[Array, "N T+1 n"] | None
+    # T1 stands for T+1 (a field cannot use a symbolic axis).
+    xs: Float[Array, "N T1 n"] | None
     us: Float[Array, "N T m"] | None
     ys: Float[Array, "N T p"] | None
     ts: Real[Array, " S"] | None
@@ -86,9 +88,10 @@ class Dataset(eqx.Module):
     input_names: tuple[str, ...] = eqx.field(static=True)
     output_names: tuple[str, ...] = eqx.field(static=True)
 
+    @checks_own_arguments
     def __init__(
         self,
-        xs: Float[ArrayLike, "N T+1 n"]
+        xs: Float[ArrayLike, "N T1 n"]
         | Sequence[Float[ArrayLike, "_ n"]]
         | None = None,
         us: Float[ArrayLike, "N T m"] | Sequence[Float[ArrayLike, "_ m"]] | None = None,

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Real
 
+from .._custom_types import checks_own_arguments
 from .._systems.controller import AbstractController
 from .._systems.system import AbstractSystem
 from .adjoint import (
@@ -39,11 +40,13 @@ from .linear_path import _linear_rollout_batch
 from .step import make_step
 
 
+# T1 stands for T+1 (jaxtyping checks a symbolic axis only when its names are bound
+# before it, and `T` is not when `inputs` is None).
 StepOutputs = tuple[
-    Float[Array, "T+1 n"], Float[Array, "T m"] | None, Float[Array, "T p"]
+    Float[Array, "T1 n"], Float[Array, "T m"] | None, Float[Array, "T p"]
 ]
 BatchOutputs = tuple[
-    Float[Array, "N T+1 n"], Float[Array, "N T m"] | None, Float[Array, "N T p"]
+    Float[Array, "N T1 n"], Float[Array, "N T m"] | None, Float[Array, "N T p"]
 ]
 
 
@@ -72,7 +75,7 @@ class AbstractMethod(eqx.Module):
         system: AbstractSystem,
         controller: AbstractController | None,
         x0: Float[Array, " n"],
-        ts: Real[Array, " T+1"],
+        ts: Real[Array, " T1"],
         inputs: Float[Array, "T m"] | None,
         adjoint: AbstractAdjoint,
     ) -> StepOutputs:
@@ -83,7 +86,7 @@ class AbstractMethod(eqx.Module):
         system: AbstractSystem,
         controller: AbstractController | None,
         x0: Float[Array, "N n"],
-        ts: Real[Array, " T+1"],
+        ts: Real[Array, " T1"],
         inputs: Float[Array, "N T m"] | Float[Array, "1 T m"] | None,
         adjoint: AbstractAdjoint,
     ) -> BatchOutputs:
@@ -209,6 +212,7 @@ class Parallel(_AbstractLinearMethod):
         return _batched(_parallel_solve)
 
 
+@checks_own_arguments  # (__check_init__)
 class Chunked(_AbstractLinearMethod):
     """Advance `size` steps at once by one matrix product with stacked powers of $M$.
 
@@ -268,7 +272,7 @@ def default_method(
     system: AbstractSystem,
     controller: AbstractController | None,
     has_inputs: bool,
-    adjoint: AbstractAdjoint,
+    adjoint: AbstractAdjoint | None,
     num_steps: int,
     batch_size: int = 1,
 ) -> AbstractMethod:

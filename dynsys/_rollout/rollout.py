@@ -28,8 +28,10 @@ class Trajectory(eqx.Module):
         $y_t = \\mathrm{output}(t, x_t, u_t)$.
     """
 
-    ts: Real[Array, " T+1"]
-    xs: Float[Array, "... T+1 n"]
+    # T1 stands for T+1: jaxtyping cannot check a symbolic axis ("T+1") whose names
+    # are not bound by an earlier field.
+    ts: Real[Array, " T1"]
+    xs: Float[Array, "... T1 n"]
     us: Float[Array, "... T m"] | None
     ys: Float[Array, "... T p"]
 
@@ -95,7 +97,7 @@ def _check_inputs(system, inputs, num_steps, controller) -> Array | None:
     return inputs
 
 
-def _times(system: AbstractSystem, t0, num_steps: int, dtype) -> Real[Array, " T+1"]:
+def _times(system: AbstractSystem, t0, num_steps: int, dtype) -> Real[Array, " T1"]:
     steps = jnp.arange(num_steps + 1)
     dt = getattr(system, "dt", None)
     if dt is None:
@@ -163,11 +165,11 @@ def _flatten_batch(x0, inputs, batch_shape):
 
 def rollout(
     system: AbstractSystem,
-    x0: Float[ArrayLike, "... n"],
+    x0: Real[ArrayLike, "... n"],
     num_steps: int,
     *,
     controller: AbstractController | None = None,
-    inputs: Float[ArrayLike, "... T m"] | None = None,
+    inputs: Real[ArrayLike, "... T m"] | None = None,
     t0: Real[ArrayLike, ""] = 0,
     method: AbstractMethod | None = None,
     adjoint: AbstractAdjoint = Autodiff(),

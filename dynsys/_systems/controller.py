@@ -7,9 +7,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
-from .._custom_types import State, Time
+from .._custom_types import State, Time, checks_own_arguments
 
 
 class AbstractController(eqx.Module):
@@ -41,7 +41,8 @@ class LinearFeedback(AbstractController):
 
     gain: Float[Array, "m n"]
 
-    def __init__(self, gain: Float[ArrayLike, "m n"]):
+    @checks_own_arguments
+    def __init__(self, gain: Real[ArrayLike, "m n"]):
         gain = jnp.asarray(gain)
         if not jnp.issubdtype(gain.dtype, jnp.inexact):
             gain = gain.astype(jnp.result_type(float))
@@ -87,7 +88,7 @@ def saturate(z: Float[Array, " m"], bound: tuple[float, ...] | None) -> Array:
     return b * jnp.tanh(z / b)
 
 
-def check_state(x: Array, state_size: int, where: str) -> None:
+def check_state(x: ArrayLike, state_size: int, where: str) -> None:
     if jnp.shape(x) != (state_size,):
         raise ValueError(
             f"{where}: the state x must have shape (n,) = ({state_size},), got "
@@ -137,6 +138,7 @@ class MLPController(AbstractController):
     use_time: bool = eqx.field(static=True)
     bound: tuple[float, ...] | None = eqx.field(static=True)
 
+    @checks_own_arguments
     def __init__(
         self,
         state_size: int,
@@ -146,7 +148,7 @@ class MLPController(AbstractController):
         *,
         activation: Callable[[Array], Array] = jax.nn.tanh,
         use_time: bool = True,
-        bound: Float[ArrayLike, "..."] | None = None,
+        bound: Real[ArrayLike, "..."] | None = None,
         dtype=None,
         key: PRNGKeyArray,
     ):

@@ -4,9 +4,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Real
 
-from .._custom_types import Input, Output, State, Time
+from .._custom_types import Input, Output, State, Time, checks_own_arguments
 from .system import (
     _as_float_arrays,
     AbstractSystem,
@@ -72,18 +72,19 @@ class InnovationSystem(AbstractSystem):
     input_level: Float[Array, " m"] | None
     output_level: Float[Array, " p"] | None
 
+    @checks_own_arguments
     def __init__(
         self,
-        K: Float[ArrayLike, "n n"],
-        B: Float[ArrayLike, "n m"] | None = None,
-        C: Float[ArrayLike, "p n"] | None = None,
-        D: Float[ArrayLike, "p m"] | None = None,
+        K: Real[ArrayLike, "n n"],
+        B: Real[ArrayLike, "n m"] | None = None,
+        C: Real[ArrayLike, "p n"] | None = None,
+        D: Real[ArrayLike, "p m"] | None = None,
         *,
-        kalman_gain: Float[ArrayLike, "n p"],
-        innovation_covariance: Float[ArrayLike, "p p"] | None = None,
+        kalman_gain: Real[ArrayLike, "n p"],
+        innovation_covariance: Real[ArrayLike, "p p"] | None = None,
         dt: float | None = None,
-        input_level: Float[ArrayLike, " m"] | None = None,
-        output_level: Float[ArrayLike, " p"] | None = None,
+        input_level: Real[ArrayLike, " m"] | None = None,
+        output_level: Real[ArrayLike, " p"] | None = None,
     ):
         if C is None:
             C = np.eye(np.shape(K)[0])
@@ -160,11 +161,12 @@ class InnovationSystem(AbstractSystem):
         )
 
     @classmethod
+    @checks_own_arguments
     def from_linear(
         cls,
         system: LinearSystem,
-        kalman_gain: Float[ArrayLike, "n p"] | None = None,
-        innovation_covariance: Float[ArrayLike, "p p"] | None = None,
+        kalman_gain: Real[ArrayLike, "n p"] | None = None,
+        innovation_covariance: Real[ArrayLike, "p p"] | None = None,
     ) -> "InnovationSystem":
         """The innovation-form model with the deterministic part `system` and the gain
         `kalman_gain` (default zero: the output-error model, whose predictor is the

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
-from .._custom_types import State, Time
+from .._custom_types import State, Time, checks_own_arguments
 from .controller import (
     AbstractController,
     as_bound,
@@ -82,6 +82,7 @@ class ContextLayer(AbstractContextLayer):
     out_size: int = eqx.field(static=True)
     context_size: int = eqx.field(static=True)
 
+    @checks_own_arguments
     def __init__(
         self,
         in_size: int,
@@ -227,14 +228,15 @@ class LayeredController(AbstractLayeredController):
     use_time: bool = eqx.field(static=True)
     bound: tuple[float, ...] | None = eqx.field(static=True)
 
+    @checks_own_arguments
     def __init__(
         self,
         layers: Sequence[AbstractContextLayer],
         *,
         state_size: int,
         use_time: bool = True,
-        reference: Float[ArrayLike, " r"] | None = None,
-        bound: Float[ArrayLike, "..."] | None = None,
+        reference: Real[ArrayLike, " r"] | None = None,
+        bound: Real[ArrayLike, "..."] | None = None,
     ):
         where = "LayeredController"
         layers = tuple(layers)
@@ -254,6 +256,7 @@ class LayeredController(AbstractLayeredController):
         _check_chain(layers, self.context_size, where)
 
     @classmethod
+    @checks_own_arguments
     def mlp(
         cls,
         state_size: int,
@@ -262,8 +265,8 @@ class LayeredController(AbstractLayeredController):
         depth: int,
         *,
         use_time: bool = True,
-        reference: Float[ArrayLike, " r"] | None = None,
-        bound: Float[ArrayLike, "..."] | None = None,
+        reference: Real[ArrayLike, " r"] | None = None,
+        bound: Real[ArrayLike, "..."] | None = None,
         activation: Callable[[Array], Array] = jax.nn.tanh,
         dtype=None,
         key: PRNGKeyArray,
@@ -389,6 +392,7 @@ class StackedController(AbstractLayeredController):
     use_time: bool = eqx.field(static=True)
     bound: tuple[float, ...] | None = eqx.field(static=True)
 
+    @checks_own_arguments
     def __init__(
         self,
         first: AbstractContextLayer,
@@ -397,8 +401,8 @@ class StackedController(AbstractLayeredController):
         *,
         state_size: int,
         use_time: bool = True,
-        reference: Float[ArrayLike, " r"] | None = None,
-        bound: Float[ArrayLike, "..."] | None = None,
+        reference: Real[ArrayLike, " r"] | None = None,
+        bound: Real[ArrayLike, "..."] | None = None,
     ):
         where = "StackedController"
         for name, layer in [("first", first), ("stack", stack), ("last", last)]:
@@ -433,6 +437,7 @@ class StackedController(AbstractLayeredController):
         return [a for a in jax.tree.leaves(self.stack) if eqx.is_array(a)]
 
     @classmethod
+    @checks_own_arguments
     def mlp(
         cls,
         state_size: int,
@@ -441,8 +446,8 @@ class StackedController(AbstractLayeredController):
         depth: int,
         *,
         use_time: bool = True,
-        reference: Float[ArrayLike, " r"] | None = None,
-        bound: Float[ArrayLike, "..."] | None = None,
+        reference: Real[ArrayLike, " r"] | None = None,
+        bound: Real[ArrayLike, "..."] | None = None,
         activation: Callable[[Array], Array] = jax.nn.tanh,
         dtype=None,
         key: PRNGKeyArray,
@@ -457,6 +462,7 @@ class StackedController(AbstractLayeredController):
         return cls.from_layered(layered)
 
     @classmethod
+    @checks_own_arguments
     def from_layered(cls, layered: LayeredController) -> "StackedController":
         """Stack the middle layers of a `LayeredController` (at least 2 layers, the
         middle ones of one structure: same class, static fields and shapes).

@@ -6,9 +6,9 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
-from .._custom_types import Input, Output, State, Time
+from .._custom_types import Input, Output, State, Time, checks_own_arguments
 from .layered import LayeredController
 from .system import AbstractSystem
 
@@ -102,17 +102,18 @@ class NeuralStateSpace(AbstractSystem):
     input_scale: Float[Array, " m"]
     output_scale: Float[Array, " p"]
 
+    @checks_own_arguments
     def __init__(
         self,
         base: AbstractSystem,
         *,
         width_size: int = 32,
         depth: int = 2,
-        state_mean: Float[ArrayLike, " n"] | None = None,
-        state_scale: Float[ArrayLike, " n"] | None = None,
-        input_mean: Float[ArrayLike, " m"] | None = None,
-        input_scale: Float[ArrayLike, " m"] | None = None,
-        output_scale: Float[ArrayLike, " p"] | None = None,
+        state_mean: Real[ArrayLike, " n"] | None = None,
+        state_scale: Real[ArrayLike, " n"] | None = None,
+        input_mean: Real[ArrayLike, " m"] | None = None,
+        input_scale: Real[ArrayLike, " m"] | None = None,
+        output_scale: Real[ArrayLike, " p"] | None = None,
         output_correction: bool = True,
         activation: Callable[[Array], Array] = jax.nn.tanh,
         key: PRNGKeyArray,

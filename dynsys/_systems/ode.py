@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Real
 
-from .._custom_types import Input, Output, State, Time
+from .._custom_types import Input, Output, State, Time, checks_own_arguments
 from .system import (
     _as_float_arrays,
     AbstractSystem,
@@ -111,12 +111,13 @@ class LinearODE(AbstractODE):
     C: Float[Array, "p n"] | None
     D: Float[Array, "p m"] | None
 
+    @checks_own_arguments
     def __init__(
         self,
-        A: Float[ArrayLike, "n n"],
-        B: Float[ArrayLike, "n m"] | None = None,
-        C: Float[ArrayLike, "p n"] | None = None,
-        D: Float[ArrayLike, "p m"] | None = None,
+        A: Real[ArrayLike, "n n"],
+        B: Real[ArrayLike, "n m"] | None = None,
+        C: Real[ArrayLike, "p n"] | None = None,
+        D: Real[ArrayLike, "p m"] | None = None,
     ):
         self.A, self.B, self.C, self.D = _as_float_arrays(A, B, C, D)
 
@@ -168,6 +169,7 @@ def _concrete_dt(call: str, dt) -> float | None:
 _METHODS = ("zoh", "bilinear", "euler")
 
 
+@checks_own_arguments
 def discretize(
     ode: LinearODE,
     dt: Real[ArrayLike, ""],
@@ -350,6 +352,7 @@ class Sampled(_AbstractSampledODE):
     dt0: float | None = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
 
+    @checks_own_arguments
     def __init__(
         self,
         ode: AbstractODE,
@@ -483,6 +486,7 @@ class Discretized(_AbstractSampledODE):
     dt: float = eqx.field(static=True)
     method: str = eqx.field(static=True)
 
+    @checks_own_arguments
     def __init__(
         self,
         ode: LinearODE,

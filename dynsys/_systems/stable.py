@@ -3,9 +3,9 @@
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Real
 
-from .._custom_types import Input, Output, State, Time
+from .._custom_types import Input, Output, State, Time, checks_own_arguments
 from .system import (
     _as_float_arrays,
     AbstractSystem,
@@ -72,19 +72,20 @@ class StableLinearSystem(AbstractSystem):
     input_level: Float[Array, " m"] | None
     output_level: Float[Array, " p"] | None
 
+    @checks_own_arguments
     def __init__(
         self,
-        W: Float[ArrayLike, "n n"],
-        L: Float[ArrayLike, "n n"],
-        B: Float[ArrayLike, "n m"] | None = None,
-        C: Float[ArrayLike, "p n"] | None = None,
-        D: Float[ArrayLike, "p m"] | None = None,
-        offset: Float[ArrayLike, " n"] | None = None,
+        W: Real[ArrayLike, "n n"],
+        L: Real[ArrayLike, "n n"],
+        B: Real[ArrayLike, "n m"] | None = None,
+        C: Real[ArrayLike, "p n"] | None = None,
+        D: Real[ArrayLike, "p m"] | None = None,
+        offset: Real[ArrayLike, " n"] | None = None,
         *,
         bound: float = 1.0,
         dt: float | None = None,
-        input_level: Float[ArrayLike, " m"] | None = None,
-        output_level: Float[ArrayLike, " p"] | None = None,
+        input_level: Real[ArrayLike, " m"] | None = None,
+        output_level: Real[ArrayLike, " p"] | None = None,
     ):
         arrays = _as_float_arrays(W, L, B, C, D, offset, input_level, output_level)
         self.W, self.L, self.B, self.C, self.D, self.offset = arrays[:6]
@@ -155,6 +156,7 @@ class StableLinearSystem(AbstractSystem):
         return level_output(self.C, self.D, x, u, self.input_level, self.output_level)
 
     @classmethod
+    @checks_own_arguments
     def from_linear(
         cls, system: LinearSystem, *, bound: float = 1.0, margin: float = 1e-3
     ) -> "StableLinearSystem":

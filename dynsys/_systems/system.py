@@ -1,13 +1,14 @@
 """Discrete-time systems: $x_{t+1} = \\mathrm{step}(t, x_t, u_t)$."""
 
 import abc
+from collections.abc import Sequence
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Real
 
-from .._custom_types import Input, Output, State, Time
+from .._custom_types import Input, Output, State, Time, checks_own_arguments
 from .._jit import device_array
 
 
@@ -65,7 +66,7 @@ class AbstractSystem(eqx.Module):
         return self.state_size
 
 
-def _as_float_arrays(*arrays: ArrayLike | None) -> list[Array | None]:
+def _as_float_arrays(*arrays: ArrayLike | Sequence | None) -> list[Array | None]:
     converted = [None if a is None else _on_device(a) for a in arrays]
     dtype = jnp.result_type(*[a for a in converted if a is not None])
     if not jnp.issubdtype(dtype, jnp.inexact):
@@ -73,7 +74,7 @@ def _as_float_arrays(*arrays: ArrayLike | None) -> list[Array | None]:
     return [None if a is None else jnp.asarray(a, dtype=dtype) for a in converted]
 
 
-def _on_device(a: ArrayLike) -> Array:
+def _on_device(a: ArrayLike | Sequence) -> Array:
     """A NumPy array moved without a program (`jnp.asarray` compiles one per shape
     and dtype); anything else through `jnp.asarray` (a Python scalar stays weakly
     typed)."""
@@ -253,17 +254,18 @@ class LinearSystem(AbstractSystem):
     input_level: Float[Array, " m"] | None
     output_level: Float[Array, " p"] | None
 
+    @checks_own_arguments
     def __init__(
         self,
-        K: Float[ArrayLike, "n n"],
-        B: Float[ArrayLike, "n m"] | None = None,
-        C: Float[ArrayLike, "p n"] | None = None,
-        D: Float[ArrayLike, "p m"] | None = None,
-        offset: Float[ArrayLike, " n"] | None = None,
+        K: Real[ArrayLike, "n n"],
+        B: Real[ArrayLike, "n m"] | None = None,
+        C: Real[ArrayLike, "p n"] | None = None,
+        D: Real[ArrayLike, "p m"] | None = None,
+        offset: Real[ArrayLike, " n"] | None = None,
         *,
         dt: float | None = None,
-        input_level: Float[ArrayLike, " m"] | None = None,
-        output_level: Float[ArrayLike, " p"] | None = None,
+        input_level: Real[ArrayLike, " m"] | None = None,
+        output_level: Real[ArrayLike, " p"] | None = None,
     ):
         (
             self.K,
