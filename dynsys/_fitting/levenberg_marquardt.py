@@ -211,7 +211,7 @@ class _Linearisation(eqx.Module):
     def full(self, vector: Float[Array, " Q"]) -> Float[Array, " P"]:
         return vector if self.basis is None else self.basis @ vector
 
-    def reduced(self, vector: Float[Array, " P"]) -> Float[Array, " Q"]:
+    def reduced(self, vector: Float[Array, "P *rest"]) -> Float[Array, "Q *rest"]:
         return vector if self.basis is None else self.basis.T @ vector
 
 

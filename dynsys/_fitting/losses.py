@@ -8,7 +8,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._rollout.adjoint import Autodiff
 from .._rollout.rollout import _times, rollout
@@ -105,8 +105,8 @@ def is_linear(model) -> bool:
 
 
 def channel_weights(
-    ys: Float[Array, "N T p"], mask: Bool[Array, "N T"], xp=jnp
-) -> Float[Array, " p"]:
+    ys: Float[ArrayLike, "N T p"], mask: Bool[ArrayLike, "N T"], xp=jnp
+) -> Float[ArrayLike, " p"]:
     """$1 / \\mathrm{var}_c$ of each output channel over the valid steps (1 for a
     constant channel); `xp` the array module (`jax.numpy`, or `numpy` on the
     host)."""

@@ -7,7 +7,7 @@ sizes, and a compiled program per size would cost more than the arithmetic."""
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .convolution import decays, delayed_regressors, powers
 
@@ -51,11 +51,11 @@ def _input_regressors(
 
 
 def input_matrices(
-    K: Float[Array, "n n"],
-    C: Float[Array, "p n"],
-    ys: Float[Array, "N T p"],
-    us: Float[Array, "N T m"] | None,
-    mask: Bool[Array, "N T"],
+    K: Float[ArrayLike, "n n"],
+    C: Float[ArrayLike, "p n"],
+    ys: Float[ArrayLike, "N T p"],
+    us: Float[ArrayLike, "N T m"] | None,
+    mask: Bool[ArrayLike, "N T"],
     feedthrough: bool,
     constant: bool,
 ) -> tuple[Array | None, Array | None, Array | None]:

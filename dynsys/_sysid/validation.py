@@ -378,10 +378,11 @@ class Residuals(eqx.Module):
     - `names`, `input_names`: channel names.
     """
 
-    autocorrelation: Float[Array, "L+1 p"]
-    cross_correlation: Float[Array, "2L+1 p m"] | None
-    lags: Int[Array, " L+1"]
-    cross_lags: Int[Array, " 2L+1"]
+    # L1 stands for L+1 and L2 for 2L+1 (a field cannot use a symbolic axis).
+    autocorrelation: Float[Array, "L1 p"]
+    cross_correlation: Float[Array, "L2 p m"] | None
+    lags: Int[Array, " L1"]
+    cross_lags: Int[Array, " L2"]
     bound: float = eqx.field(static=True)
     residuals: Float[Array, "N T p"]
     num_samples: int = eqx.field(static=True)

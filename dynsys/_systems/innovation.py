@@ -226,9 +226,9 @@ class InnovationSystem(AbstractSystem):
 
 def _deviation_predictions(
     model: InnovationSystem,
-    x0: Float[Array, "N n"],
-    ys: Float[Array, "N T p"],
-    us: Float[Array, "N T m"] | None,
+    x0: Float[ArrayLike, "N n"],
+    ys: Float[ArrayLike, "N T p"],
+    us: Float[ArrayLike, "N T m"] | None,
     horizon: int,
 ) -> Float[Array, "N T p"]:
     """$\\hat y_{t|t-k} - \\bar y$ from deviations `ys`, `us` (levels removed)."""
@@ -269,9 +269,9 @@ def _deviation_predictions(
 
 def kalman_predictions(
     model: InnovationSystem,
-    x0: Float[Array, "N n"],
-    ys: Float[Array, "N T p"],
-    us: Float[Array, "N T m"] | None,
+    x0: Float[ArrayLike, "N n"],
+    ys: Float[ArrayLike, "N T p"],
+    us: Float[ArrayLike, "N T m"] | None,
     horizon: int = 1,
 ) -> Float[Array, "N T p"]:
     """The `horizon`-step-ahead predictions $\\hat y_{t|t-k}$ of the Kalman predictor
