@@ -210,6 +210,7 @@ class Dataset(eqx.Module):
             output_names=self.output_names or None,
         )
 
+    @checks_own_arguments
     def experiment(self, i: int) -> "Dataset":
         """Trajectory `i` alone, without padding, as a one-trajectory `Dataset`."""
         N = self.num_trajectories
@@ -253,6 +254,7 @@ class Dataset(eqx.Module):
             **self._names_kwargs(),
         )
 
+    @checks_own_arguments
     def split(
         self, validation: float | int = 0.2, *, key: PRNGKeyArray | None = None
     ) -> tuple["Dataset", "Dataset"]:
@@ -303,6 +305,7 @@ class Dataset(eqx.Module):
             order = np.asarray(jax.random.permutation(key, N))
         return self[order[: N - count]], self[order[N - count :]]
 
+    @checks_own_arguments
     def window(self, start: int | None = None, stop: int | None = None) -> "Dataset":
         """Samples `[start, stop)` of every experiment, as a `Dataset`.
 
@@ -336,6 +339,7 @@ class Dataset(eqx.Module):
         """
         return Dataset(**cut(self, window_bounds(self, start, stop)))
 
+    @checks_own_arguments
     def split_time(
         self, fraction: float = 0.33, *, min_samples: int = 2
     ) -> tuple["Dataset", "Dataset"]:
@@ -370,6 +374,7 @@ class Dataset(eqx.Module):
         return Dataset(**cut(self, estimation)), Dataset(**cut(self, validation))
 
     @staticmethod
+    @checks_own_arguments
     def join(*datasets: "Dataset") -> "Dataset":
         """The experiments of several datasets in one, in order.
 
@@ -397,6 +402,7 @@ class Dataset(eqx.Module):
         return Dataset(**join_parts(datasets))
 
     @classmethod
+    @checks_own_arguments
     def from_dataframe(
         cls,
         df,

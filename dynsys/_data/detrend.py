@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._custom_types import checks_own_arguments
 from .dataset import Dataset
 from .slicing import experiments
 
@@ -94,6 +95,7 @@ def _line(item: np.ndarray) -> np.ndarray:
     return coefficients
 
 
+@checks_own_arguments
 def detrend(
     data: Dataset, kind: Literal["mean", "linear"] = "mean"
 ) -> tuple[Dataset, Levels]:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from .._custom_types import checks_own_arguments
 from .columns import plan_columns, with_units
 from .dataset import Dataset
 from .files import check_regular_file, file_error, read_npz
@@ -16,6 +17,7 @@ from .table import table_parts
 from .text_files import read_header, TEXT_SUFFIXES
 
 
+@checks_own_arguments
 def load_dataset(
     path: str | os.PathLike,
     *,

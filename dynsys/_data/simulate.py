@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import ArrayLike, Float, PRNGKeyArray
 
-from .._custom_types import Input, Output, State, Time
+from .._custom_types import Input, Output, State, Time, checks_own_arguments
 from .._rollout.rollout import rollout
 from .._systems.ode import _AbstractSampledODE, AbstractODE
 from .._systems.system import AbstractSystem
@@ -150,12 +150,13 @@ def _measured(system, traj, inputs, measurement_noise, key_v) -> Dataset:
     return Dataset(xs, inputs, traj.ts)
 
 
+@checks_own_arguments
 def simulate(
     system: AbstractSystem,
     x0s: Float[ArrayLike, "N n"],
     num_steps: int,
     *,
-    inputs: Float[ArrayLike, "N T m"] | None = None,
+    inputs: Float[ArrayLike, "N T m"] | Float[ArrayLike, "T m"] | None = None,
     process_noise: float = 0.0,
     measurement_noise: float = 0.0,
     key: PRNGKeyArray | None = None,
