@@ -35,7 +35,8 @@ class _WithProcessNoise(AbstractSystem):
     def output_size(self) -> int:
         return self.system.output_size
 
-    def _system_input(self, u: Input) -> Input:
+    def _system_input(self, u: Float[ArrayLike, " k"]) -> Input:
+        """The system's own inputs: the first `m` of the `k = m + n` columns."""
         m = self.system.input_size
         assert u is not None
         return u[:m] if m > 0 else None

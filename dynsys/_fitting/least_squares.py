@@ -5,6 +5,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from .._custom_types import checks_own_arguments
 from .._data.dataset import Dataset
 from .._systems.system import LinearSystem
 
@@ -26,6 +27,7 @@ def _check_data(call: str, data) -> Dataset:
     return data
 
 
+@checks_own_arguments
 def fit_least_squares(
     data: Dataset, *, ridge: float = 0.0, offset: bool = False
 ) -> LinearSystem:

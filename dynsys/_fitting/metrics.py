@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from .._custom_types import checks_own_arguments
 from .._systems.system import AbstractSystem
 
 
@@ -43,6 +44,7 @@ def _ratio(name: str, y, y_hat, per_channel: bool) -> Array:
     return ratio if per_channel else jnp.mean(ratio)
 
 
+@checks_own_arguments
 def nrmse(
     y: Float[ArrayLike, "... p"], y_hat: Float[ArrayLike, "... p"], *, per_channel=False
 ) -> Float[Array, ""] | Float[Array, " p"]:
@@ -78,6 +80,7 @@ def nrmse(
     return _ratio("nrmse", y, y_hat, per_channel)
 
 
+@checks_own_arguments
 def fit_percent(
     y: Float[ArrayLike, "... p"], y_hat: Float[ArrayLike, "... p"], *, per_channel=False
 ) -> Float[Array, ""] | Float[Array, " p"]:
@@ -106,6 +109,7 @@ def fit_percent(
     return values if per_channel else jnp.mean(values)
 
 
+@checks_own_arguments
 def spectral_radius(system: AbstractSystem | Float[ArrayLike, "n n"]) -> float:
     """The largest eigenvalue modulus $\\rho(K) = \\max_i |\\lambda_i(K)|$.
 

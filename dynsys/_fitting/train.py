@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PRNGKeyArray, PyTree, Scalar
 
+from .._custom_types import checks_own_arguments
 from .._jit import device_array, host_key
 from .._rollout.sharding import leading_axis_shardings
 from .batches import chunk_indices, on_device
@@ -629,6 +630,7 @@ def _check_train_arguments(num_steps, eval_every, batch_size, data, flat_steps):
         )
 
 
+@checks_own_arguments
 def train(
     loss_fn: Callable[..., Scalar],
     model: PyTree,
