@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
 from .._compile_cache import use_compile_cache
+from .._custom_types import checks_own_arguments
 from .._data.checks import check_data, warn_findings
 from .._data.dataset import Dataset
 from .._jit import device_array, top_level_jit
@@ -681,6 +682,7 @@ def _separable(objective, strategy, params, batch, filter_spec):
     return objective, eqx.combine(objective.complete(trainable, static, batch), static)
 
 
+@checks_own_arguments
 def fit(
     model: AbstractSystem,
     data: Dataset,

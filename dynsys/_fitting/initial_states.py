@@ -8,17 +8,17 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._systems.innovation import kalman_predictions, prediction_free_response
 from .._systems.system import LinearSystem
 
 
 def solve_x0(
-    G: Float[Array, "T p n"],
-    b: Float[Array, "N T p"],
-    valid: Bool[Array, "N T"],
-    weights: Float[Array, " p"],
+    G: Float[ArrayLike, "T p n"],
+    b: Float[ArrayLike, "N T p"],
+    valid: Bool[ArrayLike, "N T"],
+    weights: Float[ArrayLike, " p"],
 ) -> Float[Array, "N n"]:
     """For each experiment `i`,
     $\\arg\\min_{x_0} \\sum_{t\\ \\mathrm{valid}} \\sum_c w_c (G_t x_0 - b_{i,t})_c^2$;

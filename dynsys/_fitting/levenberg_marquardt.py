@@ -221,7 +221,7 @@ class _State(eqx.Module):
     factorisation: Factorisation  # Gauss–Newton's, at the accepted point
     newton: Factorisation  # with the secant estimate of S, at the accepted point
     linearisation: _Linearisation  # at the accepted point (secant only)
-    secant: Float[Array, "P P"]  # the estimate of S (secant only)
+    secant: Float[Array, "0 0"] | Float[Array, "P P"]  # the estimate of S (secant only)
     use_newton: Bool[Array, ""]  # the augmented model predicted the last step better
     scale: Float[Array, " P"]  # damping scales (largest diag(J^T J) so far)
     damping: Float[Array, ""]  # lambda
