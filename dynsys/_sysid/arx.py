@@ -3,6 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
+from .._custom_types import checks_own_arguments
 from .._systems.system import LinearSystem
 from .operating_point import data_levels, deviations
 from .signals import Signals, signals
@@ -156,6 +157,7 @@ def arx_to_state_space(A, Bs, nk: int):
     return K, B, C, (D if nk == 0 else None)
 
 
+@checks_own_arguments
 def fit_arx(
     data, na: int, nb: int, nk: int = 1, *, offset: bool = True
 ) -> LinearSystem:

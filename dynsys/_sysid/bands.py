@@ -6,6 +6,7 @@ import equinox as eqx
 import numpy as np
 from jaxtyping import Array
 
+from .._custom_types import checks_own_arguments
 from .._jit import device_array
 from .._systems.system import LinearSystem
 from .free_run_band import free_run_std
@@ -53,6 +54,7 @@ def _at(covariance, model):
     return covariance.model if model is None else model
 
 
+@checks_own_arguments
 def pole_uncertainty(covariance, model=None) -> PoleUncertainty:
     """The poles of a fitted linear model, their confidence ellipses and the
     standard deviations of their natural frequencies and damping ratios, by
@@ -107,6 +109,7 @@ def pole_uncertainty(covariance, model=None) -> PoleUncertainty:
     )
 
 
+@checks_own_arguments
 def static_gain_uncertainty(covariance, model=None) -> tuple[Array, Array]:
     """The static (DC) gain $C (I - K)^{-1} B + D$ of a fitted linear model and
     its standard deviation, by linearisation.
@@ -126,6 +129,7 @@ def static_gain_uncertainty(covariance, model=None) -> tuple[Array, Array]:
     return device_array(gain), device_array(std)
 
 
+@checks_own_arguments
 def step_response_band(covariance, num_steps: int, model=None) -> tuple[Array, Array]:
     """The step response of a fitted linear model and its standard deviation at
     each step, by linearisation.
@@ -142,6 +146,7 @@ def step_response_band(covariance, num_steps: int, model=None) -> tuple[Array, A
     return step_response(model, num_steps), device_array(std)
 
 
+@checks_own_arguments
 def simulation_band(covariance, data, model=None) -> tuple[Array, Array]:
     """The free run of a fitted model on `data` (as `compare` predicts it, each
     experiment's initial state estimated for each model) and its standard

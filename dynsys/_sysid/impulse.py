@@ -4,6 +4,7 @@ import dataclasses
 
 import numpy as np
 
+from .._custom_types import checks_own_arguments
 from .signals import signals
 
 
@@ -42,6 +43,7 @@ def _regressors(us: np.ndarray, ys: np.ndarray, lengths, num_steps: int):
     return np.concatenate(rows), np.concatenate(targets), len(used)
 
 
+@checks_own_arguments
 def impulse_estimate(data, num_steps: int = 50, *, ridge: float | None = None):
     """The impulse response of the data, estimated without a model by regularised
     least squares on a finite impulse response (FIR) of `num_steps` taps,

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from .._custom_types import checks_own_arguments
 from .._systems.system import AbstractSystem, LinearSystem
 from .signals import arrays_only, check_model_matches, linear_of, Signals, signals
 
@@ -69,6 +70,7 @@ def linear_x0(
     return jnp.einsum("nij,nj->ni", jnp.linalg.pinv(A), residual.reshape(N, T * p))
 
 
+@checks_own_arguments
 def estimate_x0(model: AbstractSystem, data) -> Float[Array, "N n"]:
     """The initial state of each experiment that best explains its measurements.
 

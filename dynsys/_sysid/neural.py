@@ -14,6 +14,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._custom_types import checks_own_arguments
 from .._data.dataset import Dataset
 from .._fitting.encoder import StateEncoder
 from .._fitting.fit import fit
@@ -278,6 +279,7 @@ def check_arguments(data, val_data, past, horizon):
     return s, v
 
 
+@checks_own_arguments
 def fit_neural(
     data,
     val_data=None,

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._custom_types import checks_own_arguments
 from .._data.checks import check_data, warn_findings
 from .._systems.system import LinearSystem
 from .free_run import fit_percent as channel_fit, free_run
@@ -174,6 +175,7 @@ def _check_choices(call, s, feedthrough, method, criterion, val_data):
     return feedthrough, criterion
 
 
+@checks_own_arguments
 def information_criteria(model, data, parameters: int) -> tuple[float, float, float]:
     """`(AIC, BIC, FPE)` of `model`'s free-run residuals $e_t$ on `data` (initial
     states estimated), over the $N$ valid steps of every experiment, with
@@ -347,6 +349,7 @@ def _ranking(rows, criterion: str) -> list[int]:
     return sorted(range(len(rows)), key=lambda i: getattr(rows[i], criterion))
 
 
+@checks_own_arguments
 def select_order(
     data,
     orders=None,

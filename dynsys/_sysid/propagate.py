@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
+from .._custom_types import checks_own_arguments
 from .._fitting.covariance import jacobian_in_groups, ParameterCovariance
 
 
@@ -20,6 +21,7 @@ def _check_covariance(call: str, covariance) -> ParameterCovariance:
     return covariance
 
 
+@checks_own_arguments
 def propagate_std(
     fn: Callable, covariance: ParameterCovariance, model=None
 ) -> np.ndarray:
@@ -56,6 +58,7 @@ def linearised_std(gradient: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     return np.sqrt(np.maximum(variance, 0.0)).reshape(gradient.shape[:-1])
 
 
+@checks_own_arguments
 def monte_carlo(
     fn: Callable,
     covariance: ParameterCovariance,

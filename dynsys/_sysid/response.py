@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float
 
+from .._custom_types import checks_own_arguments
 from .._jit import device_array
 from .._systems.ode import LinearODE
 from .._systems.system import LinearSystem
@@ -43,6 +44,7 @@ def _output_matrix(C, n: int, dtype) -> Array:
     return jnp.eye(n, dtype=dtype) if C is None else C
 
 
+@checks_own_arguments
 def frequency_response(
     system, frequencies: Float[ArrayLike, " F"], *, covariance=None
 ) -> Complex[Array, "F p m"] | tuple[Complex[Array, "F p m"], Float[Array, "F p m"]]:
@@ -160,6 +162,7 @@ def _markov_parameters(matrices, num_steps: int, cumulative: bool = False) -> Ar
     return jnp.cumsum(markov, axis=0) if cumulative else markov
 
 
+@checks_own_arguments
 def impulse_response(system, num_steps: int) -> Float[Array, "num_steps p m"]:
     """The impulse response (Markov parameters) of a linear discrete-time system from
     $x_0 = 0$: $h_0 = D$, $h_t = C K^{t-1} B$ for $t \\ge 1$.
@@ -191,6 +194,7 @@ def impulse_response(system, num_steps: int) -> Float[Array, "num_steps p m"]:
     return _impulse("impulse_response", system, num_steps)
 
 
+@checks_own_arguments
 def step_response(system, num_steps: int) -> Float[Array, "num_steps p m"]:
     """The step response of a linear discrete-time system from $x_0 = 0$: entry
     `[t, i, j]` is output `i` at step `t` when input `j` is 1 from step 0 on,

@@ -62,8 +62,9 @@ def arrays_only(s: Signals) -> Signals:
     return s._replace(lengths=(), names=(), dt=None)
 
 
-def linear_of(model: AbstractSystem) -> LinearSystem | None:
-    """`model` as a `LinearSystem` (itself, or its `to_linear()`), else `None`."""
+def linear_of(model: object) -> LinearSystem | None:
+    """`model` (any object) as a `LinearSystem` (itself, or its `to_linear()`), else
+    `None`."""
     if isinstance(model, LinearSystem):
         return model
     to_linear = getattr(model, "to_linear", None)

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from .._custom_types import checks_own_arguments
 from .signals import signals
 
 
@@ -108,6 +109,7 @@ def _density_scale(nperseg: int, window: np.ndarray, fs: float) -> np.ndarray:
     return scale
 
 
+@checks_own_arguments
 def spectral_estimate(data, *, nperseg=None, window="hann") -> SpectralEstimate:
     """The frequency response of the data, estimated without a model by Welch's
     method: each experiment is cut into half-overlapping segments of `nperseg`

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._custom_types import checks_own_arguments
 from .._data.checks import check_data, warn_findings
 from .._jit import device_array, kept_jit
 from .._systems.innovation import InnovationSystem
@@ -202,6 +203,7 @@ def _prepared(call: str, data, offset: bool):
     return deviations(s, u_bar, y_bar), (u_bar, y_bar), True
 
 
+@checks_own_arguments
 def subspace_singular_values(
     data, *, horizon: int | None = None, offset: bool = True
 ) -> Float[Array, " k"]:
@@ -271,6 +273,7 @@ def _max_order(call: str, s: Signals, horizon: int, order: int | None) -> int:
     return max_order
 
 
+@checks_own_arguments
 def fit_subspace(
     data,
     order: int | None = None,
@@ -399,6 +402,7 @@ def subspace_bases(call: str, data, *, horizon: int | None, offset: bool):
     return basis
 
 
+@checks_own_arguments
 def realise(
     call: str, basis: SubspaceBasis, order: int, feedthrough: bool, noise_model: bool
 ) -> LinearSystem | InnovationSystem:

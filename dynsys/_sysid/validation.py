@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from .._custom_types import checks_own_arguments
 from .._fitting.metrics import no_variance
 from .._jit import kept_jit
 from .._rollout.rollout import rollout
@@ -207,6 +208,7 @@ def _comparison(s: Signals, predicted: Array, x0: Array, horizon) -> Comparison:
     )
 
 
+@checks_own_arguments
 def compare(
     model: AbstractSystem,
     data,
@@ -311,6 +313,7 @@ def _free_run_or_ahead(model, s: Signals, x0, horizon: int | None, window: int):
     return _prediction(model, s, x0, horizon, window), x0
 
 
+@checks_own_arguments
 def predict(
     model: AbstractSystem,
     data,
@@ -419,6 +422,7 @@ def _correlations(difference, us, mask, max_lag: int):
     return e, auto, cross
 
 
+@checks_own_arguments
 def residual_analysis(
     model: AbstractSystem,
     data,

@@ -170,12 +170,12 @@ def check_levels(
 
 
 def constant_terms(
-    B: Array | None,
-    D: Array | None,
-    offset: Array | None,
-    input_level: Array | None,
-    output_level: Array | None,
-) -> tuple[Array | None, Array | None]:
+    B: ArrayLike | None,
+    D: ArrayLike | None,
+    offset: ArrayLike | None,
+    input_level: ArrayLike | None,
+    output_level: ArrayLike | None,
+) -> tuple[ArrayLike | None, ArrayLike | None]:
     """The constant terms `(a, c)` of the same system written without levels,
     $x_{t+1} = K x_t + B u_t + a$, $y_t = C x_t + D u_t + c$: $a = \\mathrm{offset}
     - B \\bar u$, $c = \\bar y - D \\bar u$ (`None` where zero)."""
