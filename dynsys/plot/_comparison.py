@@ -229,7 +229,7 @@ def comparison(
     predictions: Mapping[str, np.ndarray] | None = None,
     *,
     truth=None,
-    fit_percent: Mapping[str, Sequence[float]] | None = None,
+    fit_percent: Mapping[str, Sequence[float] | np.ndarray] | None = None,
     roles: Mapping[str, str] | None = None,
     experiment: int = 0,
     channels: Sequence[int] | None = None,
