@@ -294,7 +294,8 @@ def modes(system) -> Modes:
     damping = np.where(np.isinf(frequency), 1.0, damping)  # eigenvalue 0
     order = np.lexsort((eigenvalues.imag, frequency))
     return Modes(
-        device_array(eigenvalues[order]),
+        # complex as documented: eigvals gives a real array when all are real
+        device_array(eigenvalues.astype(np.complex128)[order]),
         device_array(frequency[order]),
         device_array(damping[order]),
         dt,
