@@ -4,6 +4,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+from jaxtyping import ArrayLike
 
 from . import _bands, _layout
 from ._style import line_style, model_styles, style
@@ -226,10 +227,10 @@ def _draw_bands(a, i, p, times, shown, predictions, styles, z, level) -> None:
 def comparison(
     ts,
     measured=None,
-    predictions: Mapping[str, np.ndarray] | None = None,
+    predictions: Mapping[str, ArrayLike] | None = None,
     *,
     truth=None,
-    fit_percent: Mapping[str, Sequence[float] | np.ndarray] | None = None,
+    fit_percent: Mapping[str, Sequence[float] | ArrayLike] | None = None,
     roles: Mapping[str, str] | None = None,
     experiment: int = 0,
     channels: Sequence[int] | None = None,
@@ -240,7 +241,7 @@ def comparison(
     title: str | None = None,
     ax: "Sequence[Axes] | None" = None,
     max_points: int | None = 2000,
-    bands: Mapping[str, np.ndarray] | None = None,
+    bands: Mapping[str, ArrayLike] | None = None,
     level: float = 0.99,
 ) -> "Figure":
     """Measured against predicted channels, one panel per channel, with fit %.
