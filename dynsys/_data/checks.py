@@ -42,7 +42,7 @@ def _valid_rows(array: np.ndarray, lengths) -> list[np.ndarray]:
     return [array[i, :T_i] for i, T_i in enumerate(lengths)]
 
 
-def _round_off(values: np.ndarray, dtype) -> float:
+def _round_off(values: np.ndarray, dtype) -> float | np.floating:
     """The spread that round-off alone gives a channel of these magnitudes."""
     eps = np.finfo(dtype).eps if np.issubdtype(dtype, np.floating) else 1e-16
     scale = float(np.max(np.abs(values))) if values.size else 0.0

@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._custom_types import checks_own_arguments
 from .config import (
     apply_overrides,
     ConfigError,
@@ -181,6 +182,7 @@ def _train_options() -> Schema:
     }
 
 
+@checks_own_arguments
 def resolve_config(
     config: "str | os.PathLike | Mapping[str, Any]",
     overrides: "Mapping[str, Any] | Sequence[str] | None" = None,

@@ -74,7 +74,7 @@ def _draw_metric(ax, xs, ys, label: str, style: dict):
 def sweep(
     key: str,
     values: Sequence,
-    metrics: Mapping[str, Sequence],
+    metrics: Mapping[str, Sequence | np.ndarray],
     *,
     xlabel: str | None = None,
     ylabel: str = "metric",
