@@ -17,6 +17,9 @@ file's own import lines once, so a name is added in one place).
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    # Compiling once across runs (opt-in: a plain call changes no JAX setting).
+    from ._compile.cache import use_compile_cache as use_compile_cache
+
     # Data: datasets, files, simulation.
     from ._data.checks import check_data as check_data
     from ._data.dataset import Dataset as Dataset

@@ -87,7 +87,7 @@ def _simulate(args: argparse.Namespace) -> int:
     _check_simulate_options(args)
     out = check_out(args.out, "--out")  # before the zoo imports JAX
 
-    from dynsys._compile_cache import use_compile_cache
+    from dynsys._compile.cache import use_compile_cache
     from dynsys._experiments.results import strict_json
 
     use_compile_cache()
@@ -680,21 +680,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     if argv is None:  # the command's own process: JAX has not started yet
-        from . import _read_ahead
+        from ._compile import read_ahead
+        from ._compile.jit import use_for_process
         from ._experiments.figure_helper import enable_for_process
-        from ._jit import use_for_process
 
         use_for_process()
         enable_for_process()  # figures drawn on two cores
-        _read_ahead.enable_for_process()  # kept programs loaded on a thread
+        read_ahead.enable_for_process()  # kept programs loaded on a thread
         gc.set_threshold(*COMMAND_GC_THRESHOLDS)
     distributed = getattr(args, "distributed", False)
     if distributed:
-        from ._experiments.supervise import supervise, SUPERVISED
+        from . import _config
+        from ._experiments.supervise import supervise
 
-        if argv is None and not os.environ.get(SUPERVISED):
+        supervised = _config.read(_config.SUPERVISED)
+        if argv is None and not supervised:
             return supervise(sys.argv[1:], out_root=args.out_root)
-        if os.environ.get(SUPERVISED):  # the watched child: leave without waiting
+        if supervised:  # the watched child: leave without waiting
             return _leave(_main(args, distributed))  # for the other processes
     return _main(args, distributed)
 

@@ -92,7 +92,7 @@ def _measure(size, steps, levels):
 
     import dynsys
     from dynsys._fitting import chunk, train
-    from dynsys._jit import _LEVEL, compiler_options
+    from dynsys._compile.jit import _LEVEL, compiler_options
     from dynsys._sysid.stabilise import stabilised_start
 
     states, outputs, inputs, samples = size

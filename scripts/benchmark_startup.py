@@ -156,10 +156,10 @@ def cache_rows(
     """`(workload, cold, warm, cold with XLA's default options)`: `dynsys fit
     --no-progress` with an empty cache folder, again with the folder the first run
     filled, and with an empty folder and `XLA_FLAGS` naming the options dynsys sets
-    (`dynsys/_jit.py`) at XLA's own values, so that XLA's defaults are used
+    (`dynsys/_compile/jit.py`) at XLA's own values, so that XLA's defaults are used
     (medians of `repeats` triples, each with new folders). Also, per workload that
     ran, `{"cold": parts, "warm": parts}`: the median `run_parts` of its runs."""
-    from dynsys._jit import as_flags, compiler_options, XLA_DEFAULTS
+    from dynsys._compile.jit import as_flags, compiler_options, XLA_DEFAULTS
 
     dynsys = _dynsys_command()
     options = compiler_options("")

@@ -14,7 +14,8 @@ import sys
 import jax
 import pytest
 
-from dynsys import _compile_cache, _jit
+import dynsys
+from dynsys._compile import cache as _compile_cache, jit as _jit
 
 
 # `dynsys fit` through `dynsys.cli.main`, counting JAX's compilation events: each
@@ -63,7 +64,7 @@ def _metrics(tmp_path: pathlib.Path, out: str) -> dict:
 
 
 def _kept(cache: pathlib.Path) -> dict[str, bytes]:
-    """dynsys's kept programs in a cache folder (`_kept_programs`), by file name."""
+    """dynsys's kept programs in a cache folder (`kept_programs`), by file name."""
     folder = cache / _compile_cache.KEPT_SUBFOLDER
     return {
         p.name: p.read_bytes() for p in folder.glob("*" + _compile_cache.KEPT_SUFFIX)

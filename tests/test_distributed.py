@@ -114,7 +114,7 @@ WORKER = (
              K_train=trained.final_model.K, losses_train=trained.losses,
              fit_percent=whole.metrics["train"]["fit_percent"], xs=xs,
              mismatch=mismatch, indivisible=indivisible,
-             cache=str(dynsys._compile_cache.current_status()))
+             cache=str(dynsys.use_compile_cache()))
 
     # The command line in the same processes: `dynsys run CONFIG --distributed`.
     import contextlib

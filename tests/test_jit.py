@@ -1,4 +1,4 @@
-"""The XLA options of dynsys's host-loop programs (`dynsys/_jit.py`): given only with
+"""The XLA options of dynsys's host-loop programs (`dynsys/_compile/jit.py`): given only with
 the jaxlib versions they were measured on, never over a user's own `XLA_FLAGS`,
 attached to the programs (JAX refuses them on a nested one), and the programs
 compute what they compute without them."""
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dynsys import _jit
+from dynsys._compile import jit as _jit
 
 
 _OPTION = "xla_cpu_use_fusion_emitters"

@@ -1,5 +1,5 @@
-"""Compiled programs kept across runs (`dynsys/_kept_programs.py`) and the key they
-are filed under (`dynsys/_program_key.py`): a kept program gives what
+"""Compiled programs kept across runs (`dynsys/_compile/kept_programs.py`) and the key they
+are filed under (`dynsys/_compile/program_key.py`): a kept program gives what
 `equinox.filter_jit` gives, to the bit; a new process loads it without tracing; a
 key names one program only (what tracing depends on changes it, what it does not
 leave it alone), and a call that cannot be keyed is compiled as usual."""
@@ -17,7 +17,11 @@ import numpy as np
 import pytest
 
 import dynsys
-from dynsys import _jit, _kept_programs, _program_key
+from dynsys._compile import (
+    jit as _jit,
+    kept_programs as _kept_programs,
+    program_key as _program_key,
+)
 from dynsys._fitting.chunk import run_chunk
 
 
@@ -49,7 +53,8 @@ import json, pathlib, sys
 import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
-from dynsys import _jit, _kept_programs, _program_key
+from dynsys._compile import jit as _jit, kept_programs as _kept_programs
+from dynsys._compile import program_key as _program_key
 import kept_helper
 
 folder = pathlib.Path(sys.argv[1])
@@ -72,7 +77,7 @@ print(json.dumps({
 
 
 # Loading a kept program is tested where dynsys keeps programs: the jaxlib it was
-# tested with, on the CPU (`_jit._keeps_programs`).
+# tested with, on the CPU (`_compile/jit.py`, `_keeps_programs`).
 _keeps = pytest.mark.skipif(
     not _jit._keeps_programs(), reason="dynsys keeps no programs with this jaxlib"
 )
@@ -120,8 +125,8 @@ def test_a_program_compiled_while_jaxs_cache_holds_it_is_kept_whole(tmp_path):
     folder = jax_cache / "programs"
     code = _RUN.replace(
         "folder = pathlib.Path",
-        "from dynsys import _compile_cache\n"
-        "_compile_cache.use_compile_cache(sys.argv[1] + '/..')\n"
+        "import dynsys\n"
+        "dynsys.use_compile_cache(sys.argv[1] + '/..')\n"
         "folder = pathlib.Path",
     )
 
@@ -168,6 +173,9 @@ def test_a_key_follows_what_tracing_depends_on():
     other = _linear(3)
     other = eqx.tree_at(lambda m: m.K, other, other.K * 0.5)
     assert _key(other, 2, "a") == base
+    # The code is part of it: every source file of the package, not only of the
+    # folder that computes the key.
+    assert _program_key.PACKAGE == pathlib.Path(dynsys.__file__).resolve().parent
 
 
 # This module's package, for the tests that let the key name its functions.

@@ -1,4 +1,4 @@
-"""Kept programs read ahead (`dynsys/_read_ahead.py`): the programs listed after a
+"""Kept programs read ahead (`dynsys/_compile/read_ahead.py`): the programs listed after a
 run's first are loaded on a thread in their order and handed over once each; one
 the caller reached first is left to it; the list is written again only when the
 run's keys differ; and in a new process the programs come from the thread, with
@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from dynsys import _jit, _read_ahead
+from dynsys._compile import jit as _jit, read_ahead as _read_ahead
 
 
 def _loader(calls: list, fail: str = ""):
@@ -104,7 +104,11 @@ import json, pathlib, sys
 import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
-from dynsys import _kept_programs, _program_key, _read_ahead
+from dynsys._compile import (
+    kept_programs as _kept_programs,
+    program_key as _program_key,
+    read_ahead as _read_ahead,
+)
 import ahead_helper
 
 folder = pathlib.Path(sys.argv[1])

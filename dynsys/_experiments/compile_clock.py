@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from .._kept_programs import LOAD_EVENT
+from .._compile.kept_programs import LOAD_EVENT
 
 
 # The jax.monitoring events (jax/_src/dispatch.py, jax/_src/compiler.py).
@@ -42,7 +42,7 @@ class CompileWork:
     - `programs`: the backend programs asked for (each compiled, or loaded).
     - `cache_hits`: those of them that came from the persistent compilation cache.
     - `loading_seconds`, `programs_loaded`: the time spent reading dynsys's kept
-        programs (`_kept_programs`), which need no tracing, lowering or backend
+        programs (`_compile/kept_programs.py`), which need no tracing, lowering or backend
         compilation, and how many were read.
     """
 

@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
+from .._compile.jit import host_key
 from .._distributed import share_between_processes
-from .._jit import host_key
 from . import figure_helper, fit_checks
 from .compile_clock import stage
 from .config import ConfigError

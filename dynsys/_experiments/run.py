@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._atomic_write import with_path
-from .._compile_cache import use_compile_cache
+from .._compile.cache import use_compile_cache
 from .config import resolve_data_file
 from .interrupt import catch_interrupts
 from .results import ExperimentResult

@@ -4,7 +4,7 @@
 import pathlib
 import warnings
 
-from .._compile_cache import CacheStatus, current_status
+from .._compile.cache import CacheStatus, current_status
 from .._data.checks import DataWarning
 from .compile_clock import stage, StageClock
 from .config import (

@@ -20,8 +20,10 @@ import sys
 import threading
 import time
 
+from .. import _config
 
-SUPERVISED = "DYNSYS_SUPERVISED"  # set in the child: it runs the experiment itself
+
+SUPERVISED = _config.SUPERVISED  # set in the child: it runs the experiment itself
 GRACE_SECONDS = 3.0
 
 # The first line of a crash of the runtime: an absl fatal log line, a failed CHECK,
@@ -31,23 +33,11 @@ _FATAL = re.compile(
 )
 
 
-def _environment(*names: str) -> str | None:
-    for name in names:
-        value = os.environ.get(name)
-        if value:
-            return value
-    return None
-
-
 def who() -> str:
     """`"process 1 of 2"` from the variables of dynsys or the launcher, else
     `"this process"`."""
-    rank = _environment(
-        "DYNSYS_PROCESS_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"
-    )
-    size = _environment(
-        "DYNSYS_NUM_PROCESSES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"
-    )
+    rank = _config.first_set(_config.PROCESS_ID, *_config.LAUNCHER_RANKS)
+    size = _config.first_set(_config.NUM_PROCESSES, *_config.LAUNCHER_SIZES)
     if rank is None:
         return "this process"
     return f"process {rank}" + (f" of {size}" if size else "")
@@ -77,8 +67,8 @@ def crash_line(code: int, crash: str, log: str = "") -> str:
         TIMEOUT_ENVIRONMENT,
     )
 
-    address = os.environ.get("DYNSYS_COORDINATOR") or "the coordinator"
-    count = os.environ.get("DYNSYS_NUM_PROCESSES") or "the"
+    address = _config.read(_config.COORDINATOR) or "the coordinator"
+    count = _config.read(_config.NUM_PROCESSES) or "the"
     if "incarnation" in log + crash:  # the coordinator saw one id join twice
         return (
             f"{who()}: two processes joined as the same process (a "
@@ -87,7 +77,7 @@ def crash_line(code: int, crash: str, log: str = "") -> str:
             "written."
         )
     if "RegisterTask" in crash or "Barrier" in crash:
-        wait = os.environ.get(TIMEOUT_ENVIRONMENT) or DEFAULT_TIMEOUT
+        wait = _config.read(TIMEOUT_ENVIRONMENT) or DEFAULT_TIMEOUT
         return (
             f"{who()}: not every process joined {address} within {wait} s; check that "
             f"all {count} processes were started with the same DYNSYS_NUM_PROCESSES, "
@@ -96,7 +86,7 @@ def crash_line(code: int, crash: str, log: str = "") -> str:
             "the wait)."
         )
     if crash:
-        wait = os.environ.get(HEARTBEAT_ENVIRONMENT) or DEFAULT_HEARTBEAT_TIMEOUT
+        wait = _config.read(HEARTBEAT_ENVIRONMENT) or DEFAULT_HEARTBEAT_TIMEOUT
         status = re.search(r"absl::Status: ([^\n]*)", crash)
         why = status.group(1).strip()[:160] if status else crash.splitlines()[0][:160]
         return (

@@ -13,10 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
-from .._compile_cache import use_compile_cache
+from .._compile.jit import device_array, top_level_jit
 from .._data.checks import check_data, warn_findings
 from .._data.dataset import Dataset
-from .._jit import device_array, top_level_jit
 from .._rollout.adjoint import AbstractAdjoint, LinearAdjoint
 from .._rollout.method import AbstractMethod
 from .._rollout.rollout import rollout
@@ -768,7 +767,6 @@ def fit(
     """
     checked = _checked(model, data, loss, val_data, fit_x0, num_steps, horizon)
     data, loss, val_data = checked
-    use_compile_cache(keep_current=True)  # docs/performance.md, "Compile once"
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
     batch = _batch(data, _model_dtype(model))
     params = (model, _initial_x0s(objective, loss, data, model))

@@ -8,7 +8,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from .._jit import top_level_jit
+from .._compile.jit import top_level_jit
 from .._systems.innovation import InnovationSystem
 from .losses import (
     FitObjective,

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PRNGKeyArray, PyTree, Scalar
 
-from .._jit import device_array, host_key
+from .._compile.jit import device_array, host_key
 from .._rollout.sharding import leading_axis_shardings
 from .batches import chunk_indices, on_device
 from .chunk import evaluate, HeldOutEachStep, init_carry, run_chunk

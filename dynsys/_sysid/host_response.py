@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._jit import kept_jit
+from .._compile.jit import kept_jit
 from .propagate import _check_covariance, linearised_std
 from .response import _discrete, _needs_input
 

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float
 
-from .._jit import device_array
+from .._compile.jit import device_array
 from .._systems.ode import LinearODE
 from .._systems.system import LinearSystem
 from .propagate import propagate_std

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._compile.jit import device_array, kept_jit
 from .._data.checks import check_data, warn_findings
-from .._jit import device_array, kept_jit
 from .._systems.innovation import InnovationSystem
 from .._systems.system import LinearSystem
 from .input_matrices import input_matrices

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from .._compile.jit import kept_jit
 from .._fitting.metrics import no_variance
-from .._jit import kept_jit
 from .._rollout.rollout import rollout
 from .._systems.innovation import InnovationSystem
 from .._systems.system import AbstractSystem, LinearSystem

@@ -1,7 +1,7 @@
 """Kept programs read ahead: the programs an earlier run of the `dynsys` command
 used are loaded on a background thread while this run computes.
 
-Loading the kept programs (`_kept_programs`) is 0.3-0.45 s of a warm `dynsys fit`
+Loading the kept programs (`kept_programs`) is 0.3-0.45 s of a warm `dynsys fit`
 on an 800-sample record, each one read when it is first called. Their keys are
 known only from a call's arguments, but the first program a run calls names the run
 well (its key holds the code, the data's shapes and the settings): the keys that
@@ -22,8 +22,8 @@ import pathlib
 import threading
 from collections.abc import Callable
 
-from ._atomic_write import write_atomic
-from ._compile_cache import NEXT_SUFFIX
+from .._atomic_write import write_atomic
+from .cache import NEXT_SUFFIX
 
 
 _MOST = 64  # keys listed at most
@@ -115,7 +115,7 @@ def taken(folder: pathlib.Path, key: str, suffix: str, loader: Callable):
     """Note that this process calls the kept program `key` of `folder`, and return
     it when it was read ahead (else `None`). The first call of the process starts
     reading ahead the programs that followed `key` last time; `loader(path, key)`
-    reads one (`_kept_programs.load`, without its clock event)."""
+    reads one (`kept_programs.load`, without its clock event)."""
     if not _state["enabled"]:
         return None
     run = _state["run"]

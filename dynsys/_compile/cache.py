@@ -1,9 +1,12 @@
 """JAX's persistent compilation cache for dynsys: compile a program once, across runs.
 
-`fit`, `run_experiment` and the `dynsys` command switch it on (`import dynsys` alone
-changes no JAX setting). Where it lives, first match wins:
+`use_compile_cache` turns it on (public as `dynsys.use_compile_cache`). The `dynsys`
+command and `run_experiment` call it; a plain library call (`fit`, `train`,
+`rollout`, ...) never does, and never changes a JAX setting. Where it lives, first
+match wins:
 
-1. the `compile_cache` config key of an experiment (a folder, or `"off"`);
+1. the folder given to `use_compile_cache`, or `"off"` (`run_experiment` gives
+    its config's `compile_cache` key);
 2. the `DYNSYS_CACHE_DIR` environment variable (a folder; empty or `off`: no cache);
 3. a cache folder the user gave JAX themselves (`jax_compilation_cache_dir`), used
     as it is, with JAX's own thresholds;
@@ -11,7 +14,7 @@ changes no JAX setting). Where it lives, first match wins:
 
 A folder dynsys chooses gets every compiled program (no minimum compile time or
 size), so that a second run of the same shapes compiles nothing; dynsys's own
-programs are kept there too, in `programs/` (`_kept_programs`: a second run does not
+programs are kept there too, in `programs/` (`kept_programs`: a second run does not
 even trace them). The folder is kept under 2 GiB by `prune_folder` (at most once a
 day; JAX's own size limit would scan the whole folder on every write). The cache
 never makes a run fail: a folder that cannot be written, or a disk with almost no
@@ -30,18 +33,20 @@ import time
 import warnings
 from collections.abc import Iterator
 
+from .. import _config
 
-ENVIRONMENT_VARIABLE = "DYNSYS_CACHE_DIR"
+
+ENVIRONMENT_VARIABLE = _config.CACHE_DIR
 # Below this much free space the cache is not used: its entries would fail to write.
 _MIN_FREE_BYTES = 64 * 2**20
 # The most a folder dynsys chose may hold (`prune_folder`), and how often it is checked.
 _MAX_BYTES = 2 * 2**30
 _PRUNE_EVERY_SECONDS = 24 * 3600
 _PRUNED_STAMP = ".dynsys-pruned"
-# Where `_kept_programs` keeps its compiled programs in a folder dynsys chose.
+# Where `kept_programs` keeps its compiled programs in a folder dynsys chose.
 KEPT_SUBFOLDER = "programs"
 KEPT_SUFFIX = ".program"
-NEXT_SUFFIX = ".next"  # `_read_ahead`'s list beside a kept program
+NEXT_SUFFIX = ".next"  # `read_ahead`'s list beside a kept program
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +83,7 @@ _said: set[str] = set()
 
 def default_folder() -> pathlib.Path:
     """`$XDG_CACHE_HOME/dynsys/jax`, or `~/.cache/dynsys/jax`."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    base = _config.read(_config.XDG_CACHE_HOME) or os.path.join("~", ".cache")
     return pathlib.Path(base).expanduser() / "dynsys" / "jax"
 
 
@@ -87,28 +92,47 @@ def current_status() -> CacheStatus | None:
     return _current
 
 
-def use_compile_cache(
-    setting: "str | os.PathLike | None" = None, *, keep_current: bool = False
-) -> CacheStatus:
-    """Point JAX's persistent compilation cache at the folder dynsys uses.
+def use_compile_cache(folder: "str | os.PathLike | None" = None) -> CacheStatus:
+    """Turn on JAX's persistent compilation cache for this process, in a folder of
+    dynsys's, so that a later run of the same shapes compiles nothing.
+
+    A plain library call never changes JAX's settings; call this once, before the
+    first fit, in a program of your own that wants the cache (the `dynsys` command
+    and `run_experiment` call it). It sets `jax_compilation_cache_dir` to the
+    folder, writes every program there (no minimum compile time or size, no JAX
+    size limit: the folder is kept under 2 GiB by dynsys, pruned at most once a
+    day) and keeps dynsys's own compiled programs in its `programs/` subfolder,
+    which a later process loads without tracing them (`docs/performance.md`,
+    "Compile once across runs"). These settings affect every later `jax.jit` of the
+    process, yours included.
 
     **Arguments:**
 
-    - `setting`: a folder, `"off"` (or `""`) for no cache, or `None` to choose as
-        the module docstring says (environment variable, the user's JAX setting,
-        the default folder).
-    - `keep_current`: with `setting=None`, keep what an earlier call in this
-        process set (as `fit` does inside `run_experiment`).
+    - `folder`: the cache folder; `"off"` (or `""`) for no cache; `None` to take
+        `DYNSYS_CACHE_DIR` (a folder, or empty or `off`), else a folder you gave
+        JAX yourself (`jax_compilation_cache_dir`, used as it is, with JAX's own
+        thresholds and no kept programs), else `$XDG_CACHE_HOME/dynsys/jax`
+        (`~/.cache/dynsys/jax`).
 
     **Returns:**
 
-    The `CacheStatus`. A folder that cannot be used gives a status without a folder
-    and one warning (once per reason and process); nothing is raised.
+    A `CacheStatus`: `folder` (`None` when there is no cache), `source` (what chose
+    it: `"config"` for the `folder` argument, `"DYNSYS_CACHE_DIR"`, `"jax"` or
+    `"default"`) and `reason` (why there is no cache). A folder that cannot be
+    written, or a disk with less than 64 MiB free, gives a status without a folder
+    and one warning (once per reason and process); nothing is raised. The processes
+    of a `jax.distributed` run on CPU get no cache (said in `reason`).
+
+    **Example:**
+
+    ```python
+    status = dynsys.use_compile_cache("~/.cache/my-project/jax")
+    status.folder  # the folder, made absolute
+    result = dynsys.fit(model, data)  # a second run of this program compiles less
+    ```
     """
     global _current
-    if keep_current and setting is None and _current is not None:
-        return _current
-    status = _choose(setting)
+    status = _choose(folder)
     if status.folder is not None and status.source != "jax":
         if _several_cpu_processes():
             # Said in the status (the run's summary and metrics), not as a
@@ -122,12 +146,12 @@ def use_compile_cache(
     return status
 
 
-def _choose(setting) -> CacheStatus:
+def _choose(folder) -> CacheStatus:
     """The folder (or none) and what chose it, before checking it."""
-    if setting is not None:
-        return _from_text(os.fspath(setting), "config")
-    if ENVIRONMENT_VARIABLE in os.environ:
-        return _from_text(os.environ[ENVIRONMENT_VARIABLE], ENVIRONMENT_VARIABLE)
+    if folder is not None:
+        return _from_text(os.fspath(folder), "config")
+    if (text := _config.read(ENVIRONMENT_VARIABLE)) is not None:
+        return _from_text(text, ENVIRONMENT_VARIABLE)
     import jax
 
     theirs = jax.config.jax_compilation_cache_dir
@@ -256,7 +280,7 @@ def prune_folder(
 
 def _entries(folder: pathlib.Path) -> Iterator[os.DirEntry]:
     """The compiled programs of a cache folder: JAX's (`*-cache`) and dynsys's kept
-    ones (`programs/*.program`, `_kept_programs`)."""
+    ones (`programs/*.program`, `kept_programs`)."""
     for entry in os.scandir(folder):
         if entry.name.endswith("-cache") and entry.is_file():
             yield entry
@@ -270,5 +294,5 @@ def _entries(folder: pathlib.Path) -> Iterator[os.DirEntry]:
 def _say_once(message: str) -> None:
     if message not in _said:
         _said.add(message)
-        # stacklevel 4: the caller of `fit`/`run_experiment` (this, use_..., them).
+        # stacklevel 4: the caller of `run_experiment` (this, use_..., it).
         warnings.warn(message, RuntimeWarning, stacklevel=4)

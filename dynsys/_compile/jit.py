@@ -32,7 +32,7 @@ programs; the chunk's `repeated=True` overrides it.
 
 Both `top_level_jit` and `kept_jit` (the same without options, for functions a user
 may call inside their own `jax.jit`) keep their compiled programs across runs
-(`_kept_programs`), so that a warm run neither traces nor lowers them.
+(`kept_programs`), so that a warm run neither traces nor lowers them.
 
 JAX accepts compiler options only on a program that is not traced inside another
 (`jax.jit` raises otherwise), so only functions that dynsys calls from its host
@@ -45,6 +45,8 @@ import functools
 import os
 import pathlib
 
+from .. import _config
+
 
 _OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 _LEVEL = "xla_backend_optimization_level"
@@ -56,7 +58,7 @@ _RUN_ONCE = {_LEVEL: 0}
 _REPEATED = {_LEVEL: 1}
 # The entries `use_for_process` added to `XLA_FLAGS` (inherited by child processes),
 # so that they are not taken for the user's own settings.
-_ADDED = "DYNSYS_XLA_FLAGS_ADDED"
+_ADDED = _config.XLA_FLAGS_ADDED
 # jaxlib `(major, minor)` versions whose XLA has these options and was measured with
 # them, and with which compiled programs are kept across runs (`_keeps_programs`).
 _MEASURED_JAXLIB = ((0, 10),)
@@ -87,7 +89,7 @@ def _cpu_only() -> bool:
     installs bring, or TPUs' `libtpu`). Looked up without importing JAX."""
     import importlib.util
 
-    platforms = os.environ.get("JAX_PLATFORMS", "").strip().lower()
+    platforms = (_config.read(_config.JAX_PLATFORMS) or "").strip().lower()
     if platforms:
         return platforms == "cpu"
     try:
@@ -100,8 +102,9 @@ def _cpu_only() -> bool:
 
 def users_flags(environ=os.environ) -> str:
     """`environ["XLA_FLAGS"]` less the entries `use_for_process` added to it."""
-    added = set(environ.get(_ADDED, "").split())
-    return " ".join(f for f in environ.get("XLA_FLAGS", "").split() if f not in added)
+    added = set((_config.read(_ADDED, environ) or "").split())
+    flags = (_config.read(_config.XLA_FLAGS, environ) or "").split()
+    return " ".join(f for f in flags if f not in added)
 
 
 def compiler_options(xla_flags: str | None = None, repeated: bool = False) -> dict:
@@ -144,7 +147,7 @@ def _jitted(fun, options: dict, **kwargs):
     `equinox.filter_jit`."""
     if not kwargs and _keeps_programs():
         # Here: the `dynsys` command imports this module before JAX.
-        from ._kept_programs import KeptProgram
+        from .kept_programs import KeptProgram
 
         return KeptProgram(fun, options)
     import equinox as eqx
@@ -153,7 +156,7 @@ def _jitted(fun, options: dict, **kwargs):
 
 
 def _keeps_programs() -> bool:
-    """Whether compiled programs are kept across runs (`_kept_programs`): only with
+    """Whether compiled programs are kept across runs (`kept_programs`): only with
     the jaxlib versions it was tested on, and where JAX can only use the CPU (a
     loaded program skips the lowering that sets up some backends' kernels)."""
     return _jaxlib_version() in _MEASURED_JAXLIB and _cpu_only()
@@ -161,7 +164,7 @@ def _keeps_programs() -> bool:
 
 def kept_jit(fun):
     """`equinox.filter_jit(fun)` whose compiled programs are kept across runs
-    (`_kept_programs`: a later run loads them without tracing). Inside another
+    (`kept_programs`: a later run loads them without tracing). Inside another
     trace it is `filter_jit` itself, so a function a user may call under their own
     `jax.jit` may use it; no compiler options are given (see the module's
     docstring)."""
@@ -175,13 +178,14 @@ def use_for_process(environ=os.environ) -> None:
     `dynsys` command), not for a library call. The added entries are listed in
     `environ["DYNSYS_XLA_FLAGS_ADDED"]`, so that this process's `top_level_jit`
     programs (and child processes) still tell the user's settings from them."""
-    flags = environ.get("XLA_FLAGS", "").split()
+    flags = (_config.read(_config.XLA_FLAGS, environ) or "").split()
     extra = [
         f for f in as_flags(compiler_options(users_flags(environ))) if f not in flags
     ]
     if extra:
-        environ["XLA_FLAGS"] = " ".join([*flags, *extra])
-        environ[_ADDED] = " ".join([*environ.get(_ADDED, "").split(), *extra])
+        added = (_config.read(_ADDED, environ) or "").split()
+        environ[_config.XLA_FLAGS] = " ".join([*flags, *extra])
+        environ[_ADDED] = " ".join([*added, *extra])
 
 
 def device_array(a, dtype=None):

@@ -5,8 +5,8 @@ JAX's persistent compilation cache spares a warm run the compiling, but not the
 tracing and lowering that its key needs (1.5 s of a warm `dynsys fit` on a
 800-sample record, most of it the optimiser's chunk and the covariance). A
 `KeptProgram` files its compiled program (JAX's serialised executable) under a key
-that needs no tracing (`_program_key`), in the `programs` subfolder of the folder
-dynsys chose for JAX's cache (`_compile_cache`), and a later run with the same key
+that needs no tracing (`program_key`), in the `programs` subfolder of the folder
+dynsys chose for JAX's cache (`cache`), and a later run with the same key
 loads and runs it directly.
 
 Anything else runs as `equinox.filter_jit` would: no cache folder (or the user's own
@@ -23,9 +23,9 @@ import pickle
 import time
 import warnings
 
-from . import _compile_cache, _read_ahead
-from ._atomic_write import write_atomic
-from ._program_key import program_key, Unkeyed
+from .._atomic_write import write_atomic
+from . import cache, read_ahead
+from .program_key import program_key, Unkeyed
 
 
 # A `jax.monitoring` duration event per program read from its file (the stages'
@@ -37,10 +37,10 @@ _said: set[str] = set()
 
 def _folder() -> pathlib.Path | None:
     """Where programs are kept: in the folder dynsys chose for JAX's cache."""
-    status = _compile_cache.current_status()
+    status = cache.current_status()
     if status is None or status.folder is None or status.source == "jax":
         return None
-    return pathlib.Path(status.folder) / _compile_cache.KEPT_SUBFOLDER
+    return pathlib.Path(status.folder) / cache.KEPT_SUBFOLDER
 
 
 class _Program:
@@ -122,11 +122,11 @@ def load(path: pathlib.Path, key: str, clocked: bool = True) -> _Program | None:
 
 
 def _read_ahead_or_load(folder: pathlib.Path, path: pathlib.Path, key: str):
-    """`load(path, key)`, or the program read ahead for `key` (`_read_ahead`; the
+    """`load(path, key)`, or the program read ahead for `key` (`read_ahead`; the
     wait for it is its loading time)."""
     started = time.perf_counter()
     _initialise_kernels()  # here, before a loading thread needs them
-    program = _read_ahead.taken(folder, key, _compile_cache.KEPT_SUFFIX, _load_ahead)
+    program = read_ahead.taken(folder, key, cache.KEPT_SUFFIX, _load_ahead)
     if program is None:
         return load(path, key)
     import jax
@@ -233,7 +233,7 @@ class KeptProgram:
         arrays = [leaf for leaf, is_array in zip(leaves, dynamic) if is_array]
         program = self.programs.get(key)
         if program is None:
-            path = folder / (key + _compile_cache.KEPT_SUFFIX)
+            path = folder / (key + cache.KEPT_SUFFIX)
             program = _read_ahead_or_load(folder, path, key)
             if program is not None:
                 try:

@@ -1,5 +1,5 @@
 """A key that names a compiled program across processes, computed without tracing:
-what `_kept_programs` files a compiled program under.
+what `kept_programs` files a compiled program under.
 
 JAX's own persistent cache keys a program by its lowered text, so a warm run still
 traces and lowers every program (1.5 s of a warm `dynsys fit` on a 800-sample
@@ -24,11 +24,12 @@ import dataclasses
 import enum
 import functools
 import hashlib
-import os
 import pathlib
 import types
 
 import numpy as np
+
+from .. import _config
 
 
 # Packages whose module-level names may appear in a key: dynsys (its source is
@@ -61,6 +62,8 @@ _UNRELATED_SETTINGS = frozenset(
     )
 )
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
+# The dynsys package (above this folder), whose every source file is in the key.
+PACKAGE = pathlib.Path(__file__).resolve().parents[1]
 
 
 class Unkeyed(Exception):
@@ -163,10 +166,9 @@ def describe_array(x):
 @functools.cache
 def _source_digest() -> str:
     """sha256 of every source file of the dynsys package (names and contents)."""
-    root = pathlib.Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
+    for path in sorted(PACKAGE.rglob("*.py")):
+        digest.update(str(path.relative_to(PACKAGE)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
@@ -203,7 +205,7 @@ def environment() -> tuple:
         _source_digest(),
         _versions(),
         settings,
-        os.environ.get("XLA_FLAGS", ""),
+        _config.read(_config.XLA_FLAGS) or "",
         jax.process_count(),
         devices,
     )
