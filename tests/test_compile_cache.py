@@ -1,8 +1,9 @@
 """JAX's persistent compilation cache as dynsys uses it: a second identical
 `dynsys fit` compiles nothing (counted by JAX's own monitoring events and by the
 cache folder's entries) and a third one with broken entries compiles them again;
-an unusable folder runs without the cache and says so once; `import dynsys` alone
-changes no JAX setting. Each run is a fresh interpreter, so that the cache is all
+an unusable folder runs without the cache and says so once; `import dynsys` and a
+plain library call change no JAX setting, and `dynsys.use_compile_cache` turns the
+cache on. Each run of the command is a fresh interpreter, so that the cache is all
 it can reuse."""
 
 import json
@@ -12,6 +13,8 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import dynsys
@@ -173,14 +176,19 @@ def test_an_unusable_folder_runs_without_the_cache_and_says_so_once(tmp_path):
     assert record["folder"] is None and f"cannot write to {cache}" in record["reason"]
 
 
-def test_import_leaves_jax_alone_and_fit_uses_the_default_folder(tmp_path):
-    """`import dynsys` and a rollout change no JAX setting; `fit` points the cache
-    at `$XDG_CACHE_HOME/dynsys/jax` and writes its programs there."""
+def test_library_calls_leave_jax_alone_and_use_compile_cache_turns_it_on(tmp_path):
+    """`import dynsys`, a rollout and `fit` change no JAX setting and write nothing
+    to the default folder; `dynsys.use_compile_cache()` points the cache at
+    `$XDG_CACHE_HOME/dynsys/jax`, and a later `fit` writes its programs there."""
     code = (
         "import jax, jax.numpy as jnp, dynsys\n"
         "system = dynsys.LinearSystem(K=0.5 * jnp.eye(2))\n"
         "data = dynsys.simulate(system, jnp.ones((2, 2)), 5)\n"
         "print(jax.config.jax_compilation_cache_dir)\n"
+        "dynsys.fit(system, data, num_steps=2, progress=False)\n"
+        "print(jax.config.jax_compilation_cache_dir)\n"
+        "print(dynsys.use_compile_cache().folder)\n"
+        "data = dynsys.simulate(system, jnp.ones((2, 2)), 6)\n"  # not compiled yet
         "dynsys.fit(system, data, num_steps=2, progress=False)\n"
         "print(jax.config.jax_compilation_cache_dir)\n"
     )
@@ -200,8 +208,39 @@ def test_import_leaves_jax_alone_and_fit_uses_the_default_folder(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     folder = tmp_path / "xdg" / "dynsys" / "jax"
-    assert result.stdout.split() == ["None", str(folder)]
+    assert result.stdout.split() == ["None", "None", str(folder), str(folder)]
     assert _entries(folder)
+
+
+def test_a_plain_fit_changes_no_jax_setting(tmp_path, monkeypatch, pristine_cache):
+    # Even with a folder of dynsys's in the environment (which `fit` once pointed
+    # JAX's cache at): a library call leaves every JAX setting as it found it.
+    monkeypatch.setenv("DYNSYS_CACHE_DIR", str(tmp_path / "from-env"))
+    true = dynsys.LinearSystem(K=jnp.array([[0.9, 0.2], [-0.2, 0.9]]))
+    data = dynsys.simulate(true, jax.random.normal(jax.random.key(0), (4, 2)), 20)
+    start = dynsys.LinearSystem(K=0.5 * jnp.eye(2))
+    before = dict(jax.config.values)
+    plain = dynsys.fit(start, data, progress=False)
+    assert dict(jax.config.values) == before
+    assert _compile_cache.current_status() is None
+    assert not (tmp_path / "from-env").exists()
+
+    # `use_compile_cache(folder)` turns the cache on at that folder and says so.
+    folder = tmp_path / "mine"
+    status = dynsys.use_compile_cache(folder)
+    assert status == _compile_cache.CacheStatus(str(folder), "config")
+    assert _compile_cache.current_status() == status
+    assert jax.config.jax_compilation_cache_dir == str(folder) and folder.is_dir()
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
+    assert jax.config.jax_persistent_cache_min_entry_size_bytes == -1
+    assert jax.config.jax_compilation_cache_max_size == -1
+    # A fit with the cache on (kept programs, where this jaxlib keeps them) gives
+    # the same model, to the bit.
+    cached = dynsys.fit(start, data, progress=False)
+    np.testing.assert_array_equal(cached.model.K, plain.model.K)
+    np.testing.assert_array_equal(cached.losses, plain.losses)
+    if _jit._keeps_programs():
+        assert list((folder / _compile_cache.KEPT_SUBFOLDER).iterdir())
 
 
 def test_which_setting_wins(tmp_path, monkeypatch, pristine_cache):
@@ -209,8 +248,6 @@ def test_which_setting_wins(tmp_path, monkeypatch, pristine_cache):
     status = _compile_cache.use_compile_cache(str(tmp_path / "from-config"))
     assert (status.folder, status.source) == (str(tmp_path / "from-config"), "config")
     assert jax.config.jax_compilation_cache_dir == status.folder
-    # Inside a run, `fit` keeps what the run chose.
-    assert _compile_cache.use_compile_cache(keep_current=True) == status
     status = _compile_cache.use_compile_cache()
     assert (status.folder, status.source) == (
         str(tmp_path / "from-env"),

@@ -5,6 +5,7 @@ key names one program only (what tracing depends on changes it, what it does not
 leave it alone), and a call that cannot be keyed is compiled as usual."""
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -23,6 +24,10 @@ from dynsys._compile import (
     program_key as _program_key,
 )
 from dynsys._fitting.chunk import run_chunk
+
+
+# The helper's folder, and the dynsys this process imported (not another install).
+_PATH = os.pathsep.join([".", str(pathlib.Path(dynsys.__file__).parents[1])])
 
 
 # A function and a module of a package the key may name (`_NAMED_ROOTS` is widened
@@ -93,7 +98,7 @@ def _run(
         capture_output=True,
         text=True,
         timeout=300,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": "."},
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": _PATH},
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -5,6 +5,7 @@ run's keys differ; and in a new process the programs come from the thread, with
 the same results as loading them one by one."""
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -13,6 +14,10 @@ import threading
 import pytest
 
 from dynsys._compile import jit as _jit, read_ahead as _read_ahead
+
+
+# The helper's folder, and the dynsys this process imported (not another install).
+_PATH = os.pathsep.join([".", str(pathlib.Path(_jit.__file__).parents[2])])
 
 
 def _loader(calls: list, fail: str = ""):
@@ -139,7 +144,7 @@ def _run(tmp_path: pathlib.Path, folder: pathlib.Path) -> dict:
         capture_output=True,
         text=True,
         timeout=300,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": "."},
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": _PATH},
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
