@@ -32,7 +32,9 @@ programs; the chunk's `repeated=True` overrides it.
 
 Both `top_level_jit` and `kept_jit` (the same without options, for functions a user
 may call inside their own `jax.jit`) keep their compiled programs across runs
-(`kept_programs`), so that a warm run neither traces nor lowers them.
+(`kept_programs`) where the persistent cache is on, so that a warm run neither
+traces nor lowers them; which of the two paths a call takes is the rule in this
+folder's `__init__.py`.
 
 JAX accepts compiler options only on a program that is not traced inside another
 (`jax.jit` raises otherwise), so only functions that dynsys calls from its host
