@@ -292,6 +292,7 @@ def test_a_full_disk_turns_the_cache_off(tmp_path, monkeypatch, pristine_cache):
         status = _compile_cache.use_compile_cache(str(tmp_path / "cache"))
         _compile_cache.use_compile_cache(str(tmp_path / "cache"))  # said once
     assert len(caught) == 1
+    assert caught[0].filename == __file__  # the caller's line, not dynsys's
     assert status.folder is None and jax.config.jax_compilation_cache_dir is None
 
 

@@ -294,5 +294,18 @@ def _entries(folder: pathlib.Path) -> Iterator[os.DirEntry]:
 def _say_once(message: str) -> None:
     if message not in _said:
         _said.add(message)
-        # stacklevel 4: the caller of `run_experiment` (this, use_..., it).
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
+        warnings.warn(message, RuntimeWarning, stacklevel=_first_caller_outside())
+
+
+def _first_caller_outside() -> int:
+    """The `stacklevel`, for a warning of `_say_once`, of the first caller outside
+    the dynsys package: the user's call of `use_compile_cache` or of
+    `run_experiment`."""
+    import sys
+
+    # The package's folder as its modules' code names it (unresolved, like theirs).
+    package = os.path.dirname(os.path.dirname(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1  # `_say_once`, level 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
