@@ -76,7 +76,10 @@ def test_host_responses_and_bands_equal_the_jax_functions(getkey, name):
     np.testing.assert_allclose(band[1], std, rtol=1e-8, atol=1e-12)
     matrices = host.matrices_of(model, "test")
     np.testing.assert_allclose(
-        host.frequency_response(matrices, W_SAMPLE), response, rtol=1e-10, atol=1e-12
+        host.frequency_response_from_matrices(matrices, W_SAMPLE),
+        response,
+        rtol=1e-10,
+        atol=1e-12,
     )
 
     response, std = dynsys.step_response_band(cov, 20)
@@ -84,7 +87,9 @@ def test_host_responses_and_bands_equal_the_jax_functions(getkey, name):
     np.testing.assert_allclose(band[0], response, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(band[1], std, rtol=1e-8, atol=1e-12)
     np.testing.assert_allclose(
-        host.step_response(matrices, 20), dynsys.step_response(model, 20), atol=1e-12
+        host.step_response_from_matrices(matrices, 20),
+        dynsys.step_response(model, 20),
+        atol=1e-12,
     )
 
 
@@ -157,3 +162,34 @@ def test_static_gain_uncertainty_equals_the_propagated_jax_gain(getkey, name):
         std, propagate_std(gain, cov, model), rtol=1e-8, atol=1e-12
     )
     assert value.shape == std.shape == (model.output_size, model.input_size)
+
+
+@pytest.mark.parametrize("a, b, c, d", [(0.5, 2.0, 1.0, 0.0), (-0.8, 1.0, 0.3, 1.5),
+                                        (0.99, 0.1, -2.0, 0.2)])  # fmt: skip
+def test_host_and_jax_responses_equal_the_closed_forms(a, b, c, d):
+    """$x_{t+1} = a x_t + b u_t$, $y_t = c x_t + d u_t$: step response $d + cb(1 -
+    a^t)/(1 - a)$, frequency response $cb/(e^{iw} - a) + d$; and two such channels
+    side by side (a diagonal `K`) give each its own."""
+    t, w = np.arange(30), W_SAMPLE
+    step = d + c * b * (1 - a**t) / (1 - a)
+    freq = c * b / (np.exp(1j * w) - a) + d
+    model = dynsys.LinearSystem(*(jnp.array([[v]]) for v in (a, b, c, d)))
+    matrices = host.matrices_of(model, "test")
+    for values in (host.step_response_from_matrices(matrices, 30),
+                   dynsys.step_response(model, 30)):  # fmt: skip
+        np.testing.assert_allclose(np.asarray(values)[:, 0, 0], step, rtol=1e-12)
+    for values in (host.frequency_response_from_matrices(matrices, w),
+                   dynsys.frequency_response(model, w)):  # fmt: skip
+        np.testing.assert_allclose(np.asarray(values)[:, 0, 0], freq, rtol=1e-12)
+    pair = dynsys.LinearSystem(
+        jnp.diag(jnp.array([a, 0.3])), jnp.diag(jnp.array([b, 1.0])),
+        jnp.diag(jnp.array([c, 1.0])), jnp.diag(jnp.array([d, 0.0])),
+    )  # fmt: skip
+    matrices = host.matrices_of(pair, "test")
+    other = (1 - 0.3**t) / 0.7
+    for values in (host.step_response_from_matrices(matrices, 30),
+                   dynsys.step_response(pair, 30)):  # fmt: skip
+        values = np.asarray(values)
+        np.testing.assert_allclose(values[:, 0, 0], step, rtol=1e-12)
+        np.testing.assert_allclose(values[:, 1, 1], other, rtol=1e-12)
+        np.testing.assert_allclose(values[:, 0, 1], 0.0, atol=1e-15)

@@ -180,6 +180,8 @@ def _eigenvalue_table(models: dict, echo) -> dict:
 
 def _fit_table(rows: dict, channels: list[str], echo) -> None:
     """rows: label -> model name -> per-channel fit % (a list)."""
+    from .._fitting.metrics import fit_percent_text
+
     for label, by_model in rows.items():
         echo(f"  {label}")
         names = list(by_model)
@@ -187,12 +189,12 @@ def _fit_table(rows: dict, channels: list[str], echo) -> None:
         for c, channel in enumerate(channels):
             echo(
                 f"    {channel:<20}"
-                + "".join(f"{by_model[n][c]:>16.1f}" for n in names)
+                + "".join(f"{fit_percent_text(by_model[n][c]):>16}" for n in names)
             )
         if len(channels) > 1:
             echo(
                 f"    {'mean':<20}"
-                + "".join(f"{np.mean(by_model[n]):>16.1f}" for n in names)
+                + "".join(f"{fit_percent_text(_mean(by_model[n])):>16}" for n in names)
             )
 
 
@@ -567,13 +569,20 @@ def _echo_outputs(run, result, described, models, rows, channels, timing, echo):
     return notes, eigenvalues
 
 
+def _mean(values) -> float:
+    """The mean fit % over the channels that have one (see `fit_percent`)."""
+    from .._fitting.metrics import channel_mean
+
+    return float(channel_mean(np.asarray(values, dtype=float), np))
+
+
 def _output_summary(rows: dict, which: str, clean_val) -> dict:
     """The headline numbers: each model's mean fit % in the last row (the truth's
     only against noise-free outputs)."""
     headline = list(rows.values())[-1]
     against = "noise-free outputs" if clean_val is not None else "measurements"
     return {
-        f"{which} fit % vs {against}, {name}": float(np.mean(v))
+        f"{which} fit % vs {against}, {name}": _mean(v)
         for name, v in headline.items()
         if name != "true" or clean_val is not None
     }
@@ -581,14 +590,10 @@ def _output_summary(rows: dict, which: str, clean_val) -> dict:
 
 def _fit_percent_masked(reference, predicted, mask) -> list[float]:
     """Fit % per channel over the valid steps, as `compare` reports it."""
-    values = []
-    for c in range(reference.shape[-1]):
-        y = reference[..., c][mask]
-        e = predicted[..., c][mask] - y
-        values.append(
-            float(100 * (1 - np.linalg.norm(e) / np.linalg.norm(y - y.mean())))
-        )
-    return values
+    from .._fitting.metrics import channel_fit_percent
+
+    values = channel_fit_percent(reference, predicted, mask=mask, xp=np)
+    return [float(v) for v in values]
 
 
 def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:

@@ -35,8 +35,10 @@ def add(found: list[str], message: str) -> None:
 
 
 def spectral_radius(model) -> float:
+    from .._fitting.metrics import spectral_radius as radius
+
     K = np.asarray(model.to_linear().K if hasattr(model, "to_linear") else model.K)
-    return float(np.max(np.abs(np.linalg.eigvals(K)))) if K.size else 0.0
+    return radius(K) if K.size else 0.0
 
 
 def looks_bounded(data) -> bool:

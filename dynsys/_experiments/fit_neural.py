@@ -27,9 +27,9 @@ def _scores(measured, predicted, lengths) -> tuple[list[float], list[float]]:
     T = measured.shape[1]
     valid = np.arange(T)[None, :] < np.asarray(lengths)[:, None]
     y, y_hat = measured[valid], predicted[valid]
-    error = np.linalg.norm(y - y_hat, axis=0)
-    spread = np.linalg.norm(y - y.mean(axis=0), axis=0)
-    fit = 100.0 * (1.0 - error / np.where(spread > 0, spread, np.nan))
+    from .._fitting.metrics import channel_fit_percent
+
+    fit = channel_fit_percent(y, y_hat, xp=np)
     rms = np.sqrt(np.mean((y - y_hat) ** 2, axis=0))
     return [float(v) for v in fit], [float(v) for v in rms]
 

@@ -34,7 +34,7 @@ from .losses import (
     one_step_predictions,
     PredictionError,
 )
-from .metrics import no_variance, spectral_radius
+from .metrics import fit_percent, nrmse, spectral_radius
 from .padded import with_free_parameters
 from .prediction_fit import (
     kalman_outputs,
@@ -417,20 +417,16 @@ def _initial_states(objective: FitObjective, model, batch):
     return objective.initial_states(model, batch)
 
 
-def _masked_nrmse(y, y_hat, mask) -> float:
-    """The channel-averaged NRMSE over the valid steps."""
+def _masked_scores(y, y_hat, mask) -> tuple[float, float]:
+    """`(NRMSE, fit %)`, each the mean over the channels (see `nrmse`), over the
+    valid steps, on the host in float64."""
     # to_host: data spread over several processes are gathered (a one-off).
-    valid = to_host(mask)[..., None]
+    valid = to_host(mask)
     y, y_hat = to_host(y).astype(np.float64), to_host(y_hat).astype(np.float64)
-    count = valid.sum()
-    mean = np.where(valid, y, 0.0).sum(axis=(0, 1)) / count
-    error = np.sqrt(np.where(valid, (y - y_hat) ** 2, 0.0).sum(axis=(0, 1)))
-    spread = np.sqrt(np.where(valid, (y - mean) ** 2, 0.0).sum(axis=(0, 1)))
-    peak = np.where(valid, np.abs(y), 0.0).max(axis=(0, 1))
-    flat = np.asarray(no_variance(spread, peak, count, np.float64))
-    if flat.all():
-        return float("nan")  # no channel varies: undefined, not a perfect fit
-    return float(np.mean((error / np.where(flat, 1.0, spread))[~flat]))
+    return (
+        float(nrmse(y, y_hat, mask=valid, xp=np)),
+        float(fit_percent(y, y_hat, mask=valid, xp=np)),
+    )
 
 
 def _metrics(objective, model, x0s, batch) -> tuple[dict[str, float], Any]:
@@ -438,19 +434,19 @@ def _metrics(objective, model, x0s, batch) -> tuple[dict[str, float], Any]:
     loss, free, one_step, x0s = _predict(objective, model, x0s, batch)
     mask = batch["mask"]
     target = batch["ys"] if objective.outputs else batch["xs"][:, 1:]
-    simulation = _masked_nrmse(target, free, mask)
+    simulation, simulation_fit = _masked_scores(target, free, mask)
     metrics = {
         "loss": float(loss),
         "simulation_nrmse": simulation,
-        "fit_percent": 100.0 * (1.0 - simulation),
+        "fit_percent": simulation_fit,
     }
     if one_step is not None:
-        metrics["one_step_nrmse"] = _masked_nrmse(target, one_step, mask)
+        metrics["one_step_nrmse"] = _masked_scores(target, one_step, mask)[0]
     if isinstance(objective.kind, PredictionError):
         predicted = kalman_outputs(objective, model, batch)
-        prediction = _masked_nrmse(target, predicted, mask)
+        prediction, prediction_fit = _masked_scores(target, predicted, mask)
         metrics["prediction_nrmse"] = prediction
-        metrics["prediction_fit_percent"] = 100.0 * (1.0 - prediction)
+        metrics["prediction_fit_percent"] = prediction_fit
         metrics["predictor_spectral_radius"] = predictor_radius(model)
     if hasattr(model, "K"):
         metrics["spectral_radius"] = spectral_radius(model.K)

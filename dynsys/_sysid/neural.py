@@ -17,6 +17,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from .._data.dataset import Dataset
 from .._fitting.encoder import StateEncoder
 from .._fitting.fit import fit
+from .._fitting.metrics import channel_mean
 from .._fitting.train import train
 from .._fitting.windows import (
     encode,
@@ -110,7 +111,8 @@ def _linear_start(data, order, base, refine_linear, progress):
 
 
 def _free_run_error(model, data) -> float:
-    value = float(jnp.mean(1.0 - compare(model, data).fit_percent / 100.0))
+    # The mean NRMSE over the channels that have one (see `nrmse`).
+    value = float(channel_mean(1.0 - compare(model, data).fit_percent / 100.0))
     return value if math.isfinite(value) else math.inf
 
 

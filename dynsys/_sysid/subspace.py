@@ -176,7 +176,7 @@ def _projected_singular_values(
     )
 
 
-def select_order(singular_values: Array, max_order: int) -> int:
+def order_from_singular_values(singular_values: Array, max_order: int) -> int:
     """The order from the singular values (see `fit_subspace`): how many of them lie
     clearly above the noise floor."""
     sigma = np.asarray(singular_values, dtype=np.float64)
@@ -351,7 +351,8 @@ def fit_subspace(
     _check_options(call, basis.signals, order, feedthrough)
     warn_findings(call, check_data(data, order=order))
     if order is None:
-        order = max(1, select_order(basis.singular_values, basis.max_order))
+        order = order_from_singular_values(basis.singular_values, basis.max_order)
+        order = max(1, order)
     return realise(call, basis, order, feedthrough, noise_model)
 
 
