@@ -252,7 +252,7 @@ def spectral_radius(system: AbstractSystem | Float[ArrayLike, "n n"]) -> float:
                 "transition matrix K."
             )
         system = system.K  # pyright: ignore[reportAttributeAccessIssue]
-    K = jnp.asarray(system)
+    K = np.asarray(system)  # on the host: `jnp.asarray` would compile a program
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
         raise ValueError(
             f"spectral_radius(system=...): expected a square matrix (n, n), got "
@@ -260,4 +260,4 @@ def spectral_radius(system: AbstractSystem | Float[ArrayLike, "n n"]) -> float:
         )
     # On the host (LAPACK's geev, as jnp.linalg.eigvals on CPU): no program to
     # compile for a number.
-    return float(np.max(np.abs(np.linalg.eigvals(np.asarray(K)))))
+    return float(np.max(np.abs(np.linalg.eigvals(K))))
