@@ -681,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv is None:  # the command's own process: JAX has not started yet
         from . import _read_ahead
-        from ._experiments.figure_helper import enable_for_process
+        from ._experiments.runtime.figure_helper import enable_for_process
         from ._jit import use_for_process
 
         use_for_process()
@@ -690,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.set_threshold(*COMMAND_GC_THRESHOLDS)
     distributed = getattr(args, "distributed", False)
     if distributed:
-        from ._experiments.supervise import supervise, SUPERVISED
+        from ._experiments.runtime.supervise import supervise, SUPERVISED
 
         if argv is None and not os.environ.get(SUPERVISED):
             return supervise(sys.argv[1:], out_root=args.out_root)
@@ -703,7 +703,7 @@ def _main(args: argparse.Namespace, distributed: bool) -> int:
     import signal
     import zipfile
 
-    from ._experiments.interrupt import catch_interrupts
+    from ._experiments.runtime.interrupt import catch_interrupts
 
     prefix = f"dynsys {args.command}"
     # A process of several: JAX's runtime errors (a failed collective) too.
@@ -716,7 +716,7 @@ def _main(args: argparse.Namespace, distributed: bool) -> int:
         if args.command == "fit":  # its config keys were set by options
             message = _option_names(message)
         if distributed:
-            from ._experiments.supervise import failure_line
+            from ._experiments.runtime.supervise import failure_line
 
             message = failure_line(error)
         print(f"{prefix}: {message}", file=sys.stderr)

@@ -6,13 +6,10 @@ import warnings
 
 from .._compile_cache import CacheStatus, current_status
 from .._data.checks import DataWarning
-from .compile_clock import stage, StageClock
 from .config import (
     dump_toml,
 )
-from .data_checks import undefined_fit
-from .heap import earlier_objects_frozen
-from .interrupt import Interrupts
+from .fit.data_checks import undefined_fit
 from .kinds import RUNNERS
 from .outcome import Outcome
 from .results import (
@@ -22,6 +19,9 @@ from .results import (
     ExperimentResult,
     strict_json,
 )
+from .runtime.compile_clock import stage, StageClock
+from .runtime.heap import earlier_objects_frozen
+from .runtime.interrupt import Interrupts
 
 
 def _status_line(config: dict, metrics: dict) -> str:
@@ -57,7 +57,7 @@ def _write_files(config, folder: pathlib.Path, outcome: Outcome) -> list:
     """Everything but `metrics.json` and `summary.md`: the config, the loss
     history, the model, the kind's own files and the figures (their paths)."""
     from .._io import save
-    from .figure_helper import FIGURE_DPI, save_pngs
+    from .runtime.figure_helper import FIGURE_DPI, save_pngs
 
     with stage("writing"):
         (folder / "config.toml").write_text(

@@ -10,12 +10,12 @@ from .config import (
     dump_toml,
     expand_sweep,
 )
-from .interrupt import Interrupts
 from .kinds import ROLES, SUMMARY_LABELS, sweep_label
 from .results import _markdown_number, _recorded, ExperimentResult, strict_json
 from .run_folder import (
     write_marker,
 )
+from .runtime.interrupt import Interrupts
 from .single import _run_single
 
 

@@ -13,15 +13,18 @@ import time
 
 import numpy as np
 
-from .._distributed import share_between_processes
-from .._jit import host_key
-from . import figure_helper, fit_checks
-from .compile_clock import stage
-from .config import ConfigError
+from ..._distributed import share_between_processes
+from ..._jit import host_key
+from ..config import ConfigError
+from ..outcome import loss_history_lines, Outcome
+from ..runtime import figure_helper
+from ..runtime.compile_clock import stage
+from ..runtime.heap import earlier_objects_frozen
+from . import checks as fit_checks
+from .data import _columns, _from_file, _simulated, _split
 from .data_checks import run_data_checks, split_overlap
-from .fit_data import _columns, _from_file, _simulated, _split
-from .fit_figures import _output_figures, _plain_figures, _state_figures
-from .fit_order import (
+from .figures import _output_figures, _plain_figures, _state_figures
+from .order import (
     refined_size,
     scan_figure,
     scan_metrics,
@@ -29,7 +32,7 @@ from .fit_order import (
     scan_structure,
     wants_scan,
 )
-from .fit_uncertainty import (
+from .uncertainty import (
     bode_references,
     comparison_band,
     confidence_of,
@@ -38,8 +41,6 @@ from .fit_uncertainty import (
     uncertainty_metrics,
     uncertainty_notes,
 )
-from .heap import earlier_objects_frozen
-from .outcome import loss_history_lines, Outcome
 
 
 SUMMARY_LABEL = "free-run fit % (100 = perfect)"
@@ -62,7 +63,7 @@ def _optimizer(fit_cfg: dict):
 
 
 def _loss(fit_cfg: dict, train_data):
-    from .._fitting.losses import MultipleShooting
+    from ..._fitting.losses import MultipleShooting
 
     if fit_cfg["loss"] != "shooting":
         return fit_cfg["loss"]
@@ -76,7 +77,7 @@ def _loss(fit_cfg: dict, train_data):
 
 
 def _stable_if_asked(fit_cfg: dict, model):
-    from .._systems.stable import StableLinearSystem
+    from ..._systems.stable import StableLinearSystem
 
     if fit_cfg["model"] == "stable":
         return StableLinearSystem.from_linear(model)
@@ -97,9 +98,9 @@ def _fit_model(
     `(result, seconds, optimiser, steps continued)`."""
     import functools
 
-    from .._fitting.continuation import NotResumable
-    from .._fitting.fit import fit
-    from .._fitting.fit_padded import fit_padded
+    from ..._fitting.continuation import NotResumable
+    from ..._fitting.fit import fit
+    from ..._fitting.fit_padded import fit_padded
 
     fit_cfg = config["fit"]
     optimizer, num_steps, described = _optimizer(fit_cfg)
@@ -221,7 +222,7 @@ def _check_order(config: dict, train, val) -> None:
     """Refuse, before any work, an order above what the estimation data allow,
     held-out experiments too short for it, or data too short for subspace
     identification at all."""
-    from .._sysid.subspace import largest_order
+    from ..._sysid.subspace import largest_order
 
     fit_cfg, data_cfg = config["fit"], config["data"]
     try:
@@ -254,7 +255,7 @@ def _subspace_start(fit_cfg: dict, train, val, echo):
     """The subspace estimate, its singular values, the time it took, how its order
     was chosen and the structure scan (`None` when order and feedthrough are given;
     `fit_order.py`)."""
-    from .._sysid.subspace import fit_subspace, subspace_singular_values
+    from ..._sysid.subspace import fit_subspace, subspace_singular_values
 
     started = time.perf_counter()
     horizon = fit_cfg["subspace_horizon"]
@@ -324,7 +325,7 @@ def _levels_note(start, echo) -> list[str]:
 def _stabilised_if_needed(fit_cfg: dict, start, train, found, echo):
     """The subspace start, or when it is unstable while the data look bounded (and
     `fit.stabilise`), the stabilised start; and a note saying which."""
-    from .._sysid.stabilise import stabilised_start
+    from ..._sysid.stabilise import stabilised_start
 
     rho = fit_checks.spectral_radius(start)
     if rho < 1.0 or not fit_checks.looks_bounded(train):
@@ -351,7 +352,7 @@ def _validate_outputs(models: dict, report, clean_val, which: str):
     """Each model's `compare` on the report data, the fit % rows (against the
     measurements, and the noise-free outputs when known), and the fitted model's
     residual analysis."""
-    from .._sysid.validation import compare, residual_analysis
+    from ..._sysid.validation import compare, residual_analysis
 
     comparisons = {name: compare(m, report) for name, m in models.items()}
     rows = {
@@ -490,7 +491,7 @@ def _fit_outputs(config, run, train, val, clean_val, progress, echo) -> Outcome:
         )
     outcome = _outcome(run, result, metrics, summary, figures, notes)
     if fit_cfg["model"] == "neural":
-        from .fit_neural import add_neural_stage
+        from .neural import add_neural_stage
 
         with stage("neural"):
             add_neural_stage(
@@ -592,10 +593,10 @@ def _fit_percent_masked(reference, predicted, mask) -> list[float]:
 
 
 def _fit_states(config, run, train, val, clean_val, progress, echo) -> Outcome:
-    from .._fitting.least_squares import fit_least_squares
-    from .._fitting.metrics import fit_percent
-    from .._rollout.rollout import rollout
-    from .._systems.system import LinearSystem
+    from ..._fitting.least_squares import fit_least_squares
+    from ..._fitting.metrics import fit_percent
+    from ..._rollout.rollout import rollout
+    from ..._systems.system import LinearSystem
 
     fit_cfg = config["fit"]
     try:
@@ -708,7 +709,7 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
             "states only; use 'linear' or 'stable'."
         )
     if config["fit"]["model"] == "neural":
-        from .fit_neural import check_windows
+        from .neural import check_windows
 
         check_windows(config["fit"], train, val)
     outcome = path(config, run, train, val, clean_val, progress, echo)

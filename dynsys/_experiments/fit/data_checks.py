@@ -7,14 +7,14 @@ import math
 
 import numpy as np
 
-from .config import ConfigError
+from ..config import ConfigError
 
 
 def run_data_checks(config: dict, data, source: str, echo) -> list[dict]:
     """Check `data` (the whole dataset of a fit experiment) in the run's precision;
     echo each finding; raise `ConfigError` (one line, naming the data) when one is a
     refusal. Returns the findings as dicts for `metrics.json`."""
-    from .._data.checks import check_data
+    from ..._data.checks import check_data
 
     findings = check_data(data, order=config["fit"]["order"], dtype=config["precision"])
     for finding in findings:

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from .config import ConfigError
+from ..config import ConfigError
 
 
 @dataclasses.dataclass
@@ -50,7 +50,7 @@ def check_windows(fit_cfg: dict, train, val) -> None:
     """Refuse, before the linear stage, a `neural_horizon` (with `neural_past`)
     too long for the estimation records or a `neural_past` not shorter than the
     validation records: `fit_neural`'s own checks, in config keys."""
-    from .._sysid.neural import check_arguments
+    from ..._sysid.neural import check_arguments
 
     try:
         check_arguments(train, val, fit_cfg["neural_past"], fit_cfg["neural_horizon"])
@@ -67,7 +67,7 @@ def _in_config_keys(error: ValueError) -> str:
 def _train(config, train, val, linear, progress):
     import jax
 
-    from .._sysid.neural import fit_neural
+    from ..._sysid.neural import fit_neural
 
     options = _options(config["fit"])
     try:
@@ -90,7 +90,7 @@ def _table(channels, linear, neural, echo) -> None:
 
 
 def _figure(report, linear_c, neural_c, past, scores, which):
-    from .. import plot
+    from ... import plot
 
     dt = report.dt
     T = neural_c.measured.shape[1]
@@ -113,7 +113,7 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
     """Fit the neural model on `train` (early stopping on `val`, else `train`),
     starting from the fitted `linear` model; score both on `report` from sample
     `past` on (the linear model's initial state estimated from the whole record)."""
-    from .._sysid.validation import compare
+    from ..._sysid.validation import compare
 
     started = time.perf_counter()
     result, options = _train(config, train, val, linear, progress)
@@ -183,7 +183,7 @@ def _model_files(result) -> dict:
     """`neural_model.dynsys` (the `NeuralStateSpace`) and `neural_encoder.dynsys`
     (its `StateEncoder`), both written by `dynsys.save` (atomic) and read back by
     `dynsys.load(path)` without a template."""
-    from .._io import save
+    from ..._io import save
 
     return {
         "neural_model.dynsys": lambda path: save(path, result.model),

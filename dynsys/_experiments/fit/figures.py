@@ -26,7 +26,7 @@ ROLES = {"least squares": "estimate", "subspace": "estimate", "fitted": "fit"}
 def _plain_figures(report, singular_values, order, residuals, result) -> dict:
     """The figures of input-output data that do not show the fitted model's
     uncertainty (drawn while it is computed: `figure_helper.submit`)."""
-    from .. import plot
+    from ... import plot
 
     p = report.output_size
     return {
@@ -48,7 +48,7 @@ def _output_figures(report, comparisons, models, truth, which, plain, extras=Non
     (`_plain_figures`, and the structure scan's last). `extras`: figure file → more
     keyword arguments of its plot function (the data's spectral estimate, the fitted
     model's confidence bands)."""
-    from .. import plot
+    from ... import plot
 
     extras = extras or {}
     estimated = {k: v for k, v in models.items() if k != "true"}
@@ -107,7 +107,7 @@ def _output_figures(report, comparisons, models, truth, which, plain, extras=Non
 
 
 def _loss_figure(result, title, ylabel):
-    from .. import plot
+    from ... import plot
 
     return plot.loss_history(
         result.losses,
@@ -131,8 +131,8 @@ def _page_file(stem: str, k: int) -> str:
 def _state_figures(report, runs, models, clean_val, result, fit_cfg, which):
     """The figures of a fit to measured states: trajectory 0 against each model's
     free run (in pages for many states), the eigenvalues, the loss."""
-    from .. import plot
-    from .._fitting.metrics import fit_percent
+    from ... import plot
+    from ..._fitting.metrics import fit_percent
 
     predictions = {label: xs[0] for label, xs in runs.items()}
     per_channel = {

@@ -79,8 +79,8 @@ def model_warnings(name: str, model, data, found: list[str]) -> None:
 def _forced_program():
     """`forced_outputs` as one program per model structure and data shape (outside
     `jit`, its scan compiled again for each model), kept across runs."""
-    from .._jit import kept_jit
-    from .._sysid.initial_state import forced_outputs
+    from ..._jit import kept_jit
+    from ..._sysid.initial_state import forced_outputs
 
     return kept_jit(forced_outputs)
 

@@ -24,7 +24,7 @@ def uncertainty_metrics(covariance, reason) -> dict:
     frequency and damping with their standard deviations, the static gains and
     theirs (one standard deviation, by linearisation), or the reason there are
     none."""
-    from .._sysid.bands import pole_uncertainty, static_gain_uncertainty
+    from ..._sysid.bands import pole_uncertainty, static_gain_uncertainty
 
     if covariance is None:
         return {"uncertainty": {"covariance": reason}}
@@ -104,7 +104,7 @@ def confidence_of(covariance) -> dict:
 def step_references(data, covariance, num_steps: int = 50) -> dict:
     """The keyword arguments of `plot.step_response`: the fitted model's band and
     the step response of the data's FIR estimate (when the data allow one)."""
-    from .._sysid.impulse import impulse_estimate
+    from ..._sysid.impulse import impulse_estimate
 
     extras = confidence_of(covariance)
     try:
@@ -118,7 +118,7 @@ def comparison_band(data, covariance) -> dict:
     """The keyword arguments of `plot.comparison` that add the fitted model's band
     around its free run on `data` (not for a problem whose Jacobian would pass
     2**24 entries)."""
-    from .._sysid.bands import simulation_band
+    from ..._sysid.bands import simulation_band
 
     if covariance is None:
         return {}
@@ -135,7 +135,7 @@ def comparison_band(data, covariance) -> dict:
 def bode_references(data, covariance) -> dict:
     """The keyword arguments of `plot.bode` that add the data's spectral estimate
     (when the data allow one) and the fitted model's confidence band."""
-    from .._sysid.spectral import spectral_estimate
+    from ..._sysid.spectral import spectral_estimate
 
     extras: dict = {"level": LEVEL}
     try:

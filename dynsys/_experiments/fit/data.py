@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from .config import ConfigError
-from .outcome import config_vector as _vector
-from .schema import zoo, zoo_names
+from ..config import ConfigError
+from ..outcome import config_vector as _vector
+from ..schema import zoo, zoo_names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +28,7 @@ def _measured_system(system, measured: list[int] | None, state_names):
     """The zoo system with `C` selecting the measured states (or as it is)."""
     import jax.numpy as jnp
 
-    from .._systems.system import LinearSystem
+    from ..._systems.system import LinearSystem
 
     if measured is None:
         return system, None
@@ -55,7 +55,7 @@ def _measured_system(system, measured: list[int] | None, state_names):
 def _simulated(config: dict) -> _Data:
     import jax
 
-    from .._data.simulate import simulate
+    from ..._data.simulate import simulate
 
     data_cfg, system_cfg = config["data"], config["system"]
     seed = config["seed"]
@@ -99,7 +99,7 @@ def _simulated(config: dict) -> _Data:
 
 def _outputs_only(data):
     """The inputs and outputs of `data`, without its states."""
-    from .._data.dataset import Dataset
+    from ..._data.dataset import Dataset
 
     ts = None if data.ts is None else data.ts[: data.num_steps]
     return Dataset(us=data.us, ts=ts, ys=data.ys)
@@ -126,7 +126,7 @@ def _channel_names(config: dict, role: str, count: int):
 
 def _named(data, state_names, input_names, output_names):
     """`data` with the given column names (where given and the columns exist)."""
-    from .._data.dataset import Dataset
+    from ..._data.dataset import Dataset
 
     def role(field: str, names, current):
         """The field's experiments and names (the given ones, else the current)."""
@@ -158,7 +158,7 @@ def _experiments(data, field: str):
 def _read(data_cfg: dict, key: str):
     """The dataset of the file at config key `data.<key>`, read with the roles of
     the config; a file that cannot be read is a `ConfigError` naming the key."""
-    from .._data.load import load_dataset
+    from ..._data.load import load_dataset
 
     roles = {
         "states": data_cfg["states"],
