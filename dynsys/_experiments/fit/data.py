@@ -1,6 +1,6 @@
 """The data of a `fit` experiment: simulated from a zoo model (with the clean copy
 and the true system kept for comparison) or read from a file, named, and split
-into estimation and validation experiments."""
+into estimation and validation experiments (`load_data`, the first stage)."""
 
 import dataclasses
 import zipfile
@@ -10,6 +10,7 @@ import numpy as np
 
 from ..config import ConfigError
 from ..outcome import config_vector as _vector
+from ..runtime.compile_clock import stage
 from ..schema import zoo, zoo_names
 
 
@@ -277,7 +278,7 @@ def _check_long_enough(data, path) -> None:
 def _time_split(config: dict, data, fraction: float):
     """`(estimation, validation, words)`: the last `fraction` of each experiment
     held out (at least 4 samples each side)."""
-    try:  # the order's needs are checked next (fit.py's _check_order)
+    try:  # the order's needs are checked next (start.py's _check_order)
         estimation, validation = data.split_time(fraction, min_samples=4)
     except ValueError as error:
         raise ConfigError(f"config key 'data.validation_split': {error}") from None
@@ -286,3 +287,37 @@ def _time_split(config: dict, data, fraction: float):
         f"({sum(validation.lengths)} of {sum(data.lengths)} samples)"
     )
     return estimation, validation, words
+
+
+@dataclasses.dataclass(frozen=True)
+class FitData:
+    """The data stage's result: the data and how they were split."""
+
+    run: _Data  # the whole data, their source and, when simulated, the truth
+    train: Any  # the estimation Dataset
+    val: Any  # the held-out Dataset, or None
+    clean_val: Any  # the held-out data without noise (simulated only), or None
+    held: str  # how the held-out data were chosen, in words
+
+    @property
+    def report(self):
+        """The data the models are scored on: the held-out, else the training."""
+        return self.val if self.val is not None else self.train
+
+    @property
+    def which(self) -> str:
+        """`"held-out"` or `"training"`: which data `report` is."""
+        return "held-out" if self.val is not None else "training"
+
+
+def load_data(config: dict, echo) -> FitData:
+    """Simulate or read the data, split them, and say what was found."""
+    with stage("data"):
+        simulated = config["data"]["file"] is None
+        run = _simulated(config) if simulated else _from_file(config)
+        train, val, clean_val, held = _split(config, run)
+    echo(f"{config['name']}: {run.source}")
+    echo(f"  columns: {_columns(run.data)}")
+    count = train.num_trajectories
+    echo(f"  {count} experiment{'s' * (count != 1)} for estimation; validation: {held}")
+    return FitData(run, train, val, clean_val, held)

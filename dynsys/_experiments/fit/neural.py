@@ -10,7 +10,7 @@ import numpy as np
 from ..config import ConfigError
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class NeuralStage:
     """What the neural stage adds to the run: metrics, figures, notes, files."""
 
@@ -190,17 +190,3 @@ def _model_files(result) -> dict:
         "neural_encoder.dynsys": lambda path: save(path, result.encoder),
     }
 
-
-def add_neural_stage(
-    config, outcome, report, train, val, fitted, which, progress, echo
-):
-    """`model = "neural"`: the neural model on the fitted linear one, both scored
-    side by side; added to the run's metrics, summary, figures, notes and files."""
-    stage = neural_stage(config, report, train, val, fitted, which, progress, echo)
-    outcome.metrics["neural"] = stage.metrics
-    outcome.summary["neural_fit_percent"] = float(
-        np.mean(stage.metrics["fit_percent"]["neural"])
-    )
-    outcome.figures.update(stage.figures)
-    outcome.notes.extend(stage.notes)
-    outcome.files.update(stage.files)

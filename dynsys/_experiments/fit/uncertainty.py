@@ -1,13 +1,45 @@
 """The uncertainty part of a `fit` run on input–output data: the standard
 deviations of the fitted model's poles and static gains (for `metrics.json` and
 `summary.md`), and the references its Bode figure draws (the data's spectral
-estimate, the model's confidence band)."""
+estimate, the model's confidence band): `assess_uncertainty`."""
+
+import dataclasses
 
 import numpy as np
+
+from ..runtime.compile_clock import stage
 
 
 # The confidence level of the run folder's bands.
 LEVEL = 0.99
+
+
+@dataclasses.dataclass(frozen=True)
+class Uncertainty:
+    """The uncertainty stage's result."""
+
+    metrics: dict  # `{"uncertainty": {...}}` for metrics.json
+    references: dict  # figure file -> more keyword arguments of its plot function
+    notes: list[str]  # the summary.md section
+
+
+def assess_uncertainty(report, estimate) -> Uncertainty:
+    """The fitted model's covariance (from `estimate`, an `Estimate`), what it says
+    of the poles and static gains, and the references the figures of `report` (the
+    data scored on) draw."""
+    with stage("uncertainty"):
+        covariance, reason = covariance_of(estimate.result)
+        metrics = uncertainty_metrics(covariance, reason)
+        references = {
+            "bode.png": bode_references(report, covariance),
+            "comparison.png": comparison_band(report, covariance),
+            "step_response.png": step_references(report, covariance),
+            "eigenvalues.png": confidence_of(covariance),
+        }
+    notes = uncertainty_notes(
+        metrics, list(report.output_names), list(report.input_names)
+    )
+    return Uncertainty(metrics, references, notes)
 
 
 def covariance_of(result):
