@@ -682,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the command's own process: JAX has not started yet
         from ._compile import read_ahead
         from ._compile.jit import use_for_process
-        from ._experiments.figure_helper import enable_for_process
+        from ._experiments.runtime.figure_helper import enable_for_process
 
         use_for_process()
         enable_for_process()  # figures drawn on two cores
@@ -691,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     distributed = getattr(args, "distributed", False)
     if distributed:
         from . import _config
-        from ._experiments.supervise import supervise
+        from ._experiments.runtime.supervise import supervise
 
         supervised = _config.read(_config.SUPERVISED)
         if argv is None and not supervised:
@@ -705,7 +705,7 @@ def _main(args: argparse.Namespace, distributed: bool) -> int:
     import signal
     import zipfile
 
-    from ._experiments.interrupt import catch_interrupts
+    from ._experiments.runtime.interrupt import catch_interrupts
 
     prefix = f"dynsys {args.command}"
     # A process of several: JAX's runtime errors (a failed collective) too.
@@ -718,7 +718,7 @@ def _main(args: argparse.Namespace, distributed: bool) -> int:
         if args.command == "fit":  # its config keys were set by options
             message = _option_names(message)
         if distributed:
-            from ._experiments.supervise import failure_line
+            from ._experiments.runtime.supervise import failure_line
 
             message = failure_line(error)
         print(f"{prefix}: {message}", file=sys.stderr)

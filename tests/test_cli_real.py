@@ -41,7 +41,7 @@ def _raw_columns(path, names):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ROLES))
 def test_real_file_as_received(name, tmp_path, capsys, monkeypatch):
-    from dynsys._experiments import fit_order
+    from dynsys._experiments.fit import order as fit_order
 
     inputs, outputs = ROLES[name]
     out = tmp_path / "run"
@@ -142,7 +142,7 @@ def test_dt_labels_the_model_and_the_figure_shows_the_printed_fit(
     monkeypatch.setattr(dynsys.plot, "comparison", recording)
     # What is checked (dt and the figure's labels) does not depend on how far the
     # fit or the structure scan's refinement ran.
-    from dynsys._experiments import fit_order
+    from dynsys._experiments.fit import order as fit_order
 
     monkeypatch.setattr(fit_order, "SCAN_REFINE_STEPS", 2)
     argv = ["fit", str(REAL / "cd_player_arm.csv"), "--inputs", "u1,u2"]

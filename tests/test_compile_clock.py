@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dynsys
-from dynsys._experiments.compile_clock import stage, StageClock
+from dynsys._experiments.runtime.compile_clock import stage, StageClock
 
 
 # These tests count or time compilations: a program read back from the test run's

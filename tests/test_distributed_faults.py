@@ -19,7 +19,7 @@ import pytest
 
 import dynsys
 from dynsys._distributed import _check_port_free, DistributedError
-from dynsys._experiments.supervise import crash_line, failure_line
+from dynsys._experiments.runtime.supervise import crash_line, failure_line
 
 
 CONFIG = """
@@ -284,7 +284,7 @@ def test_the_child_stderr_keeps_progress_and_holds_back_the_runtime(monkeypatch)
     import io
     import types
 
-    from dynsys._experiments.supervise import _copy_stderr
+    from dynsys._experiments.runtime.supervise import _copy_stderr
 
     read, write = os.pipe()
     os.write(

@@ -1,5 +1,5 @@
 """The `dynsys` command's figures drawn on two cores
-(`dynsys/_experiments/figure_helper.py`): the same files, byte for byte, as drawn
+(`dynsys/_experiments/runtime/figure_helper.py`): the same files, byte for byte, as drawn
 in one process, and every file written when the helper cannot draw its share."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import dynsys.plot._save
-from dynsys._experiments import figure_helper
+from dynsys._experiments.runtime import figure_helper
 
 
 def _figures(count: int) -> list:

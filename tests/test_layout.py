@@ -55,6 +55,12 @@ def test_the_package_keeps_its_layers(copy):
             "from .._experiments import run as _up",
             "dynsys._sysid.response -> dynsys._experiments.run",
         ),
+        # the experiments' process plumbing importing a kind: upward inside them
+        (
+            "_experiments/runtime/heap.py",
+            "from ..fit import pipeline as _up",
+            "dynsys._experiments.runtime.heap -> dynsys._experiments.fit.pipeline",
+        ),
         # two modules of one folder importing each other
         ("_data/files.py", "from . import dataset as _circle", ".files -> .dataset"),
     ],

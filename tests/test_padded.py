@@ -12,7 +12,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import dynsys
-from dynsys._experiments.fit_order import refined_size
+from dynsys._experiments.fit.order import refined_size
 from dynsys._fitting import levenberg_marquardt
 from dynsys._fitting.fit_padded import fit_padded
 from dynsys._fitting.gauge import masked_step_basis, step_basis

@@ -120,7 +120,7 @@ def test_figures_are_drawn_with_the_earlier_objects_frozen():
     objects that another thread frees meanwhile lower the count."""
     import gc
 
-    from dynsys._experiments.heap import earlier_objects_frozen
+    from dynsys._experiments.runtime.heap import earlier_objects_frozen
 
     def frozen(marker):  # the permanent generation is not in gc.get_objects()
         return not any(o is marker for o in gc.get_objects())

@@ -157,7 +157,7 @@ def _experiments(values: list[np.ndarray]):
 
 
 def test_split_overlap_finds_repeated_experiments():
-    from dynsys._experiments.data_checks import split_overlap
+    from dynsys._experiments.fit.data_checks import split_overlap
 
     rng = np.random.default_rng(1)
     a, b, c = (rng.normal(size=(20, 2)) for _ in range(3))

@@ -1,13 +1,45 @@
 """The uncertainty part of a `fit` run on input–output data: the standard
 deviations of the fitted model's poles and static gains (for `metrics.json` and
 `summary.md`), and the references its Bode figure draws (the data's spectral
-estimate, the model's confidence band)."""
+estimate, the model's confidence band): `assess_uncertainty`."""
+
+import dataclasses
 
 import numpy as np
+
+from ..runtime.compile_clock import stage
 
 
 # The confidence level of the run folder's bands.
 LEVEL = 0.99
+
+
+@dataclasses.dataclass(frozen=True)
+class Uncertainty:
+    """The uncertainty stage's result."""
+
+    metrics: dict  # `{"uncertainty": {...}}` for metrics.json
+    references: dict  # figure file -> more keyword arguments of its plot function
+    notes: list[str]  # the summary.md section
+
+
+def assess_uncertainty(report, estimate) -> Uncertainty:
+    """The fitted model's covariance (from `estimate`, an `Estimate`), what it says
+    of the poles and static gains, and the references the figures of `report` (the
+    data scored on) draw."""
+    with stage("uncertainty"):
+        covariance, reason = covariance_of(estimate.result)
+        metrics = uncertainty_metrics(covariance, reason)
+        references = {
+            "bode.png": bode_references(report, covariance),
+            "comparison.png": comparison_band(report, covariance),
+            "step_response.png": step_references(report, covariance),
+            "eigenvalues.png": confidence_of(covariance),
+        }
+    notes = uncertainty_notes(
+        metrics, list(report.output_names), list(report.input_names)
+    )
+    return Uncertainty(metrics, references, notes)
 
 
 def covariance_of(result):
@@ -24,7 +56,7 @@ def uncertainty_metrics(covariance, reason) -> dict:
     frequency and damping with their standard deviations, the static gains and
     theirs (one standard deviation, by linearisation), or the reason there are
     none."""
-    from .._sysid.bands import pole_uncertainty, static_gain_uncertainty
+    from ..._sysid.bands import pole_uncertainty, static_gain_uncertainty
 
     if covariance is None:
         return {"uncertainty": {"covariance": reason}}
@@ -104,7 +136,7 @@ def confidence_of(covariance) -> dict:
 def step_references(data, covariance, num_steps: int = 50) -> dict:
     """The keyword arguments of `plot.step_response`: the fitted model's band and
     the step response of the data's FIR estimate (when the data allow one)."""
-    from .._sysid.impulse import impulse_estimate
+    from ..._sysid.impulse import impulse_estimate
 
     extras = confidence_of(covariance)
     try:
@@ -118,7 +150,7 @@ def comparison_band(data, covariance) -> dict:
     """The keyword arguments of `plot.comparison` that add the fitted model's band
     around its free run on `data` (not for a problem whose Jacobian would pass
     2**24 entries)."""
-    from .._sysid.bands import simulation_band
+    from ..._sysid.bands import simulation_band
 
     if covariance is None:
         return {}
@@ -135,7 +167,7 @@ def comparison_band(data, covariance) -> dict:
 def bode_references(data, covariance) -> dict:
     """The keyword arguments of `plot.bode` that add the data's spectral estimate
     (when the data allow one) and the fitted model's confidence band."""
-    from .._sysid.spectral import spectral_estimate
+    from ..._sysid.spectral import spectral_estimate
 
     extras: dict = {"level": LEVEL}
     try:

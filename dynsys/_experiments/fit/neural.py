@@ -7,10 +7,10 @@ import time
 
 import numpy as np
 
-from .config import ConfigError
+from ..config import ConfigError
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class NeuralStage:
     """What the neural stage adds to the run: metrics, figures, notes, files."""
 
@@ -27,7 +27,7 @@ def _scores(measured, predicted, lengths) -> tuple[list[float], list[float]]:
     T = measured.shape[1]
     valid = np.arange(T)[None, :] < np.asarray(lengths)[:, None]
     y, y_hat = measured[valid], predicted[valid]
-    from .._fitting.metrics import channel_fit_percent
+    from ..._fitting.metrics import channel_fit_percent
 
     fit = channel_fit_percent(y, y_hat, xp=np)
     rms = np.sqrt(np.mean((y - y_hat) ** 2, axis=0))
@@ -50,7 +50,7 @@ def check_windows(fit_cfg: dict, train, val) -> None:
     """Refuse, before the linear stage, a `neural_horizon` (with `neural_past`)
     too long for the estimation records or a `neural_past` not shorter than the
     validation records: `fit_neural`'s own checks, in config keys."""
-    from .._sysid.neural import check_arguments
+    from ..._sysid.neural import check_arguments
 
     try:
         check_arguments(train, val, fit_cfg["neural_past"], fit_cfg["neural_horizon"])
@@ -67,7 +67,7 @@ def _in_config_keys(error: ValueError) -> str:
 def _train(config, train, val, linear, progress):
     import jax
 
-    from .._sysid.neural import fit_neural
+    from ..._sysid.neural import fit_neural
 
     options = _options(config["fit"])
     try:
@@ -90,7 +90,7 @@ def _table(channels, linear, neural, echo) -> None:
 
 
 def _figure(report, linear_c, neural_c, past, scores, which):
-    from .. import plot
+    from ... import plot
 
     dt = report.dt
     T = neural_c.measured.shape[1]
@@ -113,7 +113,7 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
     """Fit the neural model on `train` (early stopping on `val`, else `train`),
     starting from the fitted `linear` model; score both on `report` from sample
     `past` on (the linear model's initial state estimated from the whole record)."""
-    from .._sysid.validation import compare
+    from ..._sysid.validation import compare
 
     started = time.perf_counter()
     result, options = _train(config, train, val, linear, progress)
@@ -183,24 +183,10 @@ def _model_files(result) -> dict:
     """`neural_model.dynsys` (the `NeuralStateSpace`) and `neural_encoder.dynsys`
     (its `StateEncoder`), both written by `dynsys.save` (atomic) and read back by
     `dynsys.load(path)` without a template."""
-    from .._io import save
+    from ..._io import save
 
     return {
         "neural_model.dynsys": lambda path: save(path, result.model),
         "neural_encoder.dynsys": lambda path: save(path, result.encoder),
     }
 
-
-def add_neural_stage(
-    config, outcome, report, train, val, fitted, which, progress, echo
-):
-    """`model = "neural"`: the neural model on the fitted linear one, both scored
-    side by side; added to the run's metrics, summary, figures, notes and files."""
-    stage = neural_stage(config, report, train, val, fitted, which, progress, echo)
-    outcome.metrics["neural"] = stage.metrics
-    outcome.summary["neural_fit_percent"] = float(
-        np.mean(stage.metrics["fit_percent"]["neural"])
-    )
-    outcome.figures.update(stage.figures)
-    outcome.notes.extend(stage.notes)
-    outcome.files.update(stage.files)

@@ -209,7 +209,7 @@ def save_pngs(figures: dict, dpi: float = FIGURE_DPI) -> None:
     helper process when there is one (`_helpers_share`, counting what it has still
     to draw), the rest here; each
     `Drawing` from the helper's bytes (drawn here if it has none)."""
-    from ..plot._save import save_png
+    from ...plot._save import save_png
 
     figures = dict(figures)
     helper = _live_helper()

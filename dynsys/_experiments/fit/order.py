@@ -15,7 +15,7 @@ the start of the full fit.
 
 import time
 
-from .config import ConfigError
+from ..config import ConfigError
 
 
 SCAN_MAX_ORDER = 10
@@ -32,9 +32,9 @@ def wants_scan(fit_cfg: dict) -> bool:
 def scan_structure(fit_cfg: dict, train, val, echo):
     """`select_order` over the candidates the config leaves open: `(scan, start,
     seconds)`, `start` the chosen structure's subspace estimate."""
-    from .._sysid.order import select_order
-    from .._sysid.subspace import fit_subspace, largest_order
-    from .fit_checks import looks_bounded
+    from ..._sysid.order import select_order
+    from ..._sysid.subspace import fit_subspace, largest_order
+    from .checks import looks_bounded
 
     order = fit_cfg["order"]
     # Held-out experiments must keep more samples than the order (x0's unknowns).
@@ -96,7 +96,7 @@ def refined_size(scanned, start, train) -> tuple[int, bool] | None:
     (`LOWER_ORDER_PADDING_LIMIT`): each of its steps, up to its step cap, costs
     what a step of the padded model costs (on the glass-furnace record, 80 steps
     of an order-6 model padded to 9 took 12.1 s instead of 7.2 s)."""
-    from .._fitting.padded import (
+    from ..._fitting.padded import (
         LOWER_ORDER_PADDING_LIMIT,
         PADDED_JACOBIAN_LIMIT,
         padded_size,
@@ -141,7 +141,7 @@ def scan_notes(scanned, held_out: bool) -> list[str]:
 
 def scan_figure(scanned, held_out: bool) -> dict:
     """`{"order_scan.png": figure}` of the scan (`{}` without one)."""
-    from .. import plot
+    from ... import plot
 
     if scanned is None:
         return {}

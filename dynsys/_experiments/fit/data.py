@@ -1,6 +1,6 @@
 """The data of a `fit` experiment: simulated from a zoo model (with the clean copy
 and the true system kept for comparison) or read from a file, named, and split
-into estimation and validation experiments."""
+into estimation and validation experiments (`load_data`, the first stage)."""
 
 import dataclasses
 import zipfile
@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from .config import ConfigError
-from .outcome import config_vector as _vector
-from .schema import zoo, zoo_names
+from ..config import ConfigError
+from ..outcome import config_vector as _vector
+from ..runtime.compile_clock import stage
+from ..schema import zoo, zoo_names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +29,7 @@ def _measured_system(system, measured: list[int] | None, state_names):
     """The zoo system with `C` selecting the measured states (or as it is)."""
     import jax.numpy as jnp
 
-    from .._systems.system import LinearSystem
+    from ..._systems.system import LinearSystem
 
     if measured is None:
         return system, None
@@ -55,7 +56,7 @@ def _measured_system(system, measured: list[int] | None, state_names):
 def _simulated(config: dict) -> _Data:
     import jax
 
-    from .._data.simulate import simulate
+    from ..._data.simulate import simulate
 
     data_cfg, system_cfg = config["data"], config["system"]
     seed = config["seed"]
@@ -99,7 +100,7 @@ def _simulated(config: dict) -> _Data:
 
 def _outputs_only(data):
     """The inputs and outputs of `data`, without its states."""
-    from .._data.dataset import Dataset
+    from ..._data.dataset import Dataset
 
     ts = None if data.ts is None else data.ts[: data.num_steps]
     return Dataset(us=data.us, ts=ts, ys=data.ys)
@@ -126,7 +127,7 @@ def _channel_names(config: dict, role: str, count: int):
 
 def _named(data, state_names, input_names, output_names):
     """`data` with the given column names (where given and the columns exist)."""
-    from .._data.dataset import Dataset
+    from ..._data.dataset import Dataset
 
     def role(field: str, names, current):
         """The field's experiments and names (the given ones, else the current)."""
@@ -158,7 +159,7 @@ def _experiments(data, field: str):
 def _read(data_cfg: dict, key: str):
     """The dataset of the file at config key `data.<key>`, read with the roles of
     the config; a file that cannot be read is a `ConfigError` naming the key."""
-    from .._data.load import load_dataset
+    from ..._data.load import load_dataset
 
     roles = {
         "states": data_cfg["states"],
@@ -277,7 +278,7 @@ def _check_long_enough(data, path) -> None:
 def _time_split(config: dict, data, fraction: float):
     """`(estimation, validation, words)`: the last `fraction` of each experiment
     held out (at least 4 samples each side)."""
-    try:  # the order's needs are checked next (fit.py's _check_order)
+    try:  # the order's needs are checked next (start.py's _check_order)
         estimation, validation = data.split_time(fraction, min_samples=4)
     except ValueError as error:
         raise ConfigError(f"config key 'data.validation_split': {error}") from None
@@ -286,3 +287,37 @@ def _time_split(config: dict, data, fraction: float):
         f"({sum(validation.lengths)} of {sum(data.lengths)} samples)"
     )
     return estimation, validation, words
+
+
+@dataclasses.dataclass(frozen=True)
+class FitData:
+    """The data stage's result: the data and how they were split."""
+
+    run: _Data  # the whole data, their source and, when simulated, the truth
+    train: Any  # the estimation Dataset
+    val: Any  # the held-out Dataset, or None
+    clean_val: Any  # the held-out data without noise (simulated only), or None
+    held: str  # how the held-out data were chosen, in words
+
+    @property
+    def report(self):
+        """The data the models are scored on: the held-out, else the training."""
+        return self.val if self.val is not None else self.train
+
+    @property
+    def which(self) -> str:
+        """`"held-out"` or `"training"`: which data `report` is."""
+        return "held-out" if self.val is not None else "training"
+
+
+def load_data(config: dict, echo) -> FitData:
+    """Simulate or read the data, split them, and say what was found."""
+    with stage("data"):
+        simulated = config["data"]["file"] is None
+        run = _simulated(config) if simulated else _from_file(config)
+        train, val, clean_val, held = _split(config, run)
+    echo(f"{config['name']}: {run.source}")
+    echo(f"  columns: {_columns(run.data)}")
+    count = train.num_trajectories
+    echo(f"  {count} experiment{'s' * (count != 1)} for estimation; validation: {held}")
+    return FitData(run, train, val, clean_val, held)

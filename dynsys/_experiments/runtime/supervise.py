@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from .. import _config
+from ... import _config
 
 
 SUPERVISED = _config.SUPERVISED  # set in the child: it runs the experiment itself
@@ -60,7 +60,7 @@ def failure_line(error: BaseException) -> str:
 def crash_line(code: int, crash: str, log: str = "") -> str:
     """What ended the child (exit `code`, negative for a signal) from the runtime's
     fatal lines `crash` and its log lines `log`, in one line."""
-    from .._distributed import (
+    from ..._distributed import (
         DEFAULT_HEARTBEAT_TIMEOUT,
         DEFAULT_TIMEOUT,
         HEARTBEAT_ENVIRONMENT,
@@ -184,7 +184,7 @@ def supervise(argv: list[str], out_root: str | None = None) -> int:
         reader.join(timeout=10)
     text = b"".join(crash).decode("utf-8", "replace")
     if out_root is not None and (crash or child.returncode < 0):
-        from .run_folder import clean_stale
+        from ..run_folder import clean_stale
 
         clean_stale(pathlib.Path(out_root).absolute())
     return _outcome(

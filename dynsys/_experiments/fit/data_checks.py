@@ -1,20 +1,42 @@
 """The data checks of a fit experiment (`check_data`): printed one line each,
-recorded in `metrics.json["data_checks"]`, and a refusal before anything is fitted;
-and the run status when a channel's fit % is undefined."""
+recorded in `metrics.json["data_checks"]`, and a refusal before anything is
+fitted."""
 
+import dataclasses
 import hashlib
-import math
 
 import numpy as np
 
-from .config import ConfigError
+from ..config import ConfigError
+from ..runtime.compile_clock import stage
+
+
+@dataclasses.dataclass(frozen=True)
+class DataChecks:
+    """The data-check stage's result: the findings (for `metrics.json`) and the
+    warning when held-out experiments repeat estimation ones (`None` if not)."""
+
+    findings: list  # dicts, the overlap warning last when there is one
+    overlap: dict | None
+
+
+def check_data(config: dict, data, echo) -> DataChecks:
+    """Check the whole data (`data`: a `FitData`) and the split; refuse data that
+    cannot support a model (`ConfigError`)."""
+    with stage("data"):
+        findings = run_data_checks(config, data.run.data, data.run.source, echo)
+        overlap = split_overlap(data.train, data.val)
+    if overlap is not None:
+        echo(f"  data check (warn): {overlap['message']}")
+        findings.append(overlap)
+    return DataChecks(findings, overlap)
 
 
 def run_data_checks(config: dict, data, source: str, echo) -> list[dict]:
     """Check `data` (the whole dataset of a fit experiment) in the run's precision;
     echo each finding; raise `ConfigError` (one line, naming the data) when one is a
     refusal. Returns the findings as dicts for `metrics.json`."""
-    from .._data.checks import check_data
+    from ..._data.checks import check_data
 
     findings = check_data(data, order=config["fit"]["order"], dtype=config["precision"])
     for finding in findings:
@@ -26,36 +48,6 @@ def run_data_checks(config: dict, data, source: str, echo) -> list[dict]:
             f"config key '{key}': {source} cannot support a model: " + " ".join(refused)
         )
     return [finding._asdict() for finding in findings]
-
-
-def undefined_fit(metrics: dict) -> str | None:
-    """Why some fit % in `metrics["fit_percent"]` is undefined (the channels whose
-    value is NaN: no variance), or `None` when every one is defined."""
-    channels = metrics.get("fit_percent_channels") or []
-    undefined = set()
-
-    def visit(value, index):
-        if isinstance(value, dict):
-            for item in value.values():
-                visit(item, None)
-        elif isinstance(value, list | tuple):
-            for k, item in enumerate(value):
-                visit(item, k)
-        elif isinstance(value, float) and math.isnan(value):
-            undefined.add(
-                channels[index]
-                if index is not None and index < len(channels)
-                else "a channel"
-            )
-
-    visit(metrics.get("fit_percent", {}), None)
-    if not undefined:
-        return None
-    return (
-        "fit % undefined (no variance) for "
-        + ", ".join(repr(c) for c in sorted(undefined))
-        + " of the data it is reported on"
-    )
 
 
 def _fingerprints(data) -> list[str]:

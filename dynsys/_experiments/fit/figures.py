@@ -1,8 +1,14 @@
 """The figures of a `fit` experiment: comparison, residuals, Bode, step and
 singular values for input-output data; trajectories, eigenvalues, loss and phase
-portraits for measured states."""
+portraits for measured states; `submit_plain_figures`, `output_figures` and
+`state_figures` are the stages that make them."""
 
 import numpy as np
+
+from ..runtime import figure_helper
+from ..runtime.compile_clock import stage
+from ..runtime.heap import earlier_objects_frozen
+from .order import scan_figure
 
 
 def _time_label(data) -> str:
@@ -26,7 +32,7 @@ ROLES = {"least squares": "estimate", "subspace": "estimate", "fitted": "fit"}
 def _plain_figures(report, singular_values, order, residuals, result) -> dict:
     """The figures of input-output data that do not show the fitted model's
     uncertainty (drawn while it is computed: `figure_helper.submit`)."""
-    from .. import plot
+    from ... import plot
 
     p = report.output_size
     return {
@@ -48,7 +54,7 @@ def _output_figures(report, comparisons, models, truth, which, plain, extras=Non
     (`_plain_figures`, and the structure scan's last). `extras`: figure file → more
     keyword arguments of its plot function (the data's spectral estimate, the fitted
     model's confidence bands)."""
-    from .. import plot
+    from ... import plot
 
     extras = extras or {}
     estimated = {k: v for k, v in models.items() if k != "true"}
@@ -107,7 +113,7 @@ def _output_figures(report, comparisons, models, truth, which, plain, extras=Non
 
 
 def _loss_figure(result, title, ylabel):
-    from .. import plot
+    from ... import plot
 
     return plot.loss_history(
         result.losses,
@@ -131,8 +137,8 @@ def _page_file(stem: str, k: int) -> str:
 def _state_figures(report, runs, models, clean_val, result, fit_cfg, which):
     """The figures of a fit to measured states: trajectory 0 against each model's
     free run (in pages for many states), the eigenvalues, the loss."""
-    from .. import plot
-    from .._fitting.metrics import fit_percent
+    from ... import plot
+    from ..._fitting.metrics import fit_percent
 
     predictions = {label: xs[0] for label, xs in runs.items()}
     per_channel = {
@@ -173,3 +179,53 @@ def _state_figures(report, runs, models, clean_val, result, fit_cfg, which):
         ),
     }
     return figures
+
+
+# ---------------------------------------------------------------------------------
+# The figures stages.
+
+
+def submit_plain_figures(data, start, validation, estimate) -> dict:
+    """The figures of input–output data that need not wait for the uncertainty,
+    handed to the figure helper (`figure_helper.submit`), which draws them while
+    the uncertainty is computed (`data` a `FitData`, `start` a `Start`, ...)."""
+    with stage("figures"), earlier_objects_frozen():
+        plain = _plain_figures(
+            data.report,
+            start.singular_values,
+            start.subspace.state_size,
+            validation.residuals,
+            estimate.result,
+        )
+        plain |= scan_figure(start.scan, held_out=data.val is not None)
+        return {name: figure_helper.submit(f) for name, f in plain.items()}
+
+
+def output_figures(data, validation, uncertainty, plain) -> dict:
+    """Every figure of input–output data, `plain` (`submit_plain_figures`) among
+    them, by file name."""
+    truth = None if data.clean_val is None else np.asarray(data.clean_val.ys[0])
+    with stage("figures"), earlier_objects_frozen():
+        return _output_figures(
+            data.report,
+            validation.comparisons,
+            validation.models,
+            truth,
+            data.which,
+            plain,
+            uncertainty.references,
+        )
+
+
+def state_figures(config: dict, data, scores, estimate) -> dict:
+    """The figures of measured states, by file name (`scores` a `StateScores`)."""
+    with stage("figures"), earlier_objects_frozen():
+        return _state_figures(
+            data.report,
+            scores.runs,
+            scores.models,
+            data.clean_val,
+            estimate.result,
+            config["fit"],
+            data.which,
+        )

@@ -35,7 +35,7 @@ def add(found: list[str], message: str) -> None:
 
 
 def spectral_radius(model) -> float:
-    from .._fitting.metrics import spectral_radius as radius
+    from ..._fitting.metrics import spectral_radius as radius
 
     K = np.asarray(model.to_linear().K if hasattr(model, "to_linear") else model.K)
     return radius(K) if K.size else 0.0
@@ -81,8 +81,8 @@ def model_warnings(name: str, model, data, found: list[str]) -> None:
 def _forced_program():
     """`forced_outputs` as one program per model structure and data shape (outside
     `jit`, its scan compiled again for each model), kept across runs."""
-    from .._compile.jit import kept_jit
-    from .._sysid.initial_state import forced_outputs
+    from ..._compile.jit import kept_jit
+    from ..._sysid.initial_state import forced_outputs
 
     return kept_jit(forced_outputs)
 

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from .._compile.kept_programs import LOAD_EVENT
+from ..._compile.kept_programs import LOAD_EVENT
 
 
 # The jax.monitoring events (jax/_src/dispatch.py, jax/_src/compiler.py).
