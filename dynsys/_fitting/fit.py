@@ -45,14 +45,10 @@ from .prediction_fit import (
     with_innovation_covariance,
 )
 from .separable import applies as separable_applies
-from .solvers import (
-    DEFAULT_MAX_STEPS,
-    default_strategy,
-    lbfgs_strategy,
-    LevenbergMarquardtStrategy,
-    tolerances,
-)
-from .train import optax_strategy, optimise, TrainResult
+from .levenberg_marquardt import LevenbergMarquardt
+from .optax_solver import LBFGS
+from .solvers import DEFAULT_MAX_STEPS, default_strategy, tolerances
+from .train import optimise, train_solver, TrainResult
 
 
 if TYPE_CHECKING:
@@ -287,7 +283,7 @@ def _strategy(optimizer, objective, params, batch, batch_size, adjoint, rtol, at
                 "fit(rtol=..., atol=...): tolerances apply to the default optimiser "
                 "(optimizer=None) only."
             )
-        return optax_strategy(optimizer), DEFAULT_MAX_STEPS["optax"]
+        return train_solver(optimizer, "fit"), DEFAULT_MAX_STEPS["optax"]
     if batch_size is not None:
         raise ValueError(
             f"fit(batch_size={batch_size}): the default optimiser uses all the data "
@@ -301,7 +297,7 @@ def _strategy(optimizer, objective, params, batch, batch_size, adjoint, rtol, at
         # Levenberg–Marquardt builds its Jacobian in forward mode, which the
         # hand-written reverse pass of LinearAdjoint does not provide.
         default_rtol = tolerances(dtype)[0] if rtol is None else rtol
-        return lbfgs_strategy(default_rtol), DEFAULT_MAX_STEPS["lbfgs"]
+        return LBFGS(rtol=default_rtol**0.75), DEFAULT_MAX_STEPS["lbfgs"]
     num_experiments = batch["mask"].shape[0]
     strategy, kind = default_strategy(
         objective.num_residuals(batch), num_params, dtype, rtol, atol, num_experiments
@@ -315,7 +311,7 @@ def _chunk(strategy, params, batch) -> int | None:
     forward-mode derivative per parameter) grows. Each chunk starts with one extra
     (warm-up) evaluation of the Jacobian, so small problems gain from long chunks
     (6 states, 8 x 400 steps, 48 parameters: 24 steps, 10 % faster than 8)."""
-    if not isinstance(strategy, LevenbergMarquardtStrategy):
+    if not isinstance(strategy, LevenbergMarquardt):
         return None
     num_params = sum(
         leaf.size for leaf in jax.tree.leaves(params) if eqx.is_inexact_array(leaf)
@@ -660,7 +656,7 @@ def _separable(objective, strategy, params, batch, filter_spec):
         raise ValueError(
             f"fit.SEPARABLE must be None, 'exact' or 'kaufman'; got {SEPARABLE!r}"
         )
-    lm = isinstance(strategy, LevenbergMarquardtStrategy)
+    lm = isinstance(strategy, LevenbergMarquardt)
     applicable = (
         SEPARABLE is not None
         and lm
@@ -778,7 +774,7 @@ def fit(
     strategy = with_free_parameters(strategy, objective, params, filter_spec)
     objective, params = _separable(objective, strategy, params, batch, filter_spec)
     evaluator = _validation_loss(loss, val_data, model, method, adjoint, data)
-    each_step = optimizer is None and isinstance(strategy, LevenbergMarquardtStrategy)
+    each_step = optimizer is None and isinstance(strategy, LevenbergMarquardt)
     result = _optimised(
         objective,
         strategy,

@@ -18,7 +18,7 @@ from .._systems.stable import StableLinearSystem
 from .._systems.system import LinearSystem
 from .initial_states import closed_form, FreeRun, KalmanPredictor
 from .separable import eliminate, linear_part_names, outputs as separable_outputs
-from .solvers import AbstractObjective
+from .solver_base import AbstractObjective
 
 
 class MultipleShooting(eqx.Module):
