@@ -207,7 +207,7 @@ def loss_history():
         start,
         train,
         loss="simulation",
-        optimizer=optax.adam(3e-3),
+        solver=optax.adam(3e-3),
         num_steps=150,
         progress=False,
         val_data=held,

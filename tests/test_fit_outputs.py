@@ -67,7 +67,7 @@ def test_loss_and_initial_states_against_a_written_out_reference():
     data, x0s = _data(system, noise=0.1)
     model = _perturbed(system, 0.1)
     result = dynsys.fit(
-        model, data, optimizer=optax.sgd(0.0), num_steps=1, progress=False
+        model, data, solver=optax.sgd(0.0), num_steps=1, progress=False
     )
     ys = np.asarray(data.ys)
     weights = 1.0 / ys.reshape(-1, 2).var(axis=0)
@@ -98,9 +98,9 @@ def test_channel_normalisation_makes_units_irrelevant():
     scaled_model = dynsys.LinearSystem(
         model.K, model.B, model.C * scale[:, None], model.D * scale[:, None]
     )
-    a = dynsys.fit(model, data, optimizer=optax.sgd(0.0), num_steps=1, progress=False)
+    a = dynsys.fit(model, data, solver=optax.sgd(0.0), num_steps=1, progress=False)
     b = dynsys.fit(
-        scaled_model, scaled, optimizer=optax.sgd(0.0), num_steps=1, progress=False
+        scaled_model, scaled, solver=optax.sgd(0.0), num_steps=1, progress=False
     )
     assert b.losses[0] == pytest.approx(a.losses[0], rel=1e-10)
 
@@ -149,8 +149,8 @@ def test_ragged_loss_gradient_and_fit_equal_the_unpadded_experiments():
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
     # The fit itself: the same optimiser on the written-out loss through train.
     sgd = optax.sgd(0.05)
-    fitted = dynsys.fit(model, ragged, optimizer=sgd, num_steps=6, progress=False)
-    trained = dynsys.train(reference, model, optimizer=sgd, num_steps=6, progress=False)
+    fitted = dynsys.fit(model, ragged, solver=sgd, num_steps=6, progress=False)
+    trained = dynsys.train(reference, model, solver=sgd, num_steps=6, progress=False)
     np.testing.assert_allclose(fitted.losses, trained.losses, rtol=1e-8)
     for a, b in zip(jax.tree.leaves(fitted.model), jax.tree.leaves(trained.model)):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)

@@ -121,7 +121,7 @@ def test_least_squares_can_be_unstable_the_stable_model_never_is():
             dynsys.StableLinearSystem.from_linear(estimate),
             data,
             loss="one_step",
-            optimizer=optax.adam(1e-2),
+            solver=optax.adam(1e-2),
             num_steps=150,
             progress=False,
         )

@@ -49,8 +49,9 @@ SUMMARY_LABEL = "free-run fit % (100 = perfect)"
 # The optimiser and loss of the config.
 
 
-def _optimizer(fit_cfg: dict):
-    """(optimizer or None for the default, num_steps or None, a description)."""
+def _solver(fit_cfg: dict):
+    """`fit`'s `solver` from the config key `fit.optimizer` (None for the
+    default), num_steps or None, a description."""
     name, steps = fit_cfg["optimizer"], fit_cfg["steps"]
     if name == "default":
         return None, steps, "the default optimiser"
@@ -102,13 +103,13 @@ def _fit_model(
     from .._fitting.fit_padded import fit_padded
 
     fit_cfg = config["fit"]
-    optimizer, num_steps, described = _optimizer(fit_cfg)
+    solver, num_steps, described = _solver(fit_cfg)
     started = time.perf_counter()
     fitter = functools.partial(
         fit if size is None else fit_padded,
         **({} if size is None else {"size": size[0], "feedthrough": size[1]}),
         loss=_loss(fit_cfg, train_data),
-        optimizer=optimizer,
+        solver=solver,
         num_steps=num_steps,
         batch_size=fit_cfg["batch_size"],
         key=host_key(config["seed"] + 1),
