@@ -46,7 +46,13 @@ if TYPE_CHECKING:
     from ._fitting.fit import fit as fit, FitResult as FitResult
     from ._fitting.least_squares import fit_least_squares as fit_least_squares
     from ._fitting.levenberg_marquardt import LevenbergMarquardt as LevenbergMarquardt
-    from ._fitting.losses import MultipleShooting as MultipleShooting
+    from ._fitting.losses import (
+        AbstractLoss as AbstractLoss,
+        MultipleShooting as MultipleShooting,
+        OneStep as OneStep,
+        Prediction as Prediction,
+        Simulation as Simulation,
+    )
     from ._fitting.metrics import (
         fit_percent as fit_percent,
         nrmse as nrmse,

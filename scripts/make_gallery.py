@@ -206,7 +206,7 @@ def loss_history():
     result = dynsys.fit(
         start,
         train,
-        loss="simulation",
+        loss=dynsys.Simulation(),
         solver=optax.adam(3e-3),
         num_steps=150,
         progress=False,

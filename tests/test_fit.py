@@ -50,7 +50,7 @@ def test_one_step_fit_converges_to_least_squares():
     result = dynsys.fit(
         _start(),
         data,
-        loss="one_step",
+        loss=dynsys.OneStep(),
         solver=optax.adam(3e-2),
         num_steps=600,
         progress=False,
@@ -72,9 +72,9 @@ def test_loss_definitions_agree_at_the_extremes():
         sim[:, t + 1] = sim[:, t] @ K.T + us[:, t] @ B.T
     simulation = np.mean((sim[:, 1:] - xs[:, 1:]) ** 2)
     for loss, expected in [
-        ("one_step", one_step),
+        (dynsys.OneStep(), one_step),
         (dynsys.MultipleShooting(1), one_step),
-        ("simulation", simulation),
+        (dynsys.Simulation(), simulation),
         (dynsys.MultipleShooting(12), simulation),
     ]:
         result = dynsys.fit(
@@ -283,15 +283,31 @@ def test_other_bad_arguments():
         )
     with pytest.raises(
         ValueError,
-        match=r"fit\(loss=...\): expected 'simulation', 'one_step', 'prediction' or MultipleShooting\(horizon\), got 'free_run'",
+        match=r"fit\(loss=...\): expected Simulation\(\), OneStep\(\), Prediction\(horizon\) or MultipleShooting\(horizon\), got 3",
     ):
-        dynsys.fit(_start(), data, loss="free_run", num_steps=1, progress=False)
+        dynsys.fit(_start(), data, loss=3, num_steps=1, progress=False)
+    for name, example in [
+        ("simulation", r"Simulation\(\)"),
+        ("one_step", r"OneStep\(\)"),
+        ("prediction", r"Prediction\(horizon=1\)"),
+        ("free_run", r"Simulation\(\)"),
+    ]:
+        with pytest.raises(
+            ValueError,
+            match=rf"^fit\(loss='{name}'\): pass a loss object such as dynsys\.{example}\.$",
+        ):
+            dynsys.fit(_start(), data, loss=name, num_steps=1, progress=False)
     with pytest.raises(
         ValueError,
         match=r"fit\(fit_x0=True\): the one-step loss does not depend on the initial state",
     ):
         dynsys.fit(
-            _start(), data, loss="one_step", fit_x0=True, num_steps=1, progress=False
+            _start(),
+            data,
+            loss=dynsys.OneStep(),
+            fit_x0=True,
+            num_steps=1,
+            progress=False,
         )
     with pytest.raises(TypeError, match="expected an AbstractSystem"):
         dynsys.fit(np.eye(2), data, num_steps=1, progress=False)
@@ -334,7 +350,7 @@ def test_known_bias_simulation_fit_beats_least_squares_under_measurement_noise()
     result = dynsys.fit(
         estimate,
         train,
-        loss="simulation",
+        loss=dynsys.Simulation(),
         solver=optax.adam(1e-2),
         num_steps=200,
         progress=False,

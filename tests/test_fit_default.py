@@ -52,7 +52,7 @@ def test_default_one_step_fit_equals_the_closed_form_least_squares(dtype, atol):
     reference for the optimiser's result on noisy data."""
     data = _data(dtype, noise=0.1)
     estimate = dynsys.fit_least_squares(data)
-    result = dynsys.fit(_start(dtype), data, loss="one_step", progress=False)
+    result = dynsys.fit(_start(dtype), data, loss=dynsys.OneStep(), progress=False)
     assert result.converged
     np.testing.assert_allclose(result.model.K, estimate.K, atol=atol)
     np.testing.assert_allclose(result.model.B, estimate.B, atol=atol)
@@ -62,7 +62,7 @@ def test_lbfgs_above_the_jacobian_limit(monkeypatch):
     monkeypatch.setattr(dynsys._fitting.solvers, "JACOBIAN_LIMIT", 0)
     data = _data(noise=0.1)
     estimate = dynsys.fit_least_squares(data)
-    result = dynsys.fit(_start(), data, loss="one_step", progress=False)
+    result = dynsys.fit(_start(), data, loss=dynsys.OneStep(), progress=False)
     assert result.optimizer.startswith("L-BFGS")
     assert result.converged and result.stop_reason is None
     np.testing.assert_allclose(result.model.K, estimate.K, atol=1e-6)
@@ -112,7 +112,7 @@ def test_no_better_than_the_start_warns():
         result = dynsys.fit(
             estimate,
             data,
-            loss="one_step",
+            loss=dynsys.OneStep(),
             solver=optax.adam(1e-2),
             num_steps=20,
             progress=False,

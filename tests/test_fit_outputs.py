@@ -163,7 +163,9 @@ def _markov(system, k=8):
 
 
 @pytest.mark.parametrize(
-    "loss", ["simulation", dynsys.MultipleShooting(10)], ids=["simulation", "shooting"]
+    "loss",
+    [dynsys.Simulation(), dynsys.MultipleShooting(10)],
+    ids=["simulation", "shooting"],
 )
 def test_noise_free_output_error_recovers_the_system(loss):
     """C and D train like K and B: from a perturbed start the default optimiser
@@ -177,7 +179,7 @@ def test_noise_free_output_error_recovers_the_system(loss):
     np.testing.assert_allclose(result.model.D, system.D, atol=1e-7)
     assert result.metrics["train"]["fit_percent"] > 99.999
     assert "one_step_nrmse" not in result.metrics["train"]
-    if loss == "simulation":
+    if loss == dynsys.Simulation():
         np.testing.assert_allclose(
             _markov(result.model, 1)[0] @ np.zeros(1), 0.0
         )  # shape sanity
@@ -228,9 +230,9 @@ def test_output_data_bad_input():
     system = _system()
     data, _ = _data(system)
     with pytest.raises(
-        ValueError, match=r"fit\(loss='one_step'\): the data have outputs"
+        ValueError, match=r"fit\(loss=OneStep\(\)\): the data have outputs"
     ):
-        dynsys.fit(system, data, loss="one_step", progress=False)
+        dynsys.fit(system, data, loss=dynsys.OneStep(), progress=False)
     with pytest.raises(
         ValueError,
         match=r"fit\(data=...\): the data have p = 2 output channels but the model has output_size = 1",

@@ -192,3 +192,59 @@ def test_separable_changes_nothing_where_it_does_not_apply():
         progress=False,
     )
     _same(default, separable)
+
+
+# ----- losses as objects ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "horizon, steps, loss, fit_percent",
+    # What `fit(start, data, loss="prediction", horizon=h)` gave before the loss
+    # objects (commit 7b7a3d1).
+    [(1, 16, 0.028372707089039134, 83.15580008161886),
+     (2, 23, 0.029365866554384654, 82.8635282060791)],
+)  # fmt: skip
+def test_prediction_equals_the_former_string_loss(horizon, steps, loss, fit_percent):
+    data, start = _output_data()
+    result = dynsys.fit(
+        start, data, loss=dynsys.Prediction(horizon=horizon), progress=False
+    )
+    assert result.steps_run == steps
+    np.testing.assert_allclose(result.losses[-1], loss, rtol=1e-9)
+    np.testing.assert_allclose(
+        result.metrics["train"]["prediction_fit_percent"], fit_percent, rtol=1e-9
+    )
+
+
+def test_loss_objects_are_abstract_losses():
+    for loss in (
+        dynsys.Simulation(),
+        dynsys.OneStep(),
+        dynsys.Prediction(),
+        dynsys.Prediction(horizon=3),
+        dynsys.MultipleShooting(horizon=5),
+    ):
+        assert isinstance(loss, dynsys.AbstractLoss)
+    assert dynsys.Prediction() == dynsys.Prediction(horizon=1)
+    with pytest.raises(TypeError):
+        dynsys.AbstractLoss()
+
+
+def test_simulation_is_the_default_loss():
+    data = _state_data()
+    default = dynsys.fit(_start(), data, progress=False)
+    explicit = dynsys.fit(_start(), data, loss=dynsys.Simulation(), progress=False)
+    _same(default, explicit)
+
+
+def test_a_string_loss_is_refused_in_one_line():
+    with pytest.raises(
+        ValueError,
+        match=r"^fit\(loss='simulation'\): pass a loss object such as "
+        r"dynsys\.Simulation\(\)\.$",
+    ):
+        dynsys.fit(_start(), _state_data(), loss="simulation", progress=False)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'horizon'"):
+        dynsys.fit(_start(), _state_data(), horizon=2, progress=False)
+    with pytest.raises(ValueError, match=r"^Prediction\(horizon=...\): expected"):
+        dynsys.Prediction(horizon=0)

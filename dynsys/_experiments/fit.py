@@ -63,10 +63,13 @@ def _solver(fit_cfg: dict):
 
 
 def _loss(fit_cfg: dict, train_data):
-    from .._fitting.losses import MultipleShooting
+    """`fit`'s loss object from the config key `fit.loss`."""
+    from .._fitting.losses import MultipleShooting, OneStep, Simulation
 
-    if fit_cfg["loss"] != "shooting":
-        return fit_cfg["loss"]
+    if fit_cfg["loss"] == "simulation":
+        return Simulation()
+    if fit_cfg["loss"] == "one_step":
+        return OneStep()
     if fit_cfg["horizon"] > train_data.num_steps:
         raise ConfigError(
             f"config key 'fit.horizon': the shooting window ({fit_cfg['horizon']} "

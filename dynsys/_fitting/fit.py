@@ -5,7 +5,7 @@ import dataclasses
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal, TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -27,6 +27,7 @@ from .covariance import LazyCovariance, ParameterCovariance
 from .flat_loss import FLAT_STEPS, HELD_OUT_PATIENCE, HELD_OUT_STEPS
 from .least_squares import _check_data, step_mask
 from .losses import (
+    AbstractLoss,
     channel_weights,
     FitObjective,
     is_linear,
@@ -34,6 +35,7 @@ from .losses import (
     MultipleShooting,
     one_step_predictions,
     PredictionError,
+    Simulation,
 )
 from .metrics import no_variance, spectral_radius
 from .padded import with_free_parameters
@@ -92,7 +94,7 @@ class FitResult:
         run over all steps, from the measured, fitted or estimated initial states,
         on the outputs for output data), `one_step_nrmse` (state data only),
         `prediction_nrmse`, `prediction_fit_percent` and
-        `predictor_spectral_radius` (loss `"prediction"`), and `spectral_radius`
+        `predictor_spectral_radius` (loss `Prediction`), and `spectral_radius`
         for models with a transition matrix `K`.
     - `train_result`: the underlying `TrainResult`.
     - `covariance` (computed on first access): the Gauss–Newton covariance of the
@@ -128,7 +130,29 @@ class FitResult:
         return self.uncertainty.result()[1]
 
 
-LossName = Literal["simulation", "one_step", "prediction"]
+# The loss object to name where a string is given.
+_LOSS_OBJECTS = {
+    "simulation": "Simulation()",
+    "one_step": "OneStep()",
+    "prediction": "Prediction(horizon=1)",
+    "shooting": "MultipleShooting(horizon)",
+}
+
+
+def _loss_kind(loss):
+    """`fit(loss=...)` as `FitObjective.kind` (`AbstractLoss.kind`); a one-line
+    error for a string or anything else."""
+    if isinstance(loss, AbstractLoss):
+        return loss.kind()
+    if isinstance(loss, str):
+        example = _LOSS_OBJECTS.get(loss, "Simulation()")
+        raise ValueError(
+            f"fit(loss={loss!r}): pass a loss object such as dynsys.{example}."
+        )
+    raise ValueError(
+        "fit(loss=...): expected Simulation(), OneStep(), Prediction(horizon) or "
+        f"MultipleShooting(horizon), got {loss!r}."
+    )
 
 
 def _has_outputs(data) -> bool:
@@ -146,16 +170,11 @@ def _check_loss(loss, data: Dataset):
         return loss
     if isinstance(loss, PredictionError):
         return loss
-    if loss not in ("simulation", "one_step"):
-        raise ValueError(
-            "fit(loss=...): expected 'simulation', 'one_step', 'prediction' or "
-            f"MultipleShooting(horizon), got {loss!r}."
-        )
     if loss == "one_step" and _has_outputs(data):
         raise ValueError(
-            "fit(loss='one_step'): the data have outputs (ys), not states; a one-step "
+            "fit(loss=OneStep()): the data have outputs (ys), not states; a one-step "
             "prediction needs the state at each step, which output data do not "
-            "measure. Use loss='simulation', or MultipleShooting(horizon) (each "
+            "measure. Use loss=Simulation(), or MultipleShooting(horizon) (each "
             "window's state is estimated)."
         )
     return loss
@@ -493,7 +512,7 @@ def _metrics(objective, model, x0s, batch) -> tuple[dict[str, float], Any]:
     return metrics, x0s
 
 
-def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
+def _checked(model, data, loss, val_data, fit_x0, num_steps):
     """`fit`'s checks of its arguments (one-line errors naming each) and its
     warnings about the data; returns the checked `(data, loss, val_data)`."""
     if not isinstance(model, AbstractSystem):
@@ -502,7 +521,7 @@ def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
         )
     data = _check_data("fit", data)
     _check_compatible("fit", model, data, "data")
-    loss = _check_loss(prediction_loss(model, data, loss, horizon), data)
+    loss = _check_loss(prediction_loss(model, data, _loss_kind(loss)), data)
     outputs = _has_outputs(data)
     if val_data is not None:
         val_data = _check_data("fit", val_data)
@@ -531,7 +550,7 @@ def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
     if fit_x0 and loss == "one_step":
         raise ValueError(
             "fit(fit_x0=True): the one-step loss does not depend on the initial "
-            "state; use loss='simulation' or MultipleShooting(horizon)."
+            "state; use loss=Simulation() or MultipleShooting(horizon)."
         )
     if num_steps is not None and (
         isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1
@@ -716,8 +735,7 @@ def fit(
     model: AbstractSystem,
     data: Dataset,
     *,
-    loss: LossName | MultipleShooting = "simulation",
-    horizon: int = 1,
+    loss: AbstractLoss = Simulation(),
     solver: "AbstractSolver | optax.GradientTransformation | None" = None,
     num_steps: int | None = None,
     batch_size: int | None = None,
@@ -744,11 +762,11 @@ def fit(
         states, `fit_subspace(data)` on outputs).
     - `data`: a `Dataset`; with outputs its `output_size` must match the model's,
         else its `state_size`; its inputs the model's `input_size`.
-    - `loss`: `"simulation"`, `"one_step"`, `"prediction"` or a `MultipleShooting`.
-        `"prediction"` (output data, an `InnovationSystem`) fits the `horizon`-step
+    - `loss`: `Simulation()` (default; on outputs, output error), `OneStep()`
+        (state data), `Prediction(horizon)` or `MultipleShooting(horizon)`.
+        `Prediction` (output data, an `InnovationSystem`) fits the `horizon`-step
         predictions of its Kalman predictor (`horizon=1`: the prediction-error
         method), also for integrating and unstable plants: docs/noise-models.md.
-    - `horizon`: the prediction horizon of `loss="prediction"` (1 to the data's `T`).
     - `solver`: `None` (choose: `LevenbergMarquardt()`, or `LBFGS()` for large
         problems or with `LinearAdjoint`), one of those with its own settings,
         `OptaxSolver(transform)`, or an optax transform (`optax.adam(1e-3)`, ...).
@@ -757,7 +775,7 @@ def fit(
     - `batch_size`: trajectories per step (`None`: all); needs an optax solver.
     - `fit_x0`: on state data, also fit each trajectory's initial state (each
         window's, for `MultipleShooting`), starting from the measured one. Not with
-        `"one_step"`. (On output data the initial states are always estimated.)
+        `OneStep()`. (On output data the initial states are always estimated.)
     - `key`, `progress`: the PRNG key of the minibatches; show a progress bar.
     - `val_data`: an optional held-out `Dataset` of the same kind (on output data,
         linear models only); its loss picks the best model: every step with LM
@@ -779,18 +797,19 @@ def fit(
 
     **Raises:**
 
-    `ValueError` naming the argument: widths that do not match the model's, an
-    unknown loss, the one-step loss on output data, a shooting horizon too long for
-    the data (or too short for a window's state), `fit_x0` with `"one_step"`,
-    `batch_size` with Levenberg–Marquardt, `rtol`/`atol` with an explicit
-    `solver`; for `"prediction"`: not an
-    `InnovationSystem`, a Kalman predictor not finite and stable, a `horizon` below
-    1 or beyond the data (or with another loss); a `resume` that cannot continue.
+    `ValueError` naming the argument: widths that do not match the model's, a
+    loss that is not a loss object (a string names the object to use), the
+    one-step loss on output data, a shooting horizon too long for the data (or too
+    short for a window's state), `fit_x0` with `OneStep()`, `batch_size` with
+    Levenberg–Marquardt, `rtol`/`atol` with an explicit `solver`; for
+    `Prediction`: not an `InnovationSystem`, a Kalman predictor not finite and
+    stable, a `horizon` beyond the data; a `resume` that cannot continue.
+    `TypeError` for a `solver` that is not a solver or an optax transform.
 
     **Warns:**
 
     When the fitted Kalman predictor is unstable, or an output-error fit starts from
-    or ends at a model with spectral radius at least 0.999 (use `"prediction"`).
+    or ends at a model with spectral radius at least 0.999 (use `Prediction()`).
 
     **Example:**
 
@@ -801,7 +820,7 @@ def fit(
     result.optimizer, result.metrics["train"]["fit_percent"]  # LM, close to 100
     ```
     """
-    checked = _checked(model, data, loss, val_data, fit_x0, num_steps, horizon)
+    checked = _checked(model, data, loss, val_data, fit_x0, num_steps)
     data, loss, val_data = checked
     use_compile_cache(keep_current=True)  # docs/performance.md, "Compile once"
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
