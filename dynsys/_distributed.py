@@ -336,7 +336,7 @@ def global_dataset(
     dynsys.initialize_distributed()
     mine = dynsys.load_dataset(f"experiments-{jax.process_index()}.npz")
     data = dynsys.global_dataset(mine)
-    result = dynsys.fit(model, data, optimizer=optax.adam(1e-2), num_steps=500,
+    result = dynsys.fit(model, data, solver=optax.adam(1e-2), num_steps=500,
                         progress=dynsys.is_main_process())
     ```
     """

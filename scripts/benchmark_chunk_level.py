@@ -80,7 +80,7 @@ def _never_stop():
 
     from dynsys._fitting import fit, levenberg_marquardt
 
-    strategy = levenberg_marquardt.LevenbergMarquardtStrategy
+    strategy = levenberg_marquardt.LevenbergMarquardt
     strategy._settled = lambda self, state, residual: jnp.array(False)
     strategy._small_step = lambda self, *args: jnp.array(False)
     fit.FLAT_STEPS = 10**9

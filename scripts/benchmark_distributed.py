@@ -81,7 +81,7 @@ def _worker(args: argparse.Namespace) -> None:
         loss_fn,
         start,
         data=batch,
-        optimizer=optax.adam(1e-2),
+        solver=optax.adam(1e-2),
         num_steps=args.steps,
         progress=False,
         callback=callback,

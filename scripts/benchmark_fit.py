@@ -143,14 +143,14 @@ def iteration_cost(p: Problem, steps=(10, 40), calls=3):
     _, data = make_data(p)
     model = dynsys.fit_least_squares(data)
     optimizer = optax.adam(1e-4)
-    _fit(model, data, optimizer=optimizer, num_steps=steps[0])  # compile
+    _fit(model, data, solver=optimizer, num_steps=steps[0])  # compile
     best = {}
     for k in steps:
         times = []
         for _ in range(calls):
             start = _clock()
             jax.block_until_ready(
-                _fit(model, data, optimizer=optimizer, num_steps=k).model
+                _fit(model, data, solver=optimizer, num_steps=k).model
             )
             times.append(_since(start))
         best[k] = (min(t[0] for t in times), min(t[1] for t in times))
@@ -164,7 +164,7 @@ def iteration_cost(p: Problem, steps=(10, 40), calls=3):
 
 def loss_of(model, data):
     """fit's loss of `model` on `data` (its first loss value, before any update)."""
-    return float(_fit(model, data, optimizer=optax.sgd(0.0), num_steps=1).losses[0])
+    return float(_fit(model, data, solver=optax.sgd(0.0), num_steps=1).losses[0])
 
 
 def first_hit(losses, target):
@@ -196,18 +196,18 @@ def convergence(p: Problem, learning_rates, adam_steps, held_out=False):
     start = dynsys.fit_least_squares(data)
     target = 1.1 * loss_of(system, data)
     rows = {"target": target, "start": loss_of(start, data)}
-    rows["default"] = reach(start, data, target, None, optimizer=None)
+    rows["default"] = reach(start, data, target, None, solver=None)
     adam = {}
     for lr in learning_rates:
         optimizer = optax.adam(lr)
         first, first_seconds = _timed_fit(
-            start, data, optimizer=optimizer, num_steps=adam_steps
+            start, data, solver=optimizer, num_steps=adam_steps
         )
         adam[lr] = dict(
             steps=first_hit(first.losses, target),
             first_seconds=first_seconds,
             final=float(np.min(first.losses)),
-            optimizer=optimizer,
+            solver=optimizer,
             seconds=None,
         )
     reached = {lr: r for lr, r in adam.items() if r["steps"] is not None}
@@ -216,13 +216,13 @@ def convergence(p: Problem, learning_rates, adam_steps, held_out=False):
         best = min(reached, key=lambda lr: reached[lr]["steps"])
         chosen = adam[best]
         _, chosen["seconds"] = _timed_fit(
-            start, data, optimizer=chosen["optimizer"], num_steps=chosen["steps"]
+            start, data, solver=chosen["optimizer"], num_steps=chosen["steps"]
         )
     else:
         # A lower bound on Adam's time: a warm run of the whole budget.
         closest = min(adam, key=lambda lr: adam[lr]["final"])
         _, rows["adam_bound"] = _timed_fit(
-            start, data, optimizer=adam[closest]["optimizer"], num_steps=adam_steps
+            start, data, solver=adam[closest]["optimizer"], num_steps=adam_steps
         )
     rows["adam"] = adam
     rows["adam_budget"] = adam_steps
@@ -235,7 +235,7 @@ def convergence(p: Problem, learning_rates, adam_steps, held_out=False):
 
 def held_out_fit(model, val):
     """The fit percentage of `model`'s free runs on held-out data (fit's metric)."""
-    result = _fit(model, val, optimizer=optax.sgd(0.0), num_steps=1)
+    result = _fit(model, val, solver=optax.sgd(0.0), num_steps=1)
     return _percent(result.metrics["train"]["fit_percent"])
 
 
@@ -299,7 +299,7 @@ def _iteration_section(problems):
     targets."""
     lines = [
         "**(a) One iteration of `fit` against a bare jitted step** (state data with "
-        "inputs; `fit(..., optimizer=optax.adam(1e-4))`, the marginal cost "
+        "inputs; `fit(..., solver=optax.adam(1e-4))`, the marginal cost "
         "(t(40 steps) − t(10 steps)) / 30 of warm calls; the bare step is "
         "`jit(value_and_grad)` of a hand-written `lax.scan` free run plus the optax "
         "update, median of 20 calls). Wall time, and CPU time of the process "

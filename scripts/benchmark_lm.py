@@ -48,7 +48,9 @@ def _timed_fit(start, data, loss="simulation"):
     import dynsys
 
     begin = time.perf_counter()
-    result = dynsys.fit(start, data, loss=loss, progress=False)
+    # `--loss` names the loss: the object `fit` takes.
+    objective = dynsys.Prediction() if loss == "prediction" else dynsys.Simulation()
+    result = dynsys.fit(start, data, loss=objective, progress=False)
     seconds = time.perf_counter() - begin
     return result, seconds, float(np.min(result.losses))
 

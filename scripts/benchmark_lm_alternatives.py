@@ -13,8 +13,8 @@ steps on every shared real record):
   does (dynsys also fits the input level, which the output level and the initial
   state all but duplicate);
 - `dynsys separable`: `dynsys.fit` with `B`, `D` and the output level eliminated
-  (`dynsys/_fitting/separable.py`, switched on by `fit`'s `SEPARABLE`), with the
-  eliminated problem's derivative (`"exact"`) and with Kaufman's (`"kaufman"`:
+  (`dynsys/_fitting/separable.py`, `solver=dynsys.LevenbergMarquardt(separable=
+  ...)`), with the eliminated problem's derivative (`"exact"`) and with Kaufman's (`"kaufman"`:
   the full problem's derivative, less its part along the linear parameters);
 - `minpack separable`: MINPACK's on the separable problem (Golub and Pereyra's
   variable projection): `B`, `D`, the output level and the initial state, in which
@@ -47,7 +47,6 @@ import scipy.optimize  # noqa: E402
 from benchmark_lm import _estimation_data  # noqa: E402
 
 import dynsys  # noqa: E402
-from dynsys._fitting import fit as fit_module  # noqa: E402
 
 
 DEFAULT_RECORDS = (
@@ -88,16 +87,16 @@ def dynsys_row(start, data, separable=None):
     """`(steps, rejected steps, final loss, best loss within 30 steps, ms per
     step)` of `dynsys.fit`; the time per step is a second fit's (the first
     compiles), divided by its steps."""
-    fit_module.SEPARABLE = separable
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = dynsys.fit(start, data, progress=False)
-            begin = time.perf_counter()
-            dynsys.fit(start, data, progress=False)
-            seconds = time.perf_counter() - begin
-    finally:
-        fit_module.SEPARABLE = None
+    # `None`: the default solver (Levenberg–Marquardt on these sizes).
+    solver = None
+    if separable is not None:
+        solver = dynsys.LevenbergMarquardt(separable=separable)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = dynsys.fit(start, data, solver=solver, progress=False)
+        begin = time.perf_counter()
+        dynsys.fit(start, data, solver=solver, progress=False)
+        seconds = time.perf_counter() - begin
     losses = np.asarray(result.losses)
     rejected = int(np.sum(losses[1:] == losses[:-1]))
     per_step = 1000 * seconds / result.steps_run

@@ -65,7 +65,7 @@ def fit_linear_ode(num_steps: int = 1500, *, progress: bool = True) -> dict:
     result = dynsys.fit(
         start,
         data,
-        optimizer=optax.adam(2e-2),
+        solver=optax.adam(2e-2),
         num_steps=num_steps,
         progress=progress,
     )
@@ -114,7 +114,7 @@ def fit_neural_ode(num_steps: int = 600, *, progress: bool = True) -> dict:
         model,
         data,
         loss=dynsys.MultipleShooting(horizon=5),
-        optimizer=optax.adam(3e-3),
+        solver=optax.adam(3e-3),
         num_steps=num_steps,
         progress=progress,
         val_data=val_data,

@@ -206,8 +206,8 @@ def loss_history():
     result = dynsys.fit(
         start,
         train,
-        loss="simulation",
-        optimizer=optax.adam(3e-3),
+        loss=dynsys.Simulation(),
+        solver=optax.adam(3e-3),
         num_steps=150,
         progress=False,
         val_data=held,

@@ -75,7 +75,7 @@ def main():
         noise = dynsys.fit_subspace(estimation, 2, noise_model=True)
         models["fit_subspace(noise_model=True)"] = noise
         models["fit(loss='prediction')"] = dynsys.fit(
-            noise, estimation, loss="prediction", progress=False
+            noise, estimation, loss=dynsys.Prediction(), progress=False
         ).model
         row = {}
         truth = dynsys.frequency_response(dynsys.LinearSystem(K, B, C), FREQUENCIES)

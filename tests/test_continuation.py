@@ -12,7 +12,7 @@ import pytest
 
 import dynsys
 from dynsys._fitting import continuation, train
-from dynsys._fitting.solvers import LossFunction, OptaxStrategy
+from dynsys._fitting.solvers import LossFunction, OptaxSolver
 
 from .test_order import _data, _modal_system
 
@@ -108,7 +108,7 @@ def _distance(p):
 def _optimise(num_steps, resume=None):
     return train.optimise(
         LossFunction(_distance, False),
-        OptaxStrategy(optax.sgd(0.01), "sgd"),
+        OptaxSolver(optax.sgd(0.01), "sgd"),
         np.zeros(3, np.float32),
         data=None,
         num_steps=num_steps,

@@ -42,7 +42,7 @@ PROBLEM = textwrap.dedent(
     full = dynsys.simulate(dynsys.LinearSystem(K, B), x0s, T, inputs=us,
                            measurement_noise=0.05, key=keys[2])
     start = dynsys.LinearSystem(0.5 * jnp.eye(3), jnp.zeros((3, 1)))
-    FIT = dict(optimizer=optax.adam(1e-2), num_steps=15, progress=False)
+    FIT = dict(solver=optax.adam(1e-2), num_steps=15, progress=False)
     MINIBATCH = dict(FIT, batch_size=4, key=jax.random.key(1))
 
     def train_loss(model, batch):  # for dynsys.train on minibatches

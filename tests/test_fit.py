@@ -34,7 +34,7 @@ def _start(inputs=True):
 
 def test_simulation_fit_recovers_K_and_B():
     result = dynsys.fit(
-        _start(), _data(), optimizer=optax.adam(3e-2), num_steps=400, progress=False
+        _start(), _data(), solver=optax.adam(3e-2), num_steps=400, progress=False
     )
     np.testing.assert_allclose(result.model.K, K_TRUE, atol=1e-3)
     np.testing.assert_allclose(result.model.B, B_TRUE, atol=1e-3)
@@ -50,8 +50,8 @@ def test_one_step_fit_converges_to_least_squares():
     result = dynsys.fit(
         _start(),
         data,
-        loss="one_step",
-        optimizer=optax.adam(3e-2),
+        loss=dynsys.OneStep(),
+        solver=optax.adam(3e-2),
         num_steps=600,
         progress=False,
     )
@@ -72,16 +72,16 @@ def test_loss_definitions_agree_at_the_extremes():
         sim[:, t + 1] = sim[:, t] @ K.T + us[:, t] @ B.T
     simulation = np.mean((sim[:, 1:] - xs[:, 1:]) ** 2)
     for loss, expected in [
-        ("one_step", one_step),
+        (dynsys.OneStep(), one_step),
         (dynsys.MultipleShooting(1), one_step),
-        ("simulation", simulation),
+        (dynsys.Simulation(), simulation),
         (dynsys.MultipleShooting(12), simulation),
     ]:
         result = dynsys.fit(
             model,
             data,
             loss=loss,
-            optimizer=optax.sgd(0.0),
+            solver=optax.sgd(0.0),
             num_steps=1,
             progress=False,
         )
@@ -98,7 +98,7 @@ def test_multiple_shooting_windows():
         _start(),
         _data(),
         loss=shooting,
-        optimizer=optax.adam(3e-2),
+        solver=optax.adam(3e-2),
         num_steps=400,
         progress=False,
     )
@@ -122,7 +122,7 @@ def test_fit_x0_recovers_corrupted_initial_states():
         model,
         corrupted,
         fit_x0=True,
-        optimizer=optax.adam(2e-2),
+        solver=optax.adam(2e-2),
         num_steps=300,
         progress=False,
     )
@@ -134,7 +134,7 @@ def test_fit_x0_recovers_corrupted_initial_states():
     assert after < 0.2 * before
     # Without fit_x0 the model is only trained from the bad x_0, and x0s is None.
     plain = dynsys.fit(
-        model, corrupted, num_steps=1, optimizer=optax.sgd(0.0), progress=False
+        model, corrupted, num_steps=1, solver=optax.sgd(0.0), progress=False
     )
     assert plain.x0s is None
     shooting = dynsys.fit(
@@ -155,7 +155,7 @@ def test_validation_history_and_metrics():
         _start(),
         train,
         val_data=val,
-        optimizer=optax.adam(3e-2),
+        solver=optax.adam(3e-2),
         num_steps=50,
         progress=False,
     )
@@ -184,7 +184,7 @@ def test_minibatches():
         _data(N=6),
         batch_size=2,
         key=jax.random.key(1),
-        optimizer=optax.adam(3e-2),
+        solver=optax.adam(3e-2),
         num_steps=300,
         progress=False,
     )
@@ -210,7 +210,7 @@ def test_nonlinear_model_fits():
     data = dynsys.simulate(true, jnp.array([[2.0], [-1.0], [0.5]]), 25, inputs=us)
     start = _Nonlinear(jnp.array(0.2), jnp.array(0.0), jnp.array(0.0))
     result = dynsys.fit(
-        start, data, optimizer=optax.adam(3e-2), num_steps=500, progress=False
+        start, data, solver=optax.adam(3e-2), num_steps=500, progress=False
     )
     fitted = np.array([result.model.a, result.model.b, result.model.c])
     np.testing.assert_allclose(fitted, [0.6, 0.5, 0.3], atol=5e-3)
@@ -283,15 +283,31 @@ def test_other_bad_arguments():
         )
     with pytest.raises(
         ValueError,
-        match=r"fit\(loss=...\): expected 'simulation', 'one_step', 'prediction' or MultipleShooting\(horizon\), got 'free_run'",
+        match=r"fit\(loss=...\): expected Simulation\(\), OneStep\(\), Prediction\(horizon\) or MultipleShooting\(horizon\), got 3",
     ):
-        dynsys.fit(_start(), data, loss="free_run", num_steps=1, progress=False)
+        dynsys.fit(_start(), data, loss=3, num_steps=1, progress=False)
+    for name, example in [
+        ("simulation", r"Simulation\(\)"),
+        ("one_step", r"OneStep\(\)"),
+        ("prediction", r"Prediction\(horizon=1\)"),
+        ("free_run", r"Simulation\(\)"),
+    ]:
+        with pytest.raises(
+            ValueError,
+            match=rf"^fit\(loss='{name}'\): pass a loss object such as dynsys\.{example}\.$",
+        ):
+            dynsys.fit(_start(), data, loss=name, num_steps=1, progress=False)
     with pytest.raises(
         ValueError,
         match=r"fit\(fit_x0=True\): the one-step loss does not depend on the initial state",
     ):
         dynsys.fit(
-            _start(), data, loss="one_step", fit_x0=True, num_steps=1, progress=False
+            _start(),
+            data,
+            loss=dynsys.OneStep(),
+            fit_x0=True,
+            num_steps=1,
+            progress=False,
         )
     with pytest.raises(TypeError, match="expected an AbstractSystem"):
         dynsys.fit(np.eye(2), data, num_steps=1, progress=False)
@@ -304,7 +320,7 @@ def test_diverging_fit_stops_reports_the_step_and_returns_the_best_model():
     start = _start()
     with pytest.warns(UserWarning, match=r"non-finite loss at step \d+"):
         result = dynsys.fit(
-            start, data, optimizer=optax.sgd(50.0), num_steps=200, progress=False
+            start, data, solver=optax.sgd(50.0), num_steps=200, progress=False
         )
     assert result.stop_reason is not None and "non-finite" in result.stop_reason
     stopped = int(result.stop_reason.split("at step ")[1].split(";")[0])
@@ -334,8 +350,8 @@ def test_known_bias_simulation_fit_beats_least_squares_under_measurement_noise()
     result = dynsys.fit(
         estimate,
         train,
-        loss="simulation",
-        optimizer=optax.adam(1e-2),
+        loss=dynsys.Simulation(),
+        solver=optax.adam(1e-2),
         num_steps=200,
         progress=False,
     )

@@ -52,7 +52,7 @@ def test_default_one_step_fit_equals_the_closed_form_least_squares(dtype, atol):
     reference for the optimiser's result on noisy data."""
     data = _data(dtype, noise=0.1)
     estimate = dynsys.fit_least_squares(data)
-    result = dynsys.fit(_start(dtype), data, loss="one_step", progress=False)
+    result = dynsys.fit(_start(dtype), data, loss=dynsys.OneStep(), progress=False)
     assert result.converged
     np.testing.assert_allclose(result.model.K, estimate.K, atol=atol)
     np.testing.assert_allclose(result.model.B, estimate.B, atol=atol)
@@ -62,7 +62,7 @@ def test_lbfgs_above_the_jacobian_limit(monkeypatch):
     monkeypatch.setattr(dynsys._fitting.solvers, "JACOBIAN_LIMIT", 0)
     data = _data(noise=0.1)
     estimate = dynsys.fit_least_squares(data)
-    result = dynsys.fit(_start(), data, loss="one_step", progress=False)
+    result = dynsys.fit(_start(), data, loss=dynsys.OneStep(), progress=False)
     assert result.optimizer.startswith("L-BFGS")
     assert result.converged and result.stop_reason is None
     np.testing.assert_allclose(result.model.K, estimate.K, atol=1e-6)
@@ -92,14 +92,14 @@ def test_too_large_adam_learning_rate_warns_once():
         result = dynsys.fit(
             _start(),
             _data(),
-            optimizer=optax.adam(3.0),
+            solver=optax.adam(3.0),
             num_steps=60,
             progress=False,
         )
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1, messages
     assert "orders of magnitude" in messages[0]
-    assert "optimizer=None" in result.stop_reason
+    assert "solver=None" in result.stop_reason
     assert "orders of magnitude" in result.stop_reason
 
 
@@ -112,8 +112,8 @@ def test_no_better_than_the_start_warns():
         result = dynsys.fit(
             estimate,
             data,
-            loss="one_step",
-            optimizer=optax.adam(1e-2),
+            loss=dynsys.OneStep(),
+            solver=optax.adam(1e-2),
             num_steps=20,
             progress=False,
         )
@@ -129,7 +129,7 @@ def test_an_exact_or_converged_start_is_not_a_failure():
         # Adam moves away from an exact start (loss at round-off): the start is
         # returned, and nothing is wrong with it.
         moved = dynsys.fit(
-            true, _data(), optimizer=optax.adam(1e-2), num_steps=5, progress=False
+            true, _data(), solver=optax.adam(1e-2), num_steps=5, progress=False
         )
     assert result.converged and result.stop_reason is None
     assert moved.best_step == 0 and moved.stop_reason is None
@@ -145,7 +145,7 @@ def test_lbfgs_in_train():
     result = dynsys.train(
         rosenbrock,
         jnp.array([-1.2, 1.0]),
-        optimizer=optax.lbfgs(),
+        solver=optax.lbfgs(),
         num_steps=100,
         progress=False,
     )
@@ -179,12 +179,12 @@ def test_second_fit_does_not_retrace(optimizer):
     us = jax.random.normal(jax.random.key(0), (3, 15, 1))
     data = dynsys.simulate(true, jnp.array([[2.0], [-1.0], [0.5]]), 15, inputs=us)
     start = _Counted(jnp.array(0.2), jnp.array(0.0), jnp.array(0.0))
-    dynsys.fit(start, data, optimizer=optimizer, num_steps=5, progress=False)
+    dynsys.fit(start, data, solver=optimizer, num_steps=5, progress=False)
     first = len(_TRACES)
     assert first > 0
     # Other values, same shapes and structure: nothing is traced again.
     other = _Counted(jnp.array(0.1), jnp.array(0.2), jnp.array(0.1))
-    dynsys.fit(other, data, optimizer=optimizer, num_steps=7, progress=False)
+    dynsys.fit(other, data, solver=optimizer, num_steps=7, progress=False)
     assert len(_TRACES) == first
 
 
@@ -233,14 +233,14 @@ def test_method_adjoint_callback_and_filter_spec_pass_through():
 
 def test_default_optimizer_argument_errors():
     with pytest.raises(
-        ValueError, match=r"fit\(batch_size=2\): the default optimiser uses all"
+        ValueError, match=r"fit\(batch_size=2\): the default solver uses all"
     ):
         dynsys.fit(_start(), _data(), batch_size=2, progress=False)
     with pytest.raises(ValueError, match=r"fit\(num_steps=...\): expected a positive"):
         dynsys.fit(_start(), _data(), num_steps=0, progress=False)
     with pytest.raises(ValueError, match=r"fit\(rtol=..., atol=...\): tolerances"):
         dynsys.fit(
-            _start(), _data(), optimizer=optax.adam(1e-3), rtol=1e-3, progress=False
+            _start(), _data(), solver=optax.adam(1e-3), rtol=1e-3, progress=False
         )
 
 
@@ -287,7 +287,7 @@ def test_twenty_state_case_converges_with_the_defaults():
 
     least_squares, fitted = held_out_fit(estimate), held_out_fit(result.model)
     assert fitted > least_squares + 3.0, (least_squares, fitted)
-    true_loss = dynsys.fit(true, train, optimizer=optax.sgd(0.0), num_steps=1,
+    true_loss = dynsys.fit(true, train, solver=optax.sgd(0.0), num_steps=1,
                            progress=False).losses[0]  # fmt: skip
     assert np.min(result.losses) <= true_loss
 
@@ -343,7 +343,7 @@ def test_equal_optax_transforms_built_twice_share_the_compiled_steps():
     start = _Counted(jnp.array(0.2), jnp.array(0.0), jnp.array(0.0))
 
     def fit(optimizer):
-        return dynsys.fit(start, data, optimizer=optimizer, num_steps=6, progress=False)
+        return dynsys.fit(start, data, solver=optimizer, num_steps=6, progress=False)
 
     def schedule(peak):
         return optax.chain(

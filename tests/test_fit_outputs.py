@@ -67,7 +67,7 @@ def test_loss_and_initial_states_against_a_written_out_reference():
     data, x0s = _data(system, noise=0.1)
     model = _perturbed(system, 0.1)
     result = dynsys.fit(
-        model, data, optimizer=optax.sgd(0.0), num_steps=1, progress=False
+        model, data, solver=optax.sgd(0.0), num_steps=1, progress=False
     )
     ys = np.asarray(data.ys)
     weights = 1.0 / ys.reshape(-1, 2).var(axis=0)
@@ -98,9 +98,9 @@ def test_channel_normalisation_makes_units_irrelevant():
     scaled_model = dynsys.LinearSystem(
         model.K, model.B, model.C * scale[:, None], model.D * scale[:, None]
     )
-    a = dynsys.fit(model, data, optimizer=optax.sgd(0.0), num_steps=1, progress=False)
+    a = dynsys.fit(model, data, solver=optax.sgd(0.0), num_steps=1, progress=False)
     b = dynsys.fit(
-        scaled_model, scaled, optimizer=optax.sgd(0.0), num_steps=1, progress=False
+        scaled_model, scaled, solver=optax.sgd(0.0), num_steps=1, progress=False
     )
     assert b.losses[0] == pytest.approx(a.losses[0], rel=1e-10)
 
@@ -149,8 +149,8 @@ def test_ragged_loss_gradient_and_fit_equal_the_unpadded_experiments():
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
     # The fit itself: the same optimiser on the written-out loss through train.
     sgd = optax.sgd(0.05)
-    fitted = dynsys.fit(model, ragged, optimizer=sgd, num_steps=6, progress=False)
-    trained = dynsys.train(reference, model, optimizer=sgd, num_steps=6, progress=False)
+    fitted = dynsys.fit(model, ragged, solver=sgd, num_steps=6, progress=False)
+    trained = dynsys.train(reference, model, solver=sgd, num_steps=6, progress=False)
     np.testing.assert_allclose(fitted.losses, trained.losses, rtol=1e-8)
     for a, b in zip(jax.tree.leaves(fitted.model), jax.tree.leaves(trained.model)):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
@@ -163,7 +163,9 @@ def _markov(system, k=8):
 
 
 @pytest.mark.parametrize(
-    "loss", ["simulation", dynsys.MultipleShooting(10)], ids=["simulation", "shooting"]
+    "loss",
+    [dynsys.Simulation(), dynsys.MultipleShooting(10)],
+    ids=["simulation", "shooting"],
 )
 def test_noise_free_output_error_recovers_the_system(loss):
     """C and D train like K and B: from a perturbed start the default optimiser
@@ -177,7 +179,7 @@ def test_noise_free_output_error_recovers_the_system(loss):
     np.testing.assert_allclose(result.model.D, system.D, atol=1e-7)
     assert result.metrics["train"]["fit_percent"] > 99.999
     assert "one_step_nrmse" not in result.metrics["train"]
-    if loss == "simulation":
+    if loss == dynsys.Simulation():
         np.testing.assert_allclose(
             _markov(result.model, 1)[0] @ np.zeros(1), 0.0
         )  # shape sanity
@@ -228,9 +230,9 @@ def test_output_data_bad_input():
     system = _system()
     data, _ = _data(system)
     with pytest.raises(
-        ValueError, match=r"fit\(loss='one_step'\): the data have outputs"
+        ValueError, match=r"fit\(loss=OneStep\(\)\): the data have outputs"
     ):
-        dynsys.fit(system, data, loss="one_step", progress=False)
+        dynsys.fit(system, data, loss=dynsys.OneStep(), progress=False)
     with pytest.raises(
         ValueError,
         match=r"fit\(data=...\): the data have p = 2 output channels but the model has output_size = 1",

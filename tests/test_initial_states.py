@@ -232,7 +232,7 @@ def test_fits_with_other_adjoints_take_the_same_steps(adjoint, optimizers):
         optimizer = optax.adam(1e-3) if name == "adam" else None
         results = [
             dynsys.fit(
-                model, data, optimizer=optimizer, adjoint=a, num_steps=5, progress=False
+                model, data, solver=optimizer, adjoint=a, num_steps=5, progress=False
             )
             for a in (adjoint, None)
         ]

@@ -13,7 +13,7 @@ from jax.flatten_util import ravel_pytree
 import dynsys
 import dynsys._fitting.solvers as solvers
 from dynsys._fitting.fit import _batch, _objective
-from dynsys._fitting.levenberg_marquardt import LevenbergMarquardtStrategy
+from dynsys._fitting.levenberg_marquardt import LevenbergMarquardt
 
 
 @pytest.fixture(autouse=True)
@@ -53,8 +53,8 @@ def test_grouped_normal_equations_equal_the_whole_jacobians():
     jac = jax.jacfwd(residuals)(flat)  # (R, P), the reference
     residual = residuals(flat)
     state = type("State", (), {"scale": jnp.zeros(flat.size)})()
-    whole = LevenbergMarquardtStrategy(1e-8, 1e-10)
-    grouped = LevenbergMarquardtStrategy(1e-8, 1e-10, blocks=4)
+    whole = LevenbergMarquardt(1e-8, 1e-10)
+    grouped = LevenbergMarquardt(1e-8, 1e-10, blocks=4)
     reference, _ = whole._factorise(residuals, flat, residual, None, state)
     blocked, _ = grouped._factorise_blocks(
         objective, unravel, static, flat, None, state, batch

@@ -97,7 +97,7 @@ def test_gradient_descent_with_terminal_weight_finds_lqr_gain(problem):
     result = dynsys.train(
         _loss(problem, 60, problem["P"]),
         dynsys.LinearFeedback(jnp.zeros((problem["m"], problem["n"]))),
-        optimizer=optax.adam(optax.exponential_decay(0.05, 500, 0.3)),
+        solver=optax.adam(optax.exponential_decay(0.05, 500, 0.3)),
         num_steps=1500,
         progress=False,
     )
@@ -120,7 +120,7 @@ def test_gradient_descent_long_horizon_finds_lqr_gain(problem):
     result = dynsys.train(
         _loss(problem, num_steps, None),
         dynsys.LinearFeedback(jnp.zeros((problem["m"], problem["n"]))),
-        optimizer=optax.adam(optax.exponential_decay(0.05, 1000, 0.3)),
+        solver=optax.adam(optax.exponential_decay(0.05, 1000, 0.3)),
         num_steps=3000,
         progress=False,
     )

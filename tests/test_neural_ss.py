@@ -264,7 +264,7 @@ def test_fit_neural_stops_at_a_non_finite_loss_with_the_best_model():
         result = dynsys.fit_neural(
             estimation, base=dynsys.fit_subspace(estimation, 2), horizon=16, past=6,
             width_size=4,
-            optimizer=optax.scale(jnp.nan), num_steps=20, round_steps=20,
+            solver=optax.scale(jnp.nan), num_steps=20, round_steps=20,
             eval_every=5,
         )  # fmt: skip
     assert result.steps_run < 20
@@ -286,8 +286,8 @@ def test_bad_input_gives_one_line_errors():
     short = data.window(0, 8)
     with pytest.raises(ValueError, match=r"fit_neural\(past=...\): the encoder window"):
         dynsys.fit_neural(data, short, horizon=20, past=10)
-    with pytest.raises(ValueError, match=r"fit_neural\(optimizer=...\): expected"):
-        dynsys.fit_neural(data, horizon=20, past=10, optimizer="sgd")
+    with pytest.raises(ValueError, match=r"fit_neural\(solver=...\): expected"):
+        dynsys.fit_neural(data, horizon=20, past=10, solver="sgd")
     with pytest.raises(ValueError, match=r"NeuralStateSpace\(state_scale=...\)"):
         dynsys.NeuralStateSpace(
             dynsys.LinearSystem(jnp.eye(2)), state_scale=jnp.ones(3),

@@ -654,7 +654,7 @@ def test_fit_recovers_a_linear_ode_through_the_matrix_exponential():
     result = dynsys.fit(
         dynsys.Discretized(start, dt),
         data,
-        optimizer=optax.adam(2e-2),
+        solver=optax.adam(2e-2),
         num_steps=400,
         progress=False,
     )
@@ -693,7 +693,7 @@ def test_fit_neural_vector_field_through_sampled(getkey):
         dt0=dt / 2,
     )
     result = dynsys.fit(
-        model, data, optimizer=optax.adam(1e-2), num_steps=150, progress=False
+        model, data, solver=optax.adam(1e-2), num_steps=150, progress=False
     )
     assert result.stop_reason is None
     assert result.train_result.best_loss < result.losses[0] / 5

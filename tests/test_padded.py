@@ -172,13 +172,13 @@ def test_a_padded_fit_takes_the_unpadded_fit_s_steps(order, feedthrough):
 @pytest.mark.usefixtures("no_persistent_cache")  # a program read back is not traced
 def test_fits_padded_to_one_size_trace_their_step_once(monkeypatch):
     traces = []
-    original = levenberg_marquardt.LevenbergMarquardtStrategy.step
+    original = levenberg_marquardt.LevenbergMarquardt.step
 
     def counted(self, *args):
         traces.append(1)
         return original(self, *args)
 
-    monkeypatch.setattr(levenberg_marquardt.LevenbergMarquardtStrategy, "step", counted)
+    monkeypatch.setattr(levenberg_marquardt.LevenbergMarquardt, "step", counted)
     data, val = _record(seed=2)
     starts = [dynsys.fit_subspace(data, n, feedthrough=d) for n, d in [(1, 0), (2, 1)]]
     _fit(fit_padded, starts[0], data, 3, True, val_data=val)

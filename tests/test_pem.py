@@ -1,5 +1,5 @@
 """Noise models from data: fit_subspace(noise_model=True) and the prediction-error
-fit (fit(..., loss="prediction")), against the Riccati solution and the true
+fit (fit(..., loss=dynsys.Prediction())), against the Riccati solution and the true
 predictor; integrating plants; bad input."""
 
 import functools
@@ -96,7 +96,7 @@ def test_pem_innovation_variance_and_gain():
     L_true, covariance = _riccati(_K, _C, _Q, _R)
     data = _process_noise_data(10000)
     start = dynsys.fit_subspace(data, 4, noise_model=True)
-    result = dynsys.fit(start, data, loss="prediction", progress=False)
+    result = dynsys.fit(start, data, loss=dynsys.Prediction(), progress=False)
     model = result.model
     diagonal = np.diag(np.asarray(model.innovation_covariance))
     np.testing.assert_allclose(diagonal, np.diag(covariance), rtol=0.05)
@@ -137,7 +137,7 @@ def test_pem_fits_an_integrating_plant():
     estimation, true = _integrating(1000, 1)
     validation, _ = _integrating(1000, 2)
     start = dynsys.fit_subspace(estimation, 2, noise_model=True)
-    result = dynsys.fit(start, estimation, loss="prediction", progress=False)
+    result = dynsys.fit(start, estimation, loss=dynsys.Prediction(), progress=False)
     truth = float(dynsys.compare(true, validation, horizon=1).fit_percent[0])
     ours = float(dynsys.compare(result.model, validation, horizon=1).fit_percent[0])
     assert ours > truth - 2.0
@@ -150,7 +150,7 @@ def test_pem_fits_an_integrating_plant():
 def test_output_error_on_an_integrating_plant_warns():
     estimation, _ = _integrating(1000, 1)
     start = dynsys.fit_subspace(estimation, 2)
-    with pytest.warns(UserWarning, match="unstable or marginal.*loss='prediction'"):
+    with pytest.warns(UserWarning, match="unstable or marginal.*loss=Prediction\(\)"):
         dynsys.fit(start, estimation, progress=False, num_steps=2)
 
 
@@ -182,7 +182,7 @@ def test_k_step_prediction_loss():
     estimation, true = _integrating(1000, 1)
     validation, _ = _integrating(1000, 2)
     start = dynsys.fit_subspace(estimation, 2, noise_model=True)
-    result = dynsys.fit(start, estimation, loss="prediction", horizon=3, progress=False)
+    result = dynsys.fit(start, estimation, loss=dynsys.Prediction(horizon=3), progress=False)
     truth = float(dynsys.compare(true, validation, horizon=3).fit_percent[0])
     ours = float(dynsys.compare(result.model, validation, horizon=3).fit_percent[0])
     assert ours > truth - 3.0
@@ -213,30 +213,34 @@ def test_prediction_loss_gradient_matches_finite_differences():
 def test_bad_input_is_one_line():
     data, true = _integrating(50, 1)
     linear = true.to_linear()
-    with pytest.raises(ValueError, match=r"horizon must be a positive integer, got 0"):
-        dynsys.fit(true, data, loss="prediction", horizon=0)
-    with pytest.raises(ValueError, match=r"fit\(horizon=51\).*largest possible is 50"):
-        dynsys.fit(true, data, loss="prediction", horizon=51)
-    with pytest.raises(ValueError, match=r"horizon applies to loss='prediction'"):
+    with pytest.raises(
+        ValueError, match=r"Prediction\(horizon=...\): expected a positive integer, got 0"
+    ):
+        dynsys.fit(true, data, loss=dynsys.Prediction(horizon=0))
+    with pytest.raises(
+        ValueError, match=r"fit\(loss=Prediction\(horizon=51\)\).*largest possible is 50"
+    ):
+        dynsys.fit(true, data, loss=dynsys.Prediction(horizon=51))
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'horizon'"):
         dynsys.fit(linear, data, horizon=2)
     with pytest.raises(ValueError, match=r"expected an InnovationSystem.*LinearSystem"):
-        dynsys.fit(linear, data, loss="prediction")
+        dynsys.fit(linear, data, loss=dynsys.Prediction())
     unstable = dynsys.InnovationSystem.from_linear(linear)  # zero gain: K - LC = K
     with pytest.raises(ValueError, match=r"K - L C must be stable.*got 1"):
-        dynsys.fit(unstable, data, loss="prediction")
+        dynsys.fit(unstable, data, loss=dynsys.Prediction())
     broken = eqx.tree_at(lambda m: m.kalman_gain, true, jnp.full((2, 1), jnp.nan))
     with pytest.raises(ValueError, match=r"must be stable.*got nan"):
-        dynsys.fit(broken, data, loss="prediction")
+        dynsys.fit(broken, data, loss=dynsys.Prediction())
     states = dynsys.Dataset(np.zeros((1, 11, 2)), np.zeros((1, 10, 1)))
     with pytest.raises(ValueError, match="no outputs"):
-        dynsys.fit(true, states, loss="prediction")
+        dynsys.fit(true, states, loss=dynsys.Prediction())
     with pytest.raises(
         ValueError, match=r"noise_model=\.\.\.\): expected True or False"
     ):
         dynsys.fit_subspace(data, 2, noise_model="yes")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(ValueError, match="loss=.*'prediction'"):
+        with pytest.raises(ValueError, match=r"fit\(loss='pem'\): pass a loss object"):
             dynsys.fit(true, data, loss="pem")
 
 

@@ -21,7 +21,7 @@ from dynsys._fitting.fit import _batch, _objective
 from dynsys._fitting.levenberg_marquardt import (
     factorise_model,
     factorise_normal,
-    LevenbergMarquardtStrategy,
+    LevenbergMarquardt,
 )
 from dynsys._fitting.secant import update_secant
 
@@ -144,8 +144,8 @@ def test_switching_reaches_scipys_optimum_in_fewer_steps(monkeypatch):
     switching = dynsys.fit(start, data, progress=False)
     monkeypatch.setattr(
         solvers,
-        "LevenbergMarquardtStrategy",
-        functools.partial(LevenbergMarquardtStrategy, secant=False),
+        "LevenbergMarquardt",
+        functools.partial(LevenbergMarquardt, secant=False),
     )
     gauss_newton = dynsys.fit(start, data, progress=False)
     assert switching.converged and gauss_newton.converged

@@ -13,7 +13,6 @@ from jax.flatten_util import ravel_pytree
 
 import dynsys
 from dynsys._fitting import (
-    fit as fit_module,
     levenberg_marquardt as lm_module,
     losses as losses_module,
 )
@@ -265,8 +264,8 @@ def test_separable_fit_reaches_the_default_fits_minimum(monkeypatch, mode):
         monkeypatch.setattr(losses_module, "separable_outputs", spy(outputs))
     else:
         monkeypatch.setattr(lm_module, "projected_jacobian", spy(projected_jacobian))
-    monkeypatch.setattr(fit_module, "SEPARABLE", mode)
-    separable = dynsys.fit(start, data, progress=False)
+    solver = dynsys.LevenbergMarquardt(separable=mode)
+    separable = dynsys.fit(start, data, solver=solver, progress=False)
     assert traced
 
     assert separable.converged and default.converged
@@ -280,8 +279,8 @@ def test_separable_fit_reaches_the_default_fits_minimum(monkeypatch, mode):
     np.testing.assert_allclose(solved.D, separable.model.D, atol=1e-9)
 
 
-def test_an_unknown_separable_mode_is_refused(monkeypatch):
-    data, start = _lightly_damped_fit_data()
-    monkeypatch.setattr(fit_module, "SEPARABLE", True)
-    with pytest.raises(ValueError, match=r"fit.SEPARABLE must be None, 'exact' or"):
-        dynsys.fit(start, data, progress=False, num_steps=2)
+def test_an_unknown_separable_mode_is_refused():
+    with pytest.raises(
+        ValueError, match=r"LevenbergMarquardt\(separable=...\): expected None, 'exact'"
+    ):
+        dynsys.LevenbergMarquardt(separable=True)

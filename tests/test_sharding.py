@@ -58,7 +58,7 @@ SCRIPT = textwrap.dedent(
         return jnp.mean((traj.xs - batch["xs"]) ** 2)
 
     start = dynsys.LinearSystem(0.5 * K, B)
-    kwargs = dict(optimizer=optax.adam(1e-2), num_steps=5, batch_size=4,
+    kwargs = dict(solver=optax.adam(1e-2), num_steps=5, batch_size=4,
                   key=jax.random.key(1), progress=False)
     single = dynsys.train(train_loss, start, data=data, **kwargs)
     seen.clear()

@@ -120,8 +120,8 @@ def test_least_squares_can_be_unstable_the_stable_model_never_is():
         result = dynsys.fit(
             dynsys.StableLinearSystem.from_linear(estimate),
             data,
-            loss="one_step",
-            optimizer=optax.adam(1e-2),
+            loss=dynsys.OneStep(),
+            solver=optax.adam(1e-2),
             num_steps=150,
             progress=False,
         )

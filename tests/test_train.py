@@ -16,7 +16,7 @@ def test_converges_to_closed_form_minimum():
     result = dynsys.train(
         lambda m: jnp.sum((m - target) ** 2),
         jnp.zeros(2),
-        optimizer=optax.adam(0.1),
+        solver=optax.adam(0.1),
         num_steps=300,
         progress=False,
     )
@@ -33,7 +33,7 @@ def test_matches_hand_written_sgd_loop():
     result = dynsys.train(
         lambda m: jnp.sum(m**2) + jnp.sum(m),
         jnp.array([1.0, 2.0]),
-        optimizer=optax.sgd(lr),
+        solver=optax.sgd(lr),
         num_steps=steps,
         progress=False,
     )
@@ -93,7 +93,7 @@ def test_nan_guard_stops_at_known_step_and_returns_best():
         result = dynsys.train(
             loss_fn,
             jnp.array(0.0),
-            optimizer=optax.sgd(1.0),
+            solver=optax.sgd(1.0),
             num_steps=50,
             progress=False,
         )
@@ -116,7 +116,7 @@ def test_nan_guard_on_gradient():
         result = dynsys.train(
             loss_fn,
             jnp.array(0.0),
-            optimizer=optax.sgd(1.0),
+            solver=optax.sgd(1.0),
             num_steps=10,
             progress=False,
         )
@@ -145,7 +145,7 @@ def test_minibatches_reproducible_and_as_documented():
             jnp.array(0.0),
             data=data,
             batch_size=batch_size,
-            optimizer=optax.sgd(lr),
+            solver=optax.sgd(lr),
             num_steps=steps,
             key=key,
             progress=False,
@@ -181,7 +181,7 @@ def test_filter_spec_freezes_and_only_inexact_arrays_train():
         loss_fn,
         model,
         filter_spec=spec,
-        optimizer=optax.adam(0.1),
+        solver=optax.adam(0.1),
         num_steps=200,
         progress=False,
     )
@@ -209,7 +209,7 @@ def test_callback_stops_training():
     result = dynsys.train(
         lambda m: (m - 1.0) ** 2,
         jnp.array(0.0),
-        optimizer=optax.sgd(0.25),
+        solver=optax.sgd(0.25),
         num_steps=100,
         callback=callback,
         progress=False,
@@ -227,7 +227,7 @@ def test_val_fn_chooses_the_best_model():
     result = dynsys.train(
         lambda m: (m - 3.0) ** 2,
         jnp.array(0.0),
-        optimizer=optax.sgd(0.1),
+        solver=optax.sgd(0.1),
         num_steps=20,
         val_fn=lambda m: (m - 1.0) ** 2,
         eval_every=1,
@@ -299,7 +299,7 @@ def _train_towards_one(rate, num_steps, **options):
     return dynsys.train(
         lambda m: (m - 1.0) ** 2,
         jnp.array(0.0),
-        optimizer=optax.sgd(rate),
+        solver=optax.sgd(rate),
         num_steps=num_steps,
         progress=False,
         **options,
@@ -385,7 +385,7 @@ def test_a_flat_loss_stops_the_loop_and_says_so():
     result = dynsys.train(
         _plateau_loss,
         start,
-        optimizer=optax.adam(0.1),
+        solver=optax.adam(0.1),
         num_steps=500,
         progress=False,
         flat_steps=flat_steps,
@@ -407,7 +407,7 @@ def test_a_loss_still_falling_is_not_flat():
     result = dynsys.train(
         lambda m: jnp.sum(m**2),
         jnp.ones(2),
-        optimizer=optax.sgd(1e-3),
+        solver=optax.sgd(1e-3),
         num_steps=100,
         progress=False,
         flat_steps=5,

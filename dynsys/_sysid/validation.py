@@ -310,7 +310,7 @@ def predict(
     """The `horizon`-step-ahead predictions $\\hat y_{t|t-k}$ of the data's outputs.
 
     For a model with a noise model (`InnovationSystem`, e.g. from
-    `fit_subspace(..., noise_model=True)` or `fit(..., loss="prediction")`) they are
+    `fit_subspace(..., noise_model=True)` or `fit(..., loss=Prediction())`) they are
     its Kalman predictor's: $\\hat x_{t+1} = (K - L C) \\hat x_t + (B - L D) u_t +
     L y_t$ runs on the measurements up to $y_{t-k}$, then the model runs the last
     $k - 1$ steps with the measured inputs (the first $k - 1$ steps of each

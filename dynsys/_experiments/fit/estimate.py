@@ -26,8 +26,9 @@ class Estimate:
     stop_reason: str | None  # for metrics.json
 
 
-def _optimizer(fit_cfg: dict):
-    """(optimizer or None for the default, num_steps or None, a description)."""
+def _solver(fit_cfg: dict):
+    """`fit`'s `solver` from the config key `fit.optimizer` (None for the
+    default), num_steps or None, a description."""
     name, steps = fit_cfg["optimizer"], fit_cfg["steps"]
     if name == "default":
         return None, steps, "the default optimiser"
@@ -39,10 +40,13 @@ def _optimizer(fit_cfg: dict):
 
 
 def _loss(fit_cfg: dict, train_data):
-    from ..._fitting.losses import MultipleShooting
+    """`fit`'s loss object from the config key `fit.loss`."""
+    from ..._fitting.losses import MultipleShooting, OneStep, Simulation
 
-    if fit_cfg["loss"] != "shooting":
-        return fit_cfg["loss"]
+    if fit_cfg["loss"] == "simulation":
+        return Simulation()
+    if fit_cfg["loss"] == "one_step":
+        return OneStep()
     if fit_cfg["horizon"] > train_data.num_steps:
         raise ConfigError(
             f"config key 'fit.horizon': the shooting window ({fit_cfg['horizon']} "
@@ -80,13 +84,13 @@ def fit_model(
     from ..._fitting.fit_padded import fit_padded
 
     fit_cfg = config["fit"]
-    optimizer, num_steps, described = _optimizer(fit_cfg)
+    solver, num_steps, described = _solver(fit_cfg)
     started = time.perf_counter()
     fitter = functools.partial(
         fit if size is None else fit_padded,
         **({} if size is None else {"size": size[0], "feedthrough": size[1]}),
         loss=_loss(fit_cfg, train_data),
-        optimizer=optimizer,
+        solver=solver,
         num_steps=num_steps,
         batch_size=fit_cfg["batch_size"],
         key=host_key(config["seed"] + 1),
