@@ -273,7 +273,7 @@ class LevenbergMarquardt(AbstractSolver):
     **Arguments:**
 
     - `rtol`, `atol`: the tolerances of the stopping test below; `None` (default):
-        the parameters' dtype's, `(1e-8, 1e-10)` in float64, `(1e-5, 1e-7)` in
+        the parameters' dtype's, `(1e-8, 1e-10)` in float64, `(1e-5, 8 eps)` (8 eps = 9.5e-7) in
         float32.
     - `separable`: `None` (default); `"exact"` or `"kaufman"`: on the output error
         of a `LinearSystem` (no state offset, every array trained, initial states
