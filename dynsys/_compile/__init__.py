@@ -30,5 +30,5 @@ Which path a call of a `top_level_jit` or `kept_jit` function takes (the one rul
     command, `run_experiment`, or a user's own `dynsys.use_compile_cache()`).
 
 Both paths compile the same function with the same XLA options and give the same
-results (`tests/test_kept_programs.py` checks it to the bit).
+results (`tests/compile/test_kept_programs.py` checks it to the bit).
 """

@@ -181,7 +181,7 @@ def _several_cpu_processes() -> bool:
     """Whether this is one of several processes of a `jax.distributed` run on CPU.
     There every process reads the programs that process 0 wrote to the cache, and
     on the second run of the same shapes their collectives no longer match (Gloo:
-    "Received data size doesn't match expected size"; `tests/test_distributed.py`).
+    "Received data size doesn't match expected size"; `tests/distributed/test_distributed.py`).
     Asked without starting JAX's backends where `jax.distributed` is not
     initialised (which must come first)."""
     import jax
