@@ -431,7 +431,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_script(default_config: pathlib.Path, argv: list[str] | None, description: str):
-    """The body of an experiment script in `scripts/`: `dynsys run` with a default
+    """The body of an experiment script in `examples/`: `dynsys run` with a default
     config (`--config` to change it). Returns the `ExperimentResult`."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--config", default=default_config, help="a TOML config")
@@ -645,7 +645,7 @@ def _add_run_parser(commands) -> None:
         description="Run the experiment described by CONFIG (a TOML file: kind = "
         "'fit' or 'train_controller', with [system], [data]/[fit] or "
         "[controller]/[cost]/[train] tables and an optional [sweep]; see "
-        "scripts/configs/ and the experiments guide). Writes "
+        "examples/configs/ and the experiments guide). Writes "
         "OUT_ROOT/<name>-<timestamp>/ with config.toml, metrics.json, history.csv, "
         "model.dynsys, PNG figures and summary.md.",
     )

@@ -15,7 +15,7 @@ Two kinds of option, both for the CPU backend:
     LLVM's optimisation (XLA's default, level 3) was most of their compilation; they
     are compiled at level 0. The optimiser's chunk runs its step hundreds of times,
     and at level 0 it ran up to 2x slower; at level 1 it compiles faster than at
-    XLA's default level 3 and runs as fast (`scripts/benchmark_chunk_level.py`): it is
+    XLA's default level 3 and runs as fast (`benchmarks/benchmark_chunk_level.py`): it is
     compiled at level 1 (`repeated=True`).
 
 The options are XLA debug options, part of the persistent cache's key, and only these
@@ -52,7 +52,7 @@ from .. import _config
 
 _OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 _LEVEL = "xla_backend_optimization_level"
-# XLA's own settings of these options (for comparisons: `scripts/benchmark_startup.py`).
+# XLA's own settings of these options (for comparisons: `benchmarks/benchmark_startup.py`).
 XLA_DEFAULTS = {"xla_cpu_use_fusion_emitters": True, _LEVEL: 3}
 _RUN_ONCE = {_LEVEL: 0}
 # Stated over the command's process-wide level 0: the optimiser's chunk compiles faster

@@ -117,7 +117,7 @@ PADDED_JACOBIAN_LIMIT = 2**19
 # The same for a fit of a lower order than the padded one, whose steps all run at
 # the padded size (up to its step cap, not 30): up to about this size a padded step
 # costs at most about 10 ms more, so even 200 steps cost about what the
-# compilation of its own program would (`scripts/benchmark_chunk_level.py`).
+# compilation of its own program would (`benchmarks/benchmark_chunk_level.py`).
 LOWER_ORDER_PADDING_LIMIT = 2**17
 
 

@@ -166,7 +166,7 @@ def test_input_output_mistakes_are_one_line(tmp_path, capsys, extra, message):
 def test_simulated_outputs_config(tmp_path):
     """The shipped identification config, made small: only positions measured."""
     result = dynsys.run_experiment(
-        "scripts/configs/sysid_mass_spring_damper.toml",
+        "examples/configs/sysid_mass_spring_damper.toml",
         overrides=["data.trajectories=6", "data.length=150"],
         out=tmp_path / "run",
         progress=False,

@@ -351,7 +351,7 @@ def test_fit_a_data_file_without_a_true_system(tmp_path):
 
 
 def test_every_shipped_config_is_valid():
-    configs = sorted((ROOT / "scripts" / "configs").glob("*.toml"))
+    configs = sorted((ROOT / "examples" / "configs").glob("*.toml"))
     assert {p.name for p in configs} >= {
         "fit_mass_spring_damper.toml",
         "fit_noise_sweep.toml",
@@ -363,7 +363,7 @@ def test_every_shipped_config_is_valid():
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

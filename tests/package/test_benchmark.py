@@ -11,7 +11,7 @@ import pytest
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "benchmark.py"
+SCRIPT = ROOT / "benchmarks" / "benchmark.py"
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""scripts/make_gallery.py writes into docs/figures only when asked, and the zoo
+"""docs/scripts/make_gallery.py writes into docs/figures only when asked, and the zoo
 models' channel names (with units) match their sizes."""
 
 import importlib.util
@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _gallery():
-    path = ROOT / "scripts" / "make_gallery.py"
+    path = ROOT / "docs" / "scripts" / "make_gallery.py"
     spec = importlib.util.spec_from_file_location("make_gallery", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
