@@ -216,13 +216,13 @@ def convergence(p: Problem, learning_rates, adam_steps, held_out=False):
         best = min(reached, key=lambda lr: reached[lr]["steps"])
         chosen = adam[best]
         _, chosen["seconds"] = _timed_fit(
-            start, data, solver=chosen["optimizer"], num_steps=chosen["steps"]
+            start, data, solver=chosen["solver"], num_steps=chosen["steps"]
         )
     else:
         # A lower bound on Adam's time: a warm run of the whole budget.
         closest = min(adam, key=lambda lr: adam[lr]["final"])
         _, rows["adam_bound"] = _timed_fit(
-            start, data, solver=adam[closest]["optimizer"], num_steps=adam_steps
+            start, data, solver=adam[closest]["solver"], num_steps=adam_steps
         )
     rows["adam"] = adam
     rows["adam_budget"] = adam_steps
