@@ -17,6 +17,9 @@ file's own import lines once, so a name is added in one place).
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    # Compiling once across runs (opt-in: a plain call changes no JAX setting).
+    from ._compile.cache import use_compile_cache as use_compile_cache
+
     # Data: datasets, files, simulation.
     from ._data.checks import check_data as check_data
     from ._data.dataset import Dataset as Dataset
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from ._experiments.run import run_experiment as run_experiment
     from ._experiments.schema import resolve_config as resolve_config
 
-    # Fitting: fit, train, least squares, metrics, costs.
+    # Fitting: fit, train, solvers, least squares, metrics, costs.
     from ._fitting.cost import (
         quadratic_cost as quadratic_cost,
         tracking_cost as tracking_cost,
@@ -45,12 +48,21 @@ if TYPE_CHECKING:
     from ._fitting.encoder import StateEncoder as StateEncoder
     from ._fitting.fit import fit as fit, FitResult as FitResult
     from ._fitting.least_squares import fit_least_squares as fit_least_squares
-    from ._fitting.losses import MultipleShooting as MultipleShooting
+    from ._fitting.levenberg_marquardt import LevenbergMarquardt as LevenbergMarquardt
+    from ._fitting.losses import (
+        AbstractLoss as AbstractLoss,
+        MultipleShooting as MultipleShooting,
+        OneStep as OneStep,
+        Prediction as Prediction,
+        Simulation as Simulation,
+    )
     from ._fitting.metrics import (
         fit_percent as fit_percent,
         nrmse as nrmse,
         spectral_radius as spectral_radius,
     )
+    from ._fitting.optax_solver import LBFGS as LBFGS, OptaxSolver as OptaxSolver
+    from ._fitting.solver_base import AbstractSolver as AbstractSolver
     from ._fitting.train import train as train, TrainResult as TrainResult
 
     # Model files and many hosts.

@@ -1,6 +1,7 @@
 """Writing a file whole or not at all (`write_atomic`), and an `OSError` that names
-the file it was about (`with_path`): used by the data files, the model files and
-the compiled programs dynsys keeps (`_kept_programs`)."""
+the file it was about (`with_path`): used by the data files, the model files, the
+run folders and the compiled programs dynsys keeps (`_compile/kept_programs.py`).
+Not compile machinery: a shared module below every layer that writes files."""
 
 import os
 import pathlib

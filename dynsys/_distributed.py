@@ -10,7 +10,6 @@ process ends with the same model.
 import copy
 import errno
 import inspect
-import os
 import socket
 
 import equinox as eqx
@@ -19,16 +18,17 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
+from . import _config
 from ._data.dataset import Dataset
 from ._rollout.sharding import batch_sharding
 
 
-ENVIRONMENT = ("DYNSYS_COORDINATOR", "DYNSYS_NUM_PROCESSES", "DYNSYS_PROCESS_ID")
-BIND_ENVIRONMENT = "DYNSYS_COORDINATOR_BIND"
+ENVIRONMENT = (_config.COORDINATOR, _config.NUM_PROCESSES, _config.PROCESS_ID)
+BIND_ENVIRONMENT = _config.COORDINATOR_BIND
 # The bounded waits (seconds): for every process to join, and for a silent process
 # to count as lost.
-TIMEOUT_ENVIRONMENT = "DYNSYS_DISTRIBUTED_TIMEOUT"
-HEARTBEAT_ENVIRONMENT = "DYNSYS_HEARTBEAT_TIMEOUT"
+TIMEOUT_ENVIRONMENT = _config.DISTRIBUTED_TIMEOUT
+HEARTBEAT_ENVIRONMENT = _config.HEARTBEAT_TIMEOUT
 DEFAULT_TIMEOUT = 300
 DEFAULT_HEARTBEAT_TIMEOUT = 100
 
@@ -48,7 +48,7 @@ def _seconds(argument: str, name: str, value, default: int) -> int:
     """A wait in whole seconds: the argument, else the environment variable `name`,
     else `default`; a positive integer."""
     if value is None:
-        text = os.environ.get(name, "")
+        text = _config.read(name) or ""
         if text == "":
             return default
         try:
@@ -66,7 +66,7 @@ def _seconds(argument: str, name: str, value, default: int) -> int:
 def _from_environment(name: str, value, convert):
     if value is not None:
         return value
-    text = os.environ.get(name)
+    text = _config.read(name)
     if text is None or text == "":
         return None
     try:
@@ -176,10 +176,10 @@ def _resolved_arguments(
     """The four addresses and numbers, each from the call or else its environment
     variable (`None` where neither gives it)."""
     coordinator_address = _from_environment(
-        "DYNSYS_COORDINATOR", coordinator_address, str
+        _config.COORDINATOR, coordinator_address, str
     )
-    num_processes = _from_environment("DYNSYS_NUM_PROCESSES", num_processes, int)
-    process_id = _from_environment("DYNSYS_PROCESS_ID", process_id, int)
+    num_processes = _from_environment(_config.NUM_PROCESSES, num_processes, int)
+    process_id = _from_environment(_config.PROCESS_ID, process_id, int)
     coordinator_bind_address = _from_environment(
         BIND_ENVIRONMENT, coordinator_bind_address, str
     )
@@ -336,7 +336,7 @@ def global_dataset(
     dynsys.initialize_distributed()
     mine = dynsys.load_dataset(f"experiments-{jax.process_index()}.npz")
     data = dynsys.global_dataset(mine)
-    result = dynsys.fit(model, data, optimizer=optax.adam(1e-2), num_steps=500,
+    result = dynsys.fit(model, data, solver=optax.adam(1e-2), num_steps=500,
                         progress=dynsys.is_main_process())
     ```
     """

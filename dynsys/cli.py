@@ -87,7 +87,7 @@ def _simulate(args: argparse.Namespace) -> int:
     _check_simulate_options(args)
     out = check_out(args.out, "--out")  # before the zoo imports JAX
 
-    from dynsys._compile_cache import use_compile_cache
+    from dynsys._compile.cache import use_compile_cache
     from dynsys._experiments.results import strict_json
 
     use_compile_cache()
@@ -431,7 +431,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_script(default_config: pathlib.Path, argv: list[str] | None, description: str):
-    """The body of an experiment script in `scripts/`: `dynsys run` with a default
+    """The body of an experiment script in `examples/`: `dynsys run` with a default
     config (`--config` to change it). Returns the `ExperimentResult`."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--config", default=default_config, help="a TOML config")
@@ -645,7 +645,7 @@ def _add_run_parser(commands) -> None:
         description="Run the experiment described by CONFIG (a TOML file: kind = "
         "'fit' or 'train_controller', with [system], [data]/[fit] or "
         "[controller]/[cost]/[train] tables and an optional [sweep]; see "
-        "scripts/configs/ and the experiments guide). Writes "
+        "examples/configs/ and the experiments guide). Writes "
         "OUT_ROOT/<name>-<timestamp>/ with config.toml, metrics.json, history.csv, "
         "model.dynsys, PNG figures and summary.md.",
     )
@@ -680,21 +680,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     if argv is None:  # the command's own process: JAX has not started yet
-        from . import _read_ahead
-        from ._experiments.figure_helper import enable_for_process
-        from ._jit import use_for_process
+        from ._compile import read_ahead
+        from ._compile.jit import use_for_process
+        from ._experiments.runtime.figure_helper import enable_for_process
 
         use_for_process()
         enable_for_process()  # figures drawn on two cores
-        _read_ahead.enable_for_process()  # kept programs loaded on a thread
+        read_ahead.enable_for_process()  # kept programs loaded on a thread
         gc.set_threshold(*COMMAND_GC_THRESHOLDS)
     distributed = getattr(args, "distributed", False)
     if distributed:
-        from ._experiments.supervise import supervise, SUPERVISED
+        from . import _config
+        from ._experiments.runtime.supervise import supervise
 
-        if argv is None and not os.environ.get(SUPERVISED):
+        supervised = _config.read(_config.SUPERVISED)
+        if argv is None and not supervised:
             return supervise(sys.argv[1:], out_root=args.out_root)
-        if os.environ.get(SUPERVISED):  # the watched child: leave without waiting
+        if supervised:  # the watched child: leave without waiting
             return _leave(_main(args, distributed))  # for the other processes
     return _main(args, distributed)
 
@@ -703,7 +705,7 @@ def _main(args: argparse.Namespace, distributed: bool) -> int:
     import signal
     import zipfile
 
-    from ._experiments.interrupt import catch_interrupts
+    from ._experiments.runtime.interrupt import catch_interrupts
 
     prefix = f"dynsys {args.command}"
     # A process of several: JAX's runtime errors (a failed collective) too.
@@ -716,7 +718,7 @@ def _main(args: argparse.Namespace, distributed: bool) -> int:
         if args.command == "fit":  # its config keys were set by options
             message = _option_names(message)
         if distributed:
-            from ._experiments.supervise import failure_line
+            from ._experiments.runtime.supervise import failure_line
 
             message = failure_line(error)
         print(f"{prefix}: {message}", file=sys.stderr)

@@ -11,9 +11,9 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     ).strip()
-# And the XLA options the `dynsys` command compiles with (`dynsys/_jit.py`), for every
+# And the XLA options the `dynsys` command compiles with (`dynsys/_compile/jit.py`), for every
 # program of the run: 0.85x the time of the fitting tests.
-from dynsys._jit import use_for_process  # noqa: E402 (imports no JAX)
+from dynsys._compile.jit import use_for_process  # noqa: E402 (imports no JAX)
 
 
 use_for_process()
@@ -101,11 +101,11 @@ def pristine_cache(monkeypatch):
     changes them."""
     from jax.experimental.compilation_cache import compilation_cache
 
-    from dynsys import _compile_cache
+    from dynsys._compile import cache
 
     saved = {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
-    monkeypatch.setattr(_compile_cache, "_current", None)
-    monkeypatch.setattr(_compile_cache, "_said", set())
+    monkeypatch.setattr(cache, "_current", None)
+    monkeypatch.setattr(cache, "_said", set())
     yield
     for name, value in saved.items():
         jax.config.update(name, value)

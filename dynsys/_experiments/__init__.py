@@ -1,3 +1,5 @@
-"""Experiments: configs and their schema, run folders, interruption, sweeps, and one
-module per kind of experiment (`fit.py`, `train_controller.py`) registered in
-`kinds.py`. The top layer below the command line; nothing below imports it."""
+"""Experiments: configs and their schema, run folders, sweeps, and one module or
+folder per kind of experiment (`fit/`, `train_controller.py`) registered in
+`kinds.py`; the process plumbing they run on (helper processes, signals, the stage
+clock) in `runtime/`. The top layer below the command line; nothing below imports
+it."""

@@ -1,7 +1,8 @@
 """The registry of experiment kinds: each kind's runner (a resolved config in, an
 `Outcome` out), its headline label, and what a sweep of it draws."""
 
-from .fit import run_fit, SUMMARY_LABEL as _FIT_LABEL
+from .fit.pipeline import run_fit
+from .fit.record import SUMMARY_LABEL as _FIT_LABEL
 from .schema import zoo_names
 from .train_controller import run_train_controller, SUMMARY_LABEL as _TRAIN_LABEL
 

@@ -16,9 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._atomic_write import with_path
-from .._compile_cache import use_compile_cache
+from .._compile.cache import use_compile_cache
 from .config import resolve_data_file
-from .interrupt import catch_interrupts
 from .results import ExperimentResult
 from .run_folder import (
     check_out,
@@ -29,6 +28,7 @@ from .run_folder import (
     reserve_folder,
     staging_folder,
 )
+from .runtime.interrupt import catch_interrupts
 from .schema import resolve_config
 from .single import _run_single
 from .sweep import _run_sweep

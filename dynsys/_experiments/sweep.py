@@ -10,12 +10,13 @@ from .config import (
     dump_toml,
     expand_sweep,
 )
-from .interrupt import Interrupts
 from .kinds import ROLES, SUMMARY_LABELS, sweep_label
-from .results import _markdown_number, _recorded, ExperimentResult, strict_json
+from .report import sweep_metrics, sweep_summary, write_report
+from .results import _recorded, ExperimentResult
 from .run_folder import (
     write_marker,
 )
+from .runtime.interrupt import Interrupts
 from .single import _run_single
 
 
@@ -88,7 +89,6 @@ def _write_sweep(
     per_value = len(seeds) if seeds else 1
     complete = len(runs) // per_value  # values whose every seed has run
     done = values[:complete]
-    runs_by_value = [(values[k // per_value], r) for k, r in enumerate(runs)]
     labels = list(runs[0].metrics["summary"])
     table = {}
     for label in labels:
@@ -108,61 +108,10 @@ def _write_sweep(
         title=config["description"] or None,
     )
     save_png(figure, folder / "sweep.png", dpi=100)
-    status = "interrupted" if interrupts.interrupted else "complete"
-    metrics = {
-        "status": status,
-        "signal": interrupts.name,
-        "precision": config["precision"],
-        "sweep": {"key": key, "values": values} | ({"seeds": seeds} if seeds else {}),
-        "runs": [
-            {
-                "value": v,
-                "seed": r.config["seed"],
-                "folder": r.path.name,
-                "status": r.metrics["status"],
-                "summary": r.metrics["summary"],
-            }
-            for v, r in runs_by_value
-        ],
-        "not_run": values[-(-len(runs) // per_value) :],
-    }
+    metrics = sweep_metrics(config, runs, interrupts)
     recorded = _recorded(config)
     (folder / "config.toml").write_text(dump_toml(recorded), encoding="utf-8")
-    (folder / "metrics.json").write_text(strict_json(metrics))
-    lines = [f"# {config['name']}: sweep of `{key}`", ""]
-    if config["description"]:
-        lines += [config["description"], ""]
-    if interrupts.interrupted:
-        lines += [
-            f"**Interrupted** ({interrupts.name}): the sweep stopped after "
-            f"{len(runs)} of {len(values) * per_value} runs; the last run below is "
-            "marked.",
-            "",
-        ]
-    each = (
-        f"seeds {', '.join(map(str, seeds))}; the figure shows their mean and ±1 "
-        "standard deviation"
-        if seeds
-        else f"seed {config['seed']}"
-    )
-    lines += [
-        f"One `{config['kind']}` run per value of `{key}` ({each}, precision "
-        f"{config['precision']}); each sub-folder is a run folder.",
-        "",
-        f"| {key} | seed | " + " | ".join(labels) + " | status | run |",
-        "|" + " --- |" * (len(labels) + 4),
-    ]
-    for value, run in runs_by_value:
-        cells = " | ".join(_markdown_number(run.metrics["summary"][k]) for k in labels)
-        lines.append(
-            f"| {value} | {run.config['seed']} | {cells} | {run.metrics['status']} | "
-            f"[{run.path.name}]({run.path.name}/) |"
-        )
-    for value in values[-(-len(runs) // per_value) :]:
-        blanks = " | ".join("" for _ in labels)
-        lines.append(f"| {value} | | {blanks} | not run | |")
-    lines += ["", "![sweep](sweep.png)", ""]
-    (folder / "summary.md").write_text("\n".join(lines), encoding="utf-8")
+    write_report(folder, metrics, sweep_summary(config, runs, labels, interrupts))
     return ExperimentResult(
         folder, recorded, metrics, (folder / "sweep.png",), tuple(runs)
     )

@@ -196,7 +196,7 @@ def _train_timed(config, cost, controller, x0_train, key, progress, echo):
         controller,
         data=x0_train,
         batch_size=train_cfg["batch_size"],
-        optimizer=optimizer,
+        solver=optimizer,
         num_steps=steps,
         key=key,
         progress=progress,

@@ -7,7 +7,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._jit import top_level_jit
+from .._compile.jit import top_level_jit
 from .._rollout.sharding import constrain_batch
 
 

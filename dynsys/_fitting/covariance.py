@@ -22,7 +22,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
-from .._jit import device_array, top_level_jit
+from .._compile.jit import device_array, top_level_jit
 
 
 # The largest residual Jacobian (entries) and parameter count `fit` computes the

@@ -1,11 +1,11 @@
 """`fit`: fit any `AbstractSystem` to trajectories (states) or to measured outputs
-(output error), with a default optimiser that needs no learning rate."""
+(output error), with a default solver that needs no learning rate."""
 
 import dataclasses
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal, TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -13,11 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
-from .._compile_cache import use_compile_cache
+from .._compile.jit import device_array, top_level_jit
 from .._custom_types import checks_own_arguments
 from .._data.checks import check_data, warn_findings
 from .._data.dataset import Dataset
-from .._jit import device_array, top_level_jit
 from .._rollout.adjoint import AbstractAdjoint, LinearAdjoint
 from .._rollout.method import AbstractMethod
 from .._rollout.rollout import rollout
@@ -28,6 +27,7 @@ from .covariance import LazyCovariance, ParameterCovariance
 from .flat_loss import FLAT_STEPS, HELD_OUT_PATIENCE, HELD_OUT_STEPS
 from .least_squares import _check_data, step_mask
 from .losses import (
+    AbstractLoss,
     channel_weights,
     FitObjective,
     is_linear,
@@ -35,8 +35,9 @@ from .losses import (
     MultipleShooting,
     one_step_predictions,
     PredictionError,
+    Simulation,
 )
-from .metrics import no_variance, spectral_radius
+from .metrics import fit_percent, nrmse, spectral_radius
 from .padded import with_free_parameters
 from .prediction_fit import (
     kalman_outputs,
@@ -46,14 +47,17 @@ from .prediction_fit import (
     with_innovation_covariance,
 )
 from .separable import applies as separable_applies
+from .levenberg_marquardt import LevenbergMarquardt
+from .optax_solver import LBFGS
+from .solver_base import AbstractSolver
 from .solvers import (
+    as_solver,
     DEFAULT_MAX_STEPS,
     default_strategy,
-    lbfgs_strategy,
-    LevenbergMarquardtStrategy,
+    resolved_levenberg_marquardt,
     tolerances,
 )
-from .train import optax_strategy, optimise, TrainResult
+from .train import optimise, TrainResult
 
 
 if TYPE_CHECKING:
@@ -79,18 +83,18 @@ class FitResult:
     - `stop_reason`: `None` when the fit ran normally (converged, or every step
         ran); else what went wrong, with a suggestion: a non-finite loss (naming the
         step), a fit no better than its start, a loss that grew by orders of
-        magnitude, an interrupt or the callback; or, with the default optimiser,
+        magnitude, an interrupt or the callback; or, with dynsys's solvers,
         `"loss flat for 20 steps ..."` (stopped early, nothing wrong).
-    - `converged`: whether the optimiser's tolerances ended the fit.
-    - `optimizer`: the optimiser used, in words (e.g. `"Levenberg–Marquardt
+    - `converged`: whether the solver's tolerances ended the fit.
+    - `optimizer`: the solver used, in words (e.g. `"Levenberg–Marquardt
         (scaled)"`).
-    - `steps_run`: the number of optimiser steps run.
+    - `steps_run`: the number of solver steps run.
     - `metrics`: `{"train": {...}, "validation": {...}}` (the latter only with
         `val_data`), each with `loss`, `simulation_nrmse` and `fit_percent` (free
         run over all steps, from the measured, fitted or estimated initial states,
         on the outputs for output data), `one_step_nrmse` (state data only),
         `prediction_nrmse`, `prediction_fit_percent` and
-        `predictor_spectral_radius` (loss `"prediction"`), and `spectral_radius`
+        `predictor_spectral_radius` (loss `Prediction`), and `spectral_radius`
         for models with a transition matrix `K`.
     - `train_result`: the underlying `TrainResult`.
     - `covariance` (computed on first access): the Gauss–Newton covariance of the
@@ -126,7 +130,29 @@ class FitResult:
         return self.uncertainty.result()[1]
 
 
-LossName = Literal["simulation", "one_step", "prediction"]
+# The loss object to name where a string is given.
+_LOSS_OBJECTS = {
+    "simulation": "Simulation()",
+    "one_step": "OneStep()",
+    "prediction": "Prediction(horizon=1)",
+    "shooting": "MultipleShooting(horizon)",
+}
+
+
+def _loss_kind(loss):
+    """`fit(loss=...)` as `FitObjective.kind` (`AbstractLoss.kind`); a one-line
+    error for a string or anything else."""
+    if isinstance(loss, AbstractLoss):
+        return loss.kind()
+    if isinstance(loss, str):
+        example = _LOSS_OBJECTS.get(loss, "Simulation()")
+        raise ValueError(
+            f"fit(loss={loss!r}): pass a loss object such as dynsys.{example}."
+        )
+    raise ValueError(
+        "fit(loss=...): expected Simulation(), OneStep(), Prediction(horizon) or "
+        f"MultipleShooting(horizon), got {loss!r}."
+    )
 
 
 def _has_outputs(data) -> bool:
@@ -144,16 +170,11 @@ def _check_loss(loss, data: Dataset):
         return loss
     if isinstance(loss, PredictionError):
         return loss
-    if loss not in ("simulation", "one_step"):
-        raise ValueError(
-            "fit(loss=...): expected 'simulation', 'one_step', 'prediction' or "
-            f"MultipleShooting(horizon), got {loss!r}."
-        )
     if loss == "one_step" and _has_outputs(data):
         raise ValueError(
-            "fit(loss='one_step'): the data have outputs (ys), not states; a one-step "
+            "fit(loss=OneStep()): the data have outputs (ys), not states; a one-step "
             "prediction needs the state at each step, which output data do not "
-            "measure. Use loss='simulation', or MultipleShooting(horizon) (each "
+            "measure. Use loss=Simulation(), or MultipleShooting(horizon) (each "
             "window's state is estimated)."
         )
     return loss
@@ -280,34 +301,66 @@ def _initial_x0s(objective: FitObjective, loss, data: Dataset, model):
     return None
 
 
-def _strategy(optimizer, objective, params, batch, batch_size, adjoint, rtol, atol):
-    """The optimiser strategy and its default number of steps."""
-    if optimizer is not None:
+def _strategy(solver, objective, params, batch, batch_size, adjoint, rtol, atol):
+    """The solver (`fit(solver=...)`, or the default's choice) and its default
+    number of steps."""
+    if solver is not None:
         if rtol is not None or atol is not None:
             raise ValueError(
-                "fit(rtol=..., atol=...): tolerances apply to the default optimiser "
-                "(optimizer=None) only."
+                "fit(rtol=..., atol=...): tolerances apply to the default solver "
+                "(solver=None) only; give them to the solver, e.g. "
+                "LevenbergMarquardt(rtol=...)."
             )
-        return optax_strategy(optimizer), DEFAULT_MAX_STEPS["optax"]
+        solver = as_solver(solver, "fit")
+        if isinstance(solver, LevenbergMarquardt):
+            problem = (objective, params, batch, batch_size, adjoint)
+            return _levenberg_marquardt(solver, *problem)
+        kind = "lbfgs" if isinstance(solver, LBFGS) else "optax"
+        return solver, DEFAULT_MAX_STEPS[kind]
     if batch_size is not None:
         raise ValueError(
-            f"fit(batch_size={batch_size}): the default optimiser uses all the data "
-            "at each step; pass an optax optimizer (e.g. optax.adam(1e-3)) to train "
-            "on minibatches."
+            f"fit(batch_size={batch_size}): the default solver uses all the data "
+            "at each step; pass an optax transform (e.g. solver=optax.adam(1e-3)) "
+            "to train on minibatches."
         )
-    trainable = [leaf for leaf in jax.tree.leaves(params) if eqx.is_inexact_array(leaf)]
-    num_params = sum(leaf.size for leaf in trainable)
-    dtype = trainable[0].dtype
+    num_params, dtype = _parameter_count(params)
     if isinstance(adjoint, LinearAdjoint):
         # Levenberg–Marquardt builds its Jacobian in forward mode, which the
         # hand-written reverse pass of LinearAdjoint does not provide.
         default_rtol = tolerances(dtype)[0] if rtol is None else rtol
-        return lbfgs_strategy(default_rtol), DEFAULT_MAX_STEPS["lbfgs"]
+        return LBFGS(rtol=default_rtol**0.75), DEFAULT_MAX_STEPS["lbfgs"]
     num_experiments = batch["mask"].shape[0]
     strategy, kind = default_strategy(
         objective.num_residuals(batch), num_params, dtype, rtol, atol, num_experiments
     )
     return strategy, DEFAULT_MAX_STEPS[kind]
+
+
+def _parameter_count(params) -> tuple[int, Any]:
+    """The number of trained parameters and their dtype."""
+    trainable = [leaf for leaf in jax.tree.leaves(params) if eqx.is_inexact_array(leaf)]
+    return sum(leaf.size for leaf in trainable), trainable[0].dtype
+
+
+def _levenberg_marquardt(solver, objective, params, batch, batch_size, adjoint):
+    """A user's `LevenbergMarquardt`, checked and resolved to the problem (its
+    `None` fields as the default decides them), and its default number of
+    steps."""
+    if batch_size is not None:
+        raise ValueError(
+            f"fit(batch_size={batch_size}): LevenbergMarquardt uses all the data at "
+            "each step; pass an optax transform (e.g. solver=optax.adam(1e-3)) to "
+            "train on minibatches."
+        )
+    if isinstance(adjoint, LinearAdjoint):
+        raise ValueError(
+            "fit(solver=LevenbergMarquardt(...)): Levenberg–Marquardt builds its "
+            "Jacobian in forward mode, which adjoint=LinearAdjoint() does not "
+            "provide; use solver=LBFGS() or another adjoint."
+        )
+    num_params, dtype = _parameter_count(params)
+    sizes = (objective.num_residuals(batch), num_params, dtype, batch["mask"].shape[0])
+    return resolved_levenberg_marquardt(solver, *sizes), DEFAULT_MAX_STEPS["lm"]
 
 
 def _chunk(strategy, params, batch) -> int | None:
@@ -316,7 +369,7 @@ def _chunk(strategy, params, batch) -> int | None:
     forward-mode derivative per parameter) grows. Each chunk starts with one extra
     (warm-up) evaluation of the Jacobian, so small problems gain from long chunks
     (6 states, 8 x 400 steps, 48 parameters: 24 steps, 10 % faster than 8)."""
-    if not isinstance(strategy, LevenbergMarquardtStrategy):
+    if not isinstance(strategy, LevenbergMarquardt):
         return None
     num_params = sum(
         leaf.size for leaf in jax.tree.leaves(params) if eqx.is_inexact_array(leaf)
@@ -332,7 +385,7 @@ def _suggestion(default: bool) -> str:
             "StableLinearSystem.from_linear(start), or MultipleShooting(horizon)"
         )
     return (
-        "try optimizer=None (Levenberg–Marquardt or L-BFGS, no learning rate to "
+        "try solver=None (Levenberg–Marquardt or L-BFGS, no learning rate to "
         "tune), a smaller learning rate, or StableLinearSystem"
     )
 
@@ -419,20 +472,16 @@ def _initial_states(objective: FitObjective, model, batch):
     return objective.initial_states(model, batch)
 
 
-def _masked_nrmse(y, y_hat, mask) -> float:
-    """The channel-averaged NRMSE over the valid steps."""
+def _masked_scores(y, y_hat, mask) -> tuple[float, float]:
+    """`(NRMSE, fit %)`, each the mean over the channels (see `nrmse`), over the
+    valid steps, on the host in float64."""
     # to_host: data spread over several processes are gathered (a one-off).
-    valid = to_host(mask)[..., None]
+    valid = to_host(mask)
     y, y_hat = to_host(y).astype(np.float64), to_host(y_hat).astype(np.float64)
-    count = valid.sum()
-    mean = np.where(valid, y, 0.0).sum(axis=(0, 1)) / count
-    error = np.sqrt(np.where(valid, (y - y_hat) ** 2, 0.0).sum(axis=(0, 1)))
-    spread = np.sqrt(np.where(valid, (y - mean) ** 2, 0.0).sum(axis=(0, 1)))
-    peak = np.where(valid, np.abs(y), 0.0).max(axis=(0, 1))
-    flat = np.asarray(no_variance(spread, peak, count, np.float64))
-    if flat.all():
-        return float("nan")  # no channel varies: undefined, not a perfect fit
-    return float(np.mean((error / np.where(flat, 1.0, spread))[~flat]))
+    return (
+        float(nrmse(y, y_hat, mask=valid, xp=np)),
+        float(fit_percent(y, y_hat, mask=valid, xp=np)),
+    )
 
 
 def _metrics(objective, model, x0s, batch) -> tuple[dict[str, float], Any]:
@@ -440,26 +489,26 @@ def _metrics(objective, model, x0s, batch) -> tuple[dict[str, float], Any]:
     loss, free, one_step, x0s = _predict(objective, model, x0s, batch)
     mask = batch["mask"]
     target = batch["ys"] if objective.outputs else batch["xs"][:, 1:]
-    simulation = _masked_nrmse(target, free, mask)
+    simulation, simulation_fit = _masked_scores(target, free, mask)
     metrics = {
         "loss": float(loss),
         "simulation_nrmse": simulation,
-        "fit_percent": 100.0 * (1.0 - simulation),
+        "fit_percent": simulation_fit,
     }
     if one_step is not None:
-        metrics["one_step_nrmse"] = _masked_nrmse(target, one_step, mask)
+        metrics["one_step_nrmse"] = _masked_scores(target, one_step, mask)[0]
     if isinstance(objective.kind, PredictionError):
         predicted = kalman_outputs(objective, model, batch)
-        prediction = _masked_nrmse(target, predicted, mask)
+        prediction, prediction_fit = _masked_scores(target, predicted, mask)
         metrics["prediction_nrmse"] = prediction
-        metrics["prediction_fit_percent"] = 100.0 * (1.0 - prediction)
+        metrics["prediction_fit_percent"] = prediction_fit
         metrics["predictor_spectral_radius"] = predictor_radius(model)
     if hasattr(model, "K"):
         metrics["spectral_radius"] = spectral_radius(model.K)
     return metrics, x0s
 
 
-def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
+def _checked(model, data, loss, val_data, fit_x0, num_steps):
     """`fit`'s checks of its arguments (one-line errors naming each) and its
     warnings about the data; returns the checked `(data, loss, val_data)`."""
     if not isinstance(model, AbstractSystem):
@@ -468,7 +517,7 @@ def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
         )
     data = _check_data("fit", data)
     _check_compatible("fit", model, data, "data")
-    loss = _check_loss(prediction_loss(model, data, loss, horizon), data)
+    loss = _check_loss(prediction_loss(model, data, _loss_kind(loss)), data)
     outputs = _has_outputs(data)
     if val_data is not None:
         val_data = _check_data("fit", val_data)
@@ -497,7 +546,7 @@ def _checked(model, data, loss, val_data, fit_x0, num_steps, horizon=1):
     if fit_x0 and loss == "one_step":
         raise ValueError(
             "fit(fit_x0=True): the one-step loss does not depend on the initial "
-            "state; use loss='simulation' or MultipleShooting(horizon)."
+            "state; use loss=Simulation() or MultipleShooting(horizon)."
         )
     if num_steps is not None and (
         isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1
@@ -555,10 +604,11 @@ def _padded(batch: dict, padding: int) -> dict:
     return {name: pad(name, array) for name, array in batch.items()}
 
 
-def _held_out_patience(optimizer, each_step: bool) -> int | None:
-    """The default optimiser's patience with validation data: in steps of held-out
-    losses evaluated at every step (Levenberg–Marquardt) or every 10 (L-BFGS)."""
-    if optimizer is not None:
+def _held_out_patience(managed: bool, each_step: bool) -> int | None:
+    """The patience of dynsys's solvers (`_manages_stopping`) with validation data:
+    in steps of held-out losses evaluated at every step (Levenberg–Marquardt) or
+    every 10 (L-BFGS)."""
+    if not managed:
         return None
     return HELD_OUT_STEPS if each_step else HELD_OUT_PATIENCE
 
@@ -642,30 +692,24 @@ def _optimised(objective, strategy, params, batch, evaluator, **options):
         raise NotResumable(f"fit(resume=...): {error}.") from None
 
 
-# Whether `fit` eliminates B, D and the output level by least squares where it can
-# (`separable.py`): `None`, or `FitObjective.separable`'s "exact" or "kaufman".
-# Off: half the steps on the real records, but each costs more than the full
-# problem's step and some records end in higher minima (docs/benchmarks.md, "What
-# the step count depends on"); scripts/benchmark_lm_alternatives.py switches it on
-# to measure it.
-SEPARABLE = None
+def _manages_stopping(strategy) -> bool:
+    """Whether `strategy` is one of dynsys's own solvers (Levenberg–Marquardt,
+    L-BFGS), which also stop on a flat loss or a held-out loss that stopped
+    improving; an optax transform runs its steps."""
+    return isinstance(strategy, LevenbergMarquardt | LBFGS)
 
 
 def _separable(objective, strategy, params, batch, filter_spec):
-    """The objective and start of the separable fit (`separable.py`) where it is
-    switched on (`SEPARABLE`) and applies: the output-error loss of a
-    `LinearSystem` (no state offset) with closed-form initial states, every array
-    trained, and the default Levenberg–Marquardt on the normal equations (float64)
-    over all experiments at once; else `(objective, params)` unchanged."""
-    if SEPARABLE not in (None, "exact", "kaufman"):
-        raise ValueError(
-            f"fit.SEPARABLE must be None, 'exact' or 'kaufman'; got {SEPARABLE!r}"
-        )
-    lm = isinstance(strategy, LevenbergMarquardtStrategy)
+    """The objective, solver and start of the separable fit (`separable.py`) where
+    the solver asks for it (`LevenbergMarquardt(separable=...)`) and it applies:
+    the output-error loss of a `LinearSystem` (no state offset) with closed-form
+    initial states, every array trained, and Levenberg–Marquardt on the normal
+    equations (float64) over all experiments at once. Elsewhere the objective and
+    start are unchanged and the solver's `separable` is `None`."""
+    if not isinstance(strategy, LevenbergMarquardt) or strategy.separable is None:
+        return objective, strategy, params
     applicable = (
-        SEPARABLE is not None
-        and lm
-        and strategy.normal_equations
+        strategy.normal_equations
         and strategy.blocks == 1
         and strategy.free is None
         and objective.outputs
@@ -676,10 +720,11 @@ def _separable(objective, strategy, params, batch, filter_spec):
         and separable_applies(params[0])
     )
     if not applicable:
-        return objective, params
-    objective = dataclasses.replace(objective, separable=SEPARABLE)
+        return objective, dataclasses.replace(strategy, separable=None), params
+    objective = dataclasses.replace(objective, separable=strategy.separable)
     trainable, static = eqx.partition(params, eqx.is_inexact_array)
-    return objective, eqx.combine(objective.complete(trainable, static, batch), static)
+    completed = objective.complete(trainable, static, batch)
+    return objective, strategy, eqx.combine(completed, static)
 
 
 @checks_own_arguments
@@ -687,9 +732,8 @@ def fit(
     model: AbstractSystem,
     data: Dataset,
     *,
-    loss: LossName | MultipleShooting = "simulation",
-    horizon: int = 1,
-    optimizer: "optax.GradientTransformation | None" = None,
+    loss: AbstractLoss = Simulation(),
+    solver: "AbstractSolver | optax.GradientTransformation | None" = None,
     num_steps: int | None = None,
     batch_size: int | None = None,
     fit_x0: bool = False,
@@ -715,49 +759,54 @@ def fit(
         states, `fit_subspace(data)` on outputs).
     - `data`: a `Dataset`; with outputs its `output_size` must match the model's,
         else its `state_size`; its inputs the model's `input_size`.
-    - `loss`: `"simulation"`, `"one_step"`, `"prediction"` or a `MultipleShooting`.
-        `"prediction"` (output data, an `InnovationSystem`) fits the `horizon`-step
+    - `loss`: `Simulation()` (default; on outputs, output error), `OneStep()`
+        (state data), `Prediction(horizon)` or `MultipleShooting(horizon)`.
+        `Prediction` (output data, an `InnovationSystem`) fits the `horizon`-step
         predictions of its Kalman predictor (`horizon=1`: the prediction-error
         method), also for integrating and unstable plants: docs/noise-models.md.
-    - `horizon`: the prediction horizon of `loss="prediction"` (1 to the data's `T`).
-    - `optimizer`: `None` (Levenberg–Marquardt, or L-BFGS for large problems) or
-        an optax transform (`optax.adam(1e-3)`, `optax.lbfgs()`, ...).
-    - `num_steps`: the maximum number of optimiser steps (`None`: its default).
-    - `batch_size`: trajectories per step (`None`: all); needs an optax optimizer.
+    - `solver`: `None` (choose: `LevenbergMarquardt()`, or `LBFGS()` for large
+        problems or with `LinearAdjoint`), one of those with its own settings,
+        `OptaxSolver(transform)`, or an optax transform (`optax.adam(1e-3)`, ...).
+    - `num_steps`: the maximum number of solver steps (`None`: its default, 200
+        for Levenberg–Marquardt, else 1000).
+    - `batch_size`: trajectories per step (`None`: all); needs an optax solver.
     - `fit_x0`: on state data, also fit each trajectory's initial state (each
         window's, for `MultipleShooting`), starting from the measured one. Not with
-        `"one_step"`. (On output data the initial states are always estimated.)
+        `OneStep()`. (On output data the initial states are always estimated.)
     - `key`, `progress`: the PRNG key of the minibatches; show a progress bar.
     - `val_data`: an optional held-out `Dataset` of the same kind (on output data,
         linear models only); its loss picks the best model: every step with LM
         (which stops 20 steps after it last fell by 0.1 %), every 10 otherwise.
     - `method`, `adjoint`: passed to `rollout` (default `Autodiff()`). With
-        `LinearAdjoint` the default optimiser is L-BFGS (no forward mode).
+        `LinearAdjoint` the default solver is L-BFGS (no forward mode).
     - `callback`: `callback(step, model, loss)` after each step; return `True` to
         stop (one step per dispatch then).
     - `filter_spec`: which parts of the model train, as in `train` (e.g. freeze `B`).
-    - `rtol`, `atol`: tolerances of the default optimiser.
+    - `rtol`, `atol`: tolerances of the default solver (`solver=None`); an
+        explicit solver takes its own.
     - `resume`: an earlier `FitResult` of the same problem (all else equal but a
         smaller `num_steps`, `progress`, `key`), continued: docs/fitting.md.
 
     **Returns:**
 
     A `FitResult`: the best model, its initial states, the loss histories, the best
-    step, the stop reason, the optimiser, metrics on the training and validation data.
+    step, the stop reason, the solver, metrics on the training and validation data.
 
     **Raises:**
 
-    `ValueError` naming the argument: widths that do not match the model's, an
-    unknown loss, the one-step loss on output data, a shooting horizon too long for
-    the data (or too short for a window's state), `fit_x0` with `"one_step"`,
-    `batch_size` with the default optimiser; for `"prediction"`: not an
-    `InnovationSystem`, a Kalman predictor not finite and stable, a `horizon` below
-    1 or beyond the data (or with another loss); a `resume` that cannot continue.
+    `ValueError` naming the argument: widths that do not match the model's, a
+    loss that is not a loss object (a string names the object to use), the
+    one-step loss on output data, a shooting horizon too long for the data (or too
+    short for a window's state), `fit_x0` with `OneStep()`, `batch_size` with
+    Levenberg–Marquardt, `rtol`/`atol` with an explicit `solver`; for
+    `Prediction`: not an `InnovationSystem`, a Kalman predictor not finite and
+    stable, a `horizon` beyond the data; a `resume` that cannot continue.
+    `TypeError` for a `solver` that is not a solver or an optax transform.
 
     **Warns:**
 
     When the fitted Kalman predictor is unstable, or an output-error fit starts from
-    or ends at a model with spectral radius at least 0.999 (use `"prediction"`).
+    or ends at a model with spectral radius at least 0.999 (use `Prediction()`).
 
     **Example:**
 
@@ -768,19 +817,20 @@ def fit(
     result.optimizer, result.metrics["train"]["fit_percent"]  # LM, close to 100
     ```
     """
-    checked = _checked(model, data, loss, val_data, fit_x0, num_steps, horizon)
+    checked = _checked(model, data, loss, val_data, fit_x0, num_steps)
     data, loss, val_data = checked
-    use_compile_cache(keep_current=True)  # docs/performance.md, "Compile once"
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
     batch = _batch(data, _model_dtype(model))
     params = (model, _initial_x0s(objective, loss, data, model))
     strategy, default_steps = _strategy(
-        optimizer, objective, params, batch, batch_size, adjoint, rtol, atol
+        solver, objective, params, batch, batch_size, adjoint, rtol, atol
     )
     strategy = with_free_parameters(strategy, objective, params, filter_spec)
-    objective, params = _separable(objective, strategy, params, batch, filter_spec)
+    separable = _separable(objective, strategy, params, batch, filter_spec)
+    objective, strategy, params = separable
     evaluator = _validation_loss(loss, val_data, model, method, adjoint, data)
-    each_step = optimizer is None and isinstance(strategy, LevenbergMarquardtStrategy)
+    managed = _manages_stopping(strategy)
+    each_step = managed and isinstance(strategy, LevenbergMarquardt)
     result = _optimised(
         objective,
         strategy,
@@ -794,12 +844,12 @@ def fit(
         callback=None if callback is None else _ModelCallback(callback),
         filter_spec=(filter_spec, True),
         chunk=_chunk(strategy, params, batch),
-        flat_steps=FLAT_STEPS if optimizer is None else None,
-        patience=_held_out_patience(optimizer, each_step),
+        flat_steps=FLAT_STEPS if managed else None,
+        patience=_held_out_patience(managed, each_step),
         evaluate_each_step=each_step,
         resume=None if resume is None else _continuation_of(resume),
     )
-    stop_reason = _honest_stop_reason(result, optimizer is None, _exact_loss(batch))
+    stop_reason = _honest_stop_reason(result, managed, _exact_loss(batch))
     _warn_untrusted(stop_reason)
     warn_after_fit(model, result.model[0], loss, objective.outputs)
     return _fit_result(result, objective, batch, evaluator, stop_reason, filter_spec)

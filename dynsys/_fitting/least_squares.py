@@ -42,7 +42,7 @@ def fit_least_squares(
     by an orthogonal (QR/SVD) least-squares solve, not the normal equations, so
     noise-free data give `K` and `B` to round-off. The `offset` $c$ is not
     penalised. With measurement noise on the states this estimate is biased
-    (errors in variables); `fit(..., loss="simulation")` is not.
+    (errors in variables); `fit(..., loss=Simulation())` is not.
 
     **Arguments:**
 

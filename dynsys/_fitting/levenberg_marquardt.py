@@ -11,6 +11,7 @@ it crawl (200 steps where the scaled damping below needs 16 to 60); and its desc
 cannot be told that `n^2` directions of a linear model leave the loss unchanged.
 """
 
+import dataclasses
 import math
 
 import equinox as eqx
@@ -21,6 +22,7 @@ from jaxtyping import Array, Bool, Float, PyTree
 
 from .gauge import masked_step_basis, step_basis
 from .secant import update_secant
+from .solver_base import AbstractSolver, tolerances
 from .separable import (
     linear_directions,
     projected_jacobian,
@@ -182,17 +184,17 @@ def _scaled(factor, rhs, basis, scale) -> tuple[Factorisation, Float[Array, " P"
 
 def _residual_struct(objective, params, static, batch) -> jax.ShapeDtypeStruct:
     """The shape and dtype of `objective.residuals` on `batch`: counted, when the
-    objective can count them (`num_residuals`), rather than traced (a trace of the
-    residuals is a trace of the whole rollout, a fifth of a second of every
-    compilation of a chunk)."""
-    count = getattr(objective, "num_residuals", None)
+    objective can count them (`AbstractObjective.num_residuals`), rather than
+    traced (a trace of the residuals is a trace of the whole rollout, a fifth of a
+    second of every compilation of a chunk)."""
+    count = objective.num_residuals(batch)
     if count is None:
         return jax.eval_shape(
             lambda: objective.residuals(eqx.combine(params, static), batch)
         )
     arrays = [params, batch, objective]
     leaves = jax.tree.leaves(eqx.filter(arrays, eqx.is_inexact_array))
-    return jax.ShapeDtypeStruct((count(batch),), jnp.result_type(*leaves))
+    return jax.ShapeDtypeStruct((count,), jnp.result_type(*leaves))
 
 
 def split_experiments(batch: dict, blocks: int) -> dict:
@@ -263,8 +265,37 @@ def _directions(point, basis):
     return jnp.eye(point.size, dtype=point.dtype) if basis is None else basis.T
 
 
-class LevenbergMarquardtStrategy(eqx.Module):
-    """Levenberg–Marquardt on the objective's residual vector.
+class LevenbergMarquardt(AbstractSolver):
+    """Levenberg–Marquardt on the objective's residual vector: what `fit(solver=
+    None)` picks for problems of up to some hundred parameters. Needs no learning
+    rate; `fit` only (it needs the residuals of a least-squares loss).
+
+    **Arguments:**
+
+    - `rtol`, `atol`: the tolerances of the stopping test below; `None` (default):
+        the parameters' dtype's, `(1e-8, 1e-10)` in float64, `(1e-5, 8 eps)` (8 eps = 9.5e-7) in
+        float32.
+    - `separable`: `None` (default); `"exact"` or `"kaufman"`: on the output error
+        of a `LinearSystem` (no state offset, every array trained, initial states
+        estimated, normal equations over all experiments at once), `B`, `D` and the
+        output level are eliminated by least squares at every point (variable
+        projection, `"exact"`; or Kaufman's cheaper step, `"kaufman"`); elsewhere
+        it changes nothing. Fewer steps, each dearer: docs/fitting.md.
+    - `normal_equations`: form `J^T J` (`None`: in float64) or else a QR of the
+        Jacobian (float32's accuracy).
+    - `blocks`: accumulate `J^T J` over this many groups of experiments, holding
+        one group's Jacobian at a time (normal equations only); `None`: as many as
+        the Jacobian's size needs.
+    - `secant`: step on `J^T J + S` (a secant estimate of the second-order term)
+        whenever that model predicted the last step better (normal equations only).
+
+    **Example:**
+
+    ```python
+    result = dynsys.fit(model, data, solver=dynsys.LevenbergMarquardt(rtol=1e-6))
+    ```
+
+    How it steps:
 
     Each step evaluates the residuals at one trial point `params + delta(lambda)`;
     when the decrease is at least a thousandth of the predicted one the point is
@@ -300,14 +331,18 @@ class LevenbergMarquardtStrategy(eqx.Module):
     damping and its scales carried from the previous chunk.
     """
 
-    rtol: float = eqx.field(static=True)
-    atol: float = eqx.field(static=True)
+    rtol: float | None = eqx.field(static=True, default=None)
+    atol: float | None = eqx.field(static=True, default=None)
+    # B, D and the output level eliminated by least squares (`separable.py`):
+    # `None`, "exact" (variable projection) or "kaufman" (Kaufman's step). `fit`
+    # sets it to `None` where the objective does not allow it.
+    separable: str | None = eqx.field(static=True, default=None)
     name: str = eqx.field(static=True, default="Levenberg–Marquardt (scaled)")
     warmup: bool = eqx.field(static=True, default=True)
-    normal_equations: bool = eqx.field(static=True, default=True)
+    normal_equations: bool | None = eqx.field(static=True, default=None)
     # Experiments in groups: J^T J and J^T r are accumulated group by group, so
     # that the Jacobian of only one group is ever held (normal equations only).
-    blocks: int = eqx.field(static=True, default=1)
+    blocks: int | None = eqx.field(static=True, default=None)
     # Switch to the model with a secant estimate of S (`secant.py`) whenever it
     # predicted the last step better than Gauss–Newton's (normal equations only).
     secant: bool = eqx.field(static=True, default=True)
@@ -315,12 +350,44 @@ class LevenbergMarquardtStrategy(eqx.Module):
     # of the raveled parameters (`padded.py`); `None`: every parameter is free.
     free: Float[Array, " P"] | None = None
 
+    def __check_init__(self):
+        if self.separable not in (None, "exact", "kaufman"):
+            raise ValueError(
+                "LevenbergMarquardt(separable=...): expected None, 'exact' or "
+                f"'kaufman', got {self.separable!r}."
+            )
+
+    @property
+    def stops_at_tolerance(self) -> bool:
+        return True
+
+    def resolved(self, dtype) -> "LevenbergMarquardt":
+        """This solver with what it leaves to the parameters' `dtype` decided:
+        tolerances, normal equations (float64), and one group of experiments where
+        `blocks` is `None` (`fit` sizes the groups beforehand)."""
+        if None not in (self.rtol, self.atol, self.normal_equations, self.blocks):
+            return self
+        rtol, atol = tolerances(dtype)
+        normal = self.normal_equations
+        return dataclasses.replace(
+            self,
+            rtol=rtol if self.rtol is None else self.rtol,
+            atol=atol if self.atol is None else self.atol,
+            normal_equations=(
+                bool(jnp.dtype(dtype) == jnp.float64) if normal is None else normal
+            ),
+            blocks=1 if self.blocks is None else self.blocks,
+        )
+
     @property
     def _uses_secant(self) -> bool:
-        return self.secant and self.normal_equations
+        return bool(self.secant and self.normal_equations)
 
     def init(self, params):
         flat, _ = ravel_pytree(params)
+        resolved = self.resolved(flat.dtype)
+        if resolved is not self:
+            return resolved.init(params)
         # damping (1e-3 of the scaled curvature, Nielsen's start), growth, scales,
         # terminate, the estimate of S, whether to step on the augmented model.
         size = flat.size if self._uses_secant else 0
@@ -336,6 +403,9 @@ class LevenbergMarquardtStrategy(eqx.Module):
     def begin(self, objective, params, static, carry, batch):
         damping, growth, scale, terminate, secant, use_newton = carry
         flat, unravel = ravel_pytree(params)
+        resolved = self.resolved(flat.dtype)
+        if resolved is not self:
+            return resolved.begin(objective, params, static, carry, batch)
         residual_struct = _residual_struct(objective, params, static, batch)
         basis_struct = jax.eval_shape(lambda: self._basis(objective, params, static))
         q = flat.size if basis_struct is None else basis_struct.shape[1]
@@ -377,12 +447,15 @@ class LevenbergMarquardtStrategy(eqx.Module):
     def _basis(self, objective, params, static):
         if self.free is not None:
             return masked_step_basis(params, static, self.free)
-        if getattr(objective, "separable", None):
+        if self.separable is not None:
             return separable_step_basis(params, static)
         return step_basis(params, static) if objective.gauge_free else None
 
     def step(self, objective, params, static, state: _State, batch):
         flat, unravel = ravel_pytree(params)
+        resolved = self.resolved(flat.dtype)
+        if resolved is not self:
+            return resolved.step(objective, params, static, state, batch)
 
         def residuals(point):
             return objective.residuals(eqx.combine(unravel(point), static), batch)
@@ -483,7 +556,7 @@ class LevenbergMarquardtStrategy(eqx.Module):
         scales."""
         basis = self._basis(objective, unravel(point), static)
         linear = None  # Kaufman's separable step: B, D and the level projected out
-        if getattr(objective, "separable", None) == "kaufman":
+        if self.separable == "kaufman":
             linear = linear_directions(unravel(point))
         if not self._uses_secant:
             if self.blocks > 1:

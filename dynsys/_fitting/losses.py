@@ -1,7 +1,10 @@
-"""The fitting losses as residual vectors: simulation, one-step and multiple
-shooting, on states (data without outputs) or on outputs (output error, with each
-experiment's initial state estimated), with ragged experiments masked."""
+"""The fitting losses: the public loss objects (`Simulation`, `OneStep`,
+`Prediction`, `MultipleShooting`, all `AbstractLoss`) and the residual vectors
+they stand for, on states (data without outputs) or on outputs (output error,
+with each experiment's initial state estimated), with ragged experiments
+masked."""
 
+import abc
 from typing import Any
 
 import equinox as eqx
@@ -18,10 +21,85 @@ from .._systems.stable import StableLinearSystem
 from .._systems.system import LinearSystem
 from .initial_states import closed_form, FreeRun, KalmanPredictor
 from .separable import eliminate, linear_part_names, outputs as separable_outputs
-from .solvers import AbstractObjective
+from .solver_base import AbstractObjective
 
 
-class MultipleShooting(eqx.Module):
+class AbstractLoss(eqx.Module):
+    """What `fit` minimises (`fit(model, data, loss=...)`): `Simulation()`,
+    `OneStep()`, `Prediction(horizon)` or `MultipleShooting(horizon)`."""
+
+    @abc.abstractmethod
+    def kind(self) -> Any:
+        """The loss as `FitObjective.kind` reads it: `"simulation"`,
+        `"one_step"`, a `PredictionError` or a `MultipleShooting`."""
+
+
+class Simulation(AbstractLoss):
+    """The simulation (free-run) loss, `fit`'s default: each experiment simulated
+    from its initial state over all its steps and compared with the data. On
+    states the initial state is the measured one (or fitted, with
+    `fit(..., fit_x0=True)`); on outputs it is estimated (in closed form for linear
+    models): the output-error method.
+
+    **Example:**
+
+    ```python
+    result = dynsys.fit(model, data, loss=dynsys.Simulation())
+    ```
+    """
+
+    def kind(self) -> str:
+        return "simulation"
+
+
+class OneStep(AbstractLoss):
+    """The one-step loss on states: each measured state stepped once and compared
+    with the next. Needs data with states (a one-step prediction needs the state
+    at each step, which output data do not measure).
+
+    **Example:**
+
+    ```python
+    result = dynsys.fit(model, data, loss=dynsys.OneStep())
+    ```
+    """
+
+    def kind(self) -> str:
+        return "one_step"
+
+
+class Prediction(AbstractLoss):
+    """The prediction-error loss: the error of the `horizon`-step-ahead predictions
+    of an `InnovationSystem`'s Kalman predictor on output data, its initial state
+    estimated in closed form (`horizon=1`: the prediction-error method). Fits
+    integrating and unstable plants too: docs/noise-models.md.
+
+    **Arguments:**
+
+    - `horizon`: steps ahead (a positive integer, at most the data's `T`).
+
+    **Example:**
+
+    ```python
+    start = dynsys.fit_subspace(data, 2, noise_model=True)
+    result = dynsys.fit(start, data, loss=dynsys.Prediction())
+    ```
+    """
+
+    horizon: int = eqx.field(static=True, default=1)
+
+    def __check_init__(self):
+        value = self.horizon
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"Prediction(horizon=...): expected a positive integer, got {value!r}."
+            )
+
+    def kind(self) -> "PredictionError":
+        return PredictionError(self.horizon)
+
+
+class MultipleShooting(AbstractLoss):
     """The multiple-shooting loss: free-run simulation over windows of the data.
 
     Each trajectory is cut into windows of `horizon` steps starting every `stride`
@@ -65,10 +143,13 @@ class MultipleShooting(eqx.Module):
         """The first step of each window for trajectories of `num_steps` steps."""
         return np.arange(0, num_steps - self.horizon + 1, self.stride)
 
+    def kind(self) -> "MultipleShooting":
+        return self
+
 
 class PredictionError(eqx.Module):
-    """The prediction-error loss (`fit(..., loss="prediction", horizon=k)`): the
-    error of the `horizon`-step-ahead predictions of an `InnovationSystem`'s Kalman
+    """The prediction-error loss as `FitObjective.kind` (`Prediction(horizon)`):
+    the error of the `horizon`-step-ahead predictions of an `InnovationSystem`'s Kalman
     predictor, its initial state estimated in closed form (the predictions are
     affine in it)."""
 

@@ -1,15 +1,32 @@
-"""Goodness-of-fit metrics: NRMSE, fit percentage, spectral radius."""
+"""Goodness-of-fit metrics: NRMSE, fit percentage, spectral radius.
+
+NRMSE and fit % are defined once, here (`channel_nrmse`); everything that reports
+them (`fit`, `compare`, the order scan, the experiments) calls these functions, with
+`xp=np` on the host and `xp=jnp` (the default) under `jit`. The rule for a flat
+channel (one whose measured output has no variance around its mean, to round-off)
+is the same everywhere: its NRMSE and fit % are undefined, `nan` (never 100 %, 0 %
+or $-\\infty$), and a mean over channels is taken over the channels that are defined.
+"""
+
+import math
+from types import ModuleType
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._custom_types import checks_own_arguments
 from .._systems.system import AbstractSystem
 
 
-def _pair(name: str, y, y_hat) -> tuple[Array, Array]:
-    y, y_hat = jnp.asarray(y), jnp.asarray(y_hat)
+def _checked(name: str, y, y_hat, mask, xp: ModuleType):
+    """`(y, y_hat, mask)` as arrays of `xp`, after the checks every metric shares."""
+    if xp is not np and xp is not jnp:
+        raise ValueError(
+            f"{name}(xp=...): expected numpy or jax.numpy, got "
+            f"{getattr(xp, '__name__', xp)!r}."
+        )
+    y, y_hat = xp.asarray(y), xp.asarray(y_hat)
     if y.shape != y_hat.shape:
         raise ValueError(
             f"{name}(y, y_hat): y and y_hat must have the same shape, got "
@@ -20,34 +37,113 @@ def _pair(name: str, y, y_hat) -> tuple[Array, Array]:
             f"{name}(y, y_hat): expected non-empty arrays of shape (..., p), got "
             f"{tuple(y.shape)}."
         )
-    return y, y_hat
+    if mask is not None:
+        mask = xp.asarray(mask, dtype=bool)
+        if mask.shape != y.shape[:-1]:
+            raise ValueError(
+                f"{name}(mask=...): mask must have the shape of y without its last "
+                f"axis, {tuple(y.shape[:-1])}, got {tuple(mask.shape)}."
+            )
+    return y, y_hat, mask
 
 
-def no_variance(spread, peak, count, dtype):
+def no_variance(spread, peak, count, dtype, xp: ModuleType = jnp):
     """Whether a channel's spread $\\lVert y - \\bar y\\rVert$ (over `count` samples of
     largest magnitude `peak`) is at most what round-off in `dtype` gives a constant:
     then its NRMSE and fit % are undefined (NaN), not 0 % or $-\\infty$."""
-    eps = jnp.finfo(dtype).eps if jnp.issubdtype(dtype, jnp.floating) else 1e-16
-    # NumPy arrays stay on the host: no small program compiled per call.
-    sqrt = np.sqrt if isinstance(spread, np.ndarray) else jnp.sqrt
-    return spread <= 16.0 * eps * peak * sqrt(count)
+    eps = xp.finfo(dtype).eps if xp.issubdtype(dtype, xp.floating) else 1e-16
+    return spread <= 16.0 * eps * peak * xp.sqrt(count)
 
 
-def _ratio(name: str, y, y_hat, per_channel: bool) -> Array:
-    y, y_hat = _pair(name, y, y_hat)
-    y = y.reshape(-1, y.shape[-1])
-    y_hat = y_hat.reshape(-1, y.shape[-1])
-    error = jnp.linalg.norm(y - y_hat, axis=0)
-    spread = jnp.linalg.norm(y - jnp.mean(y, axis=0, keepdims=True), axis=0)
-    flat = no_variance(spread, jnp.max(jnp.abs(y), axis=0), y.shape[0], y.dtype)
-    ratio = jnp.where(flat, jnp.nan, error / jnp.where(flat, 1.0, spread))
-    return ratio if per_channel else jnp.mean(ratio)
+def channel_nrmse(
+    y, y_hat, *, mask=None, axis=None, xp: ModuleType = jnp, call="nrmse"
+):
+    """The NRMSE of each channel (last axis): the one definition every other metric
+    and report uses.
+
+    $\\lVert y_j - \\hat y_j\\rVert / \\lVert y_j - \\bar y_j\\rVert$ over the valid
+    samples pooled over `axis` (default: every leading axis), $\\bar y_j$ their mean.
+
+    - A flat channel (`no_variance`: no spread beyond round-off, or no valid sample)
+      gives `nan`: undefined, never a division by zero.
+    - A prediction that is not finite on a valid sample (a model that diverged) has
+      an infinite error: `inf` (fit % $-\\infty$), also where it is `nan`.
+
+    **Arguments:**
+
+    - `y`, `y_hat`: measured and predicted values, the same shape `(..., p)`.
+    - `mask`: `None` (every sample valid) or booleans of shape `y.shape[:-1]`, `True`
+        at the valid samples (padded experiments).
+    - `axis`: the leading axes pooled (an int or a tuple); `None` for all of them.
+    - `xp`: the array module, `jax.numpy` (traceable under `jit`) or `numpy` (on the
+        host, in the arrays' own precision).
+    - `call`: the name the error messages give.
+
+    **Returns:**
+
+    The NRMSE per channel: shape `(p,)`, or the leading axes not pooled followed by
+    `p`.
+    """
+    y, y_hat, mask = _checked(call, y, y_hat, mask, xp)
+    if axis is None:  # pool every leading axis
+        y, y_hat = y.reshape(-1, y.shape[-1]), y_hat.reshape(-1, y.shape[-1])
+        mask = None if mask is None else mask.reshape(-1)
+        axis = 0
+    if mask is None:
+        count = math.prod(y.shape[a] for a in np.atleast_1d(axis))
+        mean = xp.mean(y, axis=axis, keepdims=True)
+        error = xp.sqrt(xp.sum((y - y_hat) ** 2, axis=axis))
+        spread = xp.sqrt(xp.sum((y - mean) ** 2, axis=axis))
+        peak = xp.max(xp.abs(y), axis=axis)
+    else:
+        valid = mask[..., None]
+        total = xp.sum(valid, axis=axis, keepdims=True)
+        mean = xp.sum(xp.where(valid, y, 0), axis=axis, keepdims=True) / xp.maximum(
+            total, 1
+        )
+        error = xp.sqrt(xp.sum(xp.where(valid, y - y_hat, 0) ** 2, axis=axis))
+        spread = xp.sqrt(xp.sum(xp.where(valid, y - mean, 0) ** 2, axis=axis))
+        peak = xp.max(xp.where(valid, xp.abs(y), 0), axis=axis)
+        count = xp.sum(valid, axis=axis)
+    flat = no_variance(spread, peak, count, y.dtype, xp) | (count == 0)
+    error = xp.where(xp.isfinite(error), error, xp.inf)
+    return xp.where(flat, xp.nan, error / xp.where(flat, 1, spread))
+
+
+def channel_fit_percent(
+    y, y_hat, *, mask=None, axis=None, xp: ModuleType = jnp, call="fit_percent"
+):
+    """The fit % of each channel, $100\\,(1 - \\mathrm{NRMSE})$ with the NRMSE of
+    `channel_nrmse` (same arguments, same rule for flat channels: `nan`)."""
+    ratio = channel_nrmse(y, y_hat, mask=mask, axis=axis, xp=xp, call=call)
+    return 100.0 * (1.0 - ratio)
+
+
+def channel_mean(values, xp: ModuleType = jnp):
+    """The mean over the last axis of the values that are defined (not `nan`, i.e.
+    not a flat channel); `nan` where none is."""
+    values = xp.asarray(values)
+    defined = ~xp.isnan(values)
+    count = xp.sum(defined, axis=-1)
+    total = xp.sum(xp.where(defined, values, 0), axis=-1)
+    return xp.where(count > 0, total / xp.maximum(count, 1), xp.nan)
+
+
+def fit_percent_text(value: float, digits: int = 1) -> str:
+    """A fit % as the tables print it: `"80.9"`, or `"undefined"` for a channel
+    without variance (`nan`)."""
+    return "undefined" if math.isnan(value) else f"{value:.{digits}f}"
 
 
 @checks_own_arguments
 def nrmse(
-    y: Float[ArrayLike, "... p"], y_hat: Float[ArrayLike, "... p"], *, per_channel=False
-) -> Float[Array, ""] | Float[Array, " p"]:
+    y: Float[ArrayLike, "... p"],
+    y_hat: Float[ArrayLike, "... p"],
+    *,
+    per_channel: bool = False,
+    mask: Bool[ArrayLike, "..."] | None = None,
+    xp: ModuleType = jnp,
+) -> Float[Array, ""] | Float[Array, " p"] | Float[np.ndarray, "*p"]:
     """Normalised root-mean-square error, channel by channel.
 
     For each channel (last axis) $j$, over all samples (every leading axis, e.g.
@@ -56,48 +152,66 @@ def nrmse(
     \\rVert$, i.e. the RMS error divided by the channel's standard deviation. 0 is a
     perfect fit; 1 is no better than predicting the mean.
 
+    A channel with no variance (its measured values constant, to round-off) has no
+    NRMSE: it gives `nan`, never a division by zero. A prediction that is not finite
+    on a valid sample gives `inf`.
+
     **Arguments:**
 
     - `y`: the measured values, shape `(..., p)`.
     - `y_hat`: the predicted values, the same shape.
     - `per_channel`: return the `(p,)` values instead of their mean.
+    - `mask`: optional booleans of shape `y.shape[:-1]`, `True` at the samples that
+        count (e.g. the valid steps of padded experiments); default all.
+    - `xp`: the array module that computes it: `jax.numpy` (the default; works under
+        `jit`) or `numpy` (on the host, in the arrays' precision, no compilation).
 
     **Returns:**
 
-    A scalar (the mean over channels), or shape `(p,)`. A channel with no variance
-    (constant, to round-off) gives `nan`: its NRMSE is undefined.
+    A scalar (the mean over the channels that have an NRMSE; `nan` when none has),
+    or shape `(p,)` (`nan` for each channel without variance). An array of `xp`.
 
     **Raises:**
 
-    `ValueError` if the shapes differ.
+    `ValueError` if the shapes differ or `mask` has the wrong shape.
 
     **Example:**
 
     ```python
     dynsys.nrmse(jnp.array([[0.0], [2.0]]), jnp.array([[0.5], [1.5]]))  # 0.5
+    dynsys.nrmse(np.array([[0.0], [2.0]]), np.array([[0.5], [1.5]]), xp=np)  # 0.5
     ```
     """
-    return _ratio("nrmse", y, y_hat, per_channel)
+    values = channel_nrmse(y, y_hat, mask=mask, xp=xp, call="nrmse")
+    return values if per_channel else channel_mean(values, xp)
 
 
 @checks_own_arguments
 def fit_percent(
-    y: Float[ArrayLike, "... p"], y_hat: Float[ArrayLike, "... p"], *, per_channel=False
-) -> Float[Array, ""] | Float[Array, " p"]:
+    y: Float[ArrayLike, "... p"],
+    y_hat: Float[ArrayLike, "... p"],
+    *,
+    per_channel: bool = False,
+    mask: Bool[ArrayLike, "..."] | None = None,
+    xp: ModuleType = jnp,
+) -> Float[Array, ""] | Float[Array, " p"] | Float[np.ndarray, "*p"]:
     """The fit percentage $100\\,(1 - \\lVert y - \\hat y\\rVert / \\lVert y - \\bar
     y\\rVert)$, channel by channel (so `100 * (1 - nrmse)` per channel).
 
-    100 is a perfect fit, 0 no better than the mean; it can be negative.
+    100 is a perfect fit, 0 no better than the mean; it can be negative. This is the
+    number `compare`, `fit`'s metrics, `select_order` and `dynsys fit` report.
 
     **Arguments:**
 
-    - `y`, `y_hat`, `per_channel`: as for `nrmse`.
+    - `y`, `y_hat`, `per_channel`, `mask`, `xp`: as for `nrmse`.
 
     **Returns:**
 
-    A scalar (the mean over channels), or shape `(p,)`. A channel with no variance
-    (constant, to round-off) gives `nan` ("undefined (no variance)"), never 100 or
-    $-\\infty$.
+    A scalar (the mean over the channels that have a fit %), or shape `(p,)`. A
+    channel with no variance (constant, to round-off) gives `nan` ("undefined (no
+    variance)"), never 100 or $-\\infty$; the mean over channels leaves it out and is
+    `nan` only when no channel varies. A prediction that is not finite on a valid
+    sample gives $-\\infty$.
 
     **Example:**
 
@@ -105,8 +219,8 @@ def fit_percent(
     dynsys.fit_percent(jnp.array([[0.0], [2.0]]), jnp.array([[0.5], [1.5]]))  # 50.0
     ```
     """
-    values = 100.0 * (1.0 - _ratio("fit_percent", y, y_hat, per_channel=True))
-    return values if per_channel else jnp.mean(values)
+    values = channel_fit_percent(y, y_hat, mask=mask, xp=xp, call="fit_percent")
+    return values if per_channel else channel_mean(values, xp)
 
 
 @checks_own_arguments
@@ -142,7 +256,7 @@ def spectral_radius(system: AbstractSystem | Float[ArrayLike, "n n"]) -> float:
                 "transition matrix K."
             )
         system = system.K  # pyright: ignore[reportAttributeAccessIssue]
-    K = jnp.asarray(system)
+    K = np.asarray(system)  # on the host: `jnp.asarray` would compile a program
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
         raise ValueError(
             f"spectral_radius(system=...): expected a square matrix (n, n), got "
@@ -150,4 +264,4 @@ def spectral_radius(system: AbstractSystem | Float[ArrayLike, "n n"]) -> float:
         )
     # On the host (LAPACK's geev, as jnp.linalg.eigvals on CPU): no program to
     # compile for a number.
-    return float(np.max(np.abs(np.linalg.eigvals(np.asarray(K)))))
+    return float(np.max(np.abs(np.linalg.eigvals(K))))

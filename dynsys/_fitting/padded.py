@@ -9,7 +9,7 @@ $$K = \\begin{pmatrix} K_n & 0 \\\\ 0 & 0 \\end{pmatrix}, \\quad
 B = \\begin{pmatrix} B_n \\\\ 0 \\end{pmatrix}, \\quad C = (C_n \\; 0),$$
 
 with `D = 0` where the structure has none, and every padded entry frozen: the
-optimiser's steps move only the free block (`LevenbergMarquardtStrategy.free`),
+optimiser's steps move only the free block (`LevenbergMarquardt.free`),
 on the complement of its change-of-basis family (`gauge.masked_step_basis`). The
 padded states start at zero (their estimated initial states are zero) and never
 reach the outputs, so the residuals, and the steps in the free block, are those of
@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from .._systems.system import LinearSystem
-from .levenberg_marquardt import LevenbergMarquardtStrategy
+from .levenberg_marquardt import LevenbergMarquardt
 from .train import _trainable
 
 
@@ -117,7 +117,7 @@ PADDED_JACOBIAN_LIMIT = 2**19
 # The same for a fit of a lower order than the padded one, whose steps all run at
 # the padded size (up to its step cap, not 30): up to about this size a padded step
 # costs at most about 10 ms more, so even 200 steps cost about what the
-# compilation of its own program would (`scripts/benchmark_chunk_level.py`).
+# compilation of its own program would (`benchmarks/benchmark_chunk_level.py`).
 LOWER_ORDER_PADDING_LIMIT = 2**17
 
 
@@ -163,7 +163,7 @@ def with_free_parameters(strategy, objective, params, filter_spec):
     mask = _MASK.get(None)
     if mask is None:
         return strategy
-    lm = isinstance(strategy, LevenbergMarquardtStrategy)
+    lm = isinstance(strategy, LevenbergMarquardt)
     if not (lm and objective.gauge_free) or params[1] is not None:
         raise NotPaddable
     trainable = _trainable((mask, params[1]), (filter_spec, True), "fit")[0]

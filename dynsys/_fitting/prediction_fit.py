@@ -1,4 +1,4 @@
-"""`fit`'s parts for prediction-error fitting: the checks of the `"prediction"` loss
+"""`fit`'s parts for prediction-error fitting: the checks of the `Prediction` loss
 and its `horizon` and of a stable Kalman predictor, the warning on output error of
 unstable models, and the fitted predictor's outputs and innovation covariance."""
 
@@ -8,7 +8,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from .._jit import top_level_jit
+from .._compile.jit import top_level_jit
 from .._systems.innovation import InnovationSystem
 from .losses import (
     FitObjective,
@@ -28,41 +28,31 @@ def predictor_radius(model: InnovationSystem) -> float:
     return float(np.max(np.abs(np.linalg.eigvals(A))))
 
 
-def _check_horizon(horizon, num_steps: int) -> None:
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ValueError(
-            f"fit(horizon=...): horizon must be a positive integer, got {horizon!r}."
-        )
-    if horizon > num_steps:
-        raise ValueError(
-            f"fit(horizon={horizon}): the horizon is longer than the data "
-            f"({num_steps} steps); the largest possible is {num_steps}."
-        )
-
-
-def prediction_loss(model, data, loss, horizon):
-    """`loss` as `fit` uses it: `PredictionError(horizon)` for `"prediction"`
-    (checked: output data, an `InnovationSystem` with a finite, stable predictor,
-    `1 <= horizon <= T`), else `loss` itself (and `horizon` must be 1)."""
-    if loss != "prediction":
-        if horizon != 1:
-            raise ValueError(
-                f"fit(horizon={horizon!r}): horizon applies to loss='prediction' only, "
-                f"got loss={loss!r}."
-            )
+def prediction_loss(model, data, loss):
+    """`loss` (`FitObjective.kind`) checked where it is a `PredictionError`
+    (`Prediction(horizon)`): output data, an `InnovationSystem` with a finite,
+    stable predictor, `horizon <= T`."""
+    if not isinstance(loss, PredictionError):
         return loss
+    horizon = loss.horizon
     if getattr(data, "ys", None) is None:
         raise ValueError(
-            "fit(loss='prediction'): the prediction-error loss compares predicted "
-            "with measured outputs, but the data have no outputs (ys)."
+            f"fit(loss=Prediction(horizon={horizon})): the prediction-error loss "
+            "compares predicted with measured outputs, but the data have no "
+            "outputs (ys)."
         )
     if not isinstance(model, InnovationSystem):
         raise ValueError(
-            "fit(loss='prediction'): expected an InnovationSystem (a model with a "
-            f"Kalman gain), got {type(model).__name__}; start from "
+            f"fit(loss=Prediction(horizon={horizon})): expected an InnovationSystem "
+            f"(a model with a Kalman gain), got {type(model).__name__}; start from "
             "fit_subspace(data, noise_model=True) or InnovationSystem.from_linear."
         )
-    _check_horizon(horizon, data.num_steps)
+    if horizon > data.num_steps:
+        raise ValueError(
+            f"fit(loss=Prediction(horizon={horizon})): the horizon is longer than "
+            f"the data ({data.num_steps} steps); the largest possible is "
+            f"{data.num_steps}."
+        )
     radius = predictor_radius(model)
     if not radius < 1.0:
         raise ValueError(
@@ -70,7 +60,7 @@ def prediction_loss(model, data, loss, horizon):
             f"(spectral radius < 1), got {radius:.4g}; start from "
             "fit_subspace(data, noise_model=True)."
         )
-    return PredictionError(horizon)
+    return loss
 
 
 _MARGINAL = 0.999  # a spectral radius this close to 1 counts as marginal
@@ -106,7 +96,7 @@ def warn_after_fit(start, model, loss, outputs: bool) -> None:
             f"fit: the model is unstable or marginal (spectral radius of K: "
             f"{radius:.4g}), which an output-error (free-run) fit cannot identify "
             "reliably; fit the Kalman predictor instead: "
-            "fit(fit_subspace(data, noise_model=True), data, loss='prediction').",
+            "fit(fit_subspace(data, noise_model=True), data, loss=Prediction()).",
             stacklevel=3,
         )
 

@@ -13,9 +13,9 @@ elimination: "exact") or Kaufman's (1975) approximation of it (`projected_jacobi
 the full model's Jacobian, whose derivative `initial_states.py` structures, less
 its part along the linear parameters). Levenberg–Marquardt on that problem takes
 about half the steps on the real records, in the same time with Kaufman's
-derivative, but ends in higher minima on some, so `fit` uses it only where
-`SEPARABLE` is switched on: measured in docs/benchmarks.md, "What the step count
-depends on".
+derivative, but ends in higher minima on some, so `fit` uses it only where the
+solver asks for it (`LevenbergMarquardt(separable="exact" | "kaufman")`):
+measured in docs/benchmarks.md, "What the step count depends on".
 """
 
 import equinox as eqx

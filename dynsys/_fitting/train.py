@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PRNGKeyArray, PyTree, Scalar
 
+from .._compile.jit import device_array, host_key
 from .._custom_types import checks_own_arguments
-from .._jit import device_array, host_key
 from .._rollout.sharding import leading_axis_shardings
 from .batches import chunk_indices, on_device
 from .chunk import evaluate, HeldOutEachStep, init_carry, run_chunk
@@ -27,7 +27,10 @@ from .flat_loss import (
     held_out_stop_reason,
 )
 from .progress import Progress
-from .solvers import describe, LossFunction, OptaxStrategy
+from .levenberg_marquardt import LevenbergMarquardt
+from .optax_solver import OptaxSolver
+from .solver_base import AbstractSolver
+from .solvers import as_solver, LossFunction
 
 
 if TYPE_CHECKING:
@@ -258,7 +261,7 @@ def _params_dtype(params):
 def _has_tolerance(strategy) -> bool:
     """Whether `strategy` stops at its own tolerance, so that `num_steps` is a cap
     rather than the number of steps it will run."""
-    return getattr(strategy, "rtol", None) is not None
+    return strategy.stops_at_tolerance
 
 
 def _initial_best(params, held_out: bool = False) -> tuple[tuple, tuple]:
@@ -584,18 +587,29 @@ def optimise(
 
 
 @functools.cache
-def _default_optimizer() -> OptaxStrategy:
+def _default_solver() -> OptaxSolver:
     """`train`'s default, `optax.adam(1e-2)` (optax is imported on first use: a fit
     by Levenberg–Marquardt never needs it, and it is 0.1 s of a run's start)."""
     import optax
 
-    return OptaxStrategy(optax.adam(1e-2), "optax (adam 1e-2)")
+    return OptaxSolver(optax.adam(1e-2), "optax (adam 1e-2)")
 
 
-def optax_strategy(optimizer) -> OptaxStrategy:
-    """The strategy of an optax transform (equal for equal transforms, e.g.
-    `optax.adam(1e-3)` built twice, so that they reuse the compiled chunk)."""
-    return OptaxStrategy(optimizer, describe(optimizer))
+def train_solver(solver, call: str = "train") -> AbstractSolver:
+    """`train`'s `solver=`: `None` its default (`optax.adam(1e-2)`), else the
+    solver (an optax transform wrapped in `OptaxSolver`, equal for equal
+    transforms so that they reuse the compiled chunk). Levenberg–Marquardt is
+    refused: a user's loss function has no residual vector."""
+    if solver is None:
+        return _default_solver()
+    solver = as_solver(solver, call)
+    if isinstance(solver, LevenbergMarquardt):
+        raise TypeError(
+            f"{call}(solver=LevenbergMarquardt(...)): Levenberg–Marquardt needs a "
+            "least-squares residual vector, which a loss function does not give; "
+            "use fit, LBFGS() or an optax transform."
+        )
+    return solver
 
 
 def _check_train_arguments(num_steps, eval_every, batch_size, data, flat_steps):
@@ -636,7 +650,7 @@ def train(
     model: PyTree,
     *,
     data: PyTree | None = None,
-    optimizer: "optax.GradientTransformation | None" = None,
+    solver: "AbstractSolver | optax.GradientTransformation | None" = None,
     num_steps: int,
     batch_size: int | None = None,
     key: PRNGKeyArray | None = None,
@@ -647,7 +661,7 @@ def train(
     eval_every: int = 10,
     flat_steps: int | None = None,
 ) -> TrainResult:
-    """Minimise `loss_fn` over the inexact arrays of `model` with an optax optimiser.
+    """Minimise `loss_fn` over the inexact arrays of `model` with an optax solver.
 
     Several steps per dispatch, a progress bar with the current loss, the loss
     history, best-model tracking, and a guard: training stops at the first non-finite
@@ -662,7 +676,8 @@ def train(
         `filter_spec` are trained, everything else is held fixed.
     - `data`: optional pytree of arrays sharing a leading axis of size `N`; batches are
         drawn from that axis.
-    - `optimizer`: an `optax.GradientTransformation`; default `optax.adam(1e-2)`.
+    - `solver`: an optax transform (e.g. `optax.adam(1e-3)`), `OptaxSolver(...)`
+        or `LBFGS()`; `None` (default): `optax.adam(1e-2)`.
     - `num_steps`: the number of optimiser steps.
     - `batch_size`: minibatch size (`None`: the whole of `data` each step). Batches
         are shuffled epochs without replacement (epoch `e` is the permutation drawn
@@ -689,7 +704,9 @@ def train(
     **Raises:**
 
     `ValueError` naming the argument for a bad `num_steps`, `batch_size`,
-    `eval_every`, `flat_steps`, `data`, or a model with nothing to train.
+    `eval_every`, `flat_steps`, `data`, or a model with nothing to train;
+    `TypeError` for a `solver` that is not a solver or optax transform (or is
+    `LevenbergMarquardt`, which needs residuals: use `fit`).
 
     **Returns:**
 
@@ -699,12 +716,12 @@ def train(
 
     ```python
     result = dynsys.train(lambda m: jnp.sum((m - 3.0) ** 2), jnp.zeros(2),
-                          optimizer=optax.adam(0.1), num_steps=200, progress=False)
+                          solver=optax.adam(0.1), num_steps=200, progress=False)
     result.model  # close to [3., 3.]
     ```
     """
     _check_train_arguments(num_steps, eval_every, batch_size, data, flat_steps)
-    strategy = _default_optimizer() if optimizer is None else optax_strategy(optimizer)
+    strategy = train_solver(solver)
     return optimise(
         LossFunction(loss_fn, data is not None),
         strategy,

@@ -74,11 +74,11 @@ _MOVED_MODULES = {
     "dynsys._sysid.response": "dynsys._response",
     "dynsys._sysid.python_control": "dynsys._control",
     "dynsys._experiments.config": "dynsys._config",
-    "dynsys._experiments.interrupt": "dynsys._interrupt",
+    "dynsys._experiments.runtime.interrupt": "dynsys._interrupt",
     "dynsys._experiments.run_folder": "dynsys._run_folder",
     "dynsys._experiments.run": "dynsys._experiment",
     "dynsys._experiments.kinds": "dynsys._experiment_kinds",
-    "dynsys._experiments.fit": "dynsys._experiment_fit",
+    "dynsys._experiments.fit.pipeline": "dynsys._experiment_fit",
 }
 
 

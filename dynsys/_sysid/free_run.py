@@ -92,17 +92,3 @@ def _forced_step_by_step(K, B, C, D, a, c, us, shape) -> np.ndarray:
         forced[:, t] = y if c is None else y + c
     return forced
 
-
-def fit_percent(s: Signals, predicted: np.ndarray) -> np.ndarray:
-    """The fit % per channel over every experiment's valid steps, as `compare`:
-    $100\\,(1 - \\lVert y - \\hat y\\rVert / \\lVert y - \\bar y\\rVert)$, shape `(p,)`
-    (`-inf` where the prediction is not finite, NaN for a flat channel)."""
-    mask = np.asarray(s.mask)
-    y = np.asarray(s.ys, dtype=np.float64)[mask]
-    y_hat = predicted[mask]
-    with np.errstate(all="ignore"):
-        error = np.linalg.norm(y - y_hat, axis=0)
-        spread = np.linalg.norm(y - y.mean(axis=0), axis=0)
-        values = 100.0 * (1.0 - error / spread)
-    values = np.where(spread > 0, values, np.nan)
-    return np.where(np.isfinite(error), values, -np.inf)

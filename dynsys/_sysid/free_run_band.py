@@ -16,8 +16,8 @@ import jax
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from .._compile.jit import device_array, kept_jit
 from .._fitting.covariance import direction_groups
-from .._jit import device_array, kept_jit
 from .propagate import linearised_std
 from .signals import arrays_only, Signals
 from .validation import _free_run_or_ahead

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._jit import kept_jit
+from .._compile.jit import kept_jit
 from .propagate import _check_covariance, linearised_std
 from .response import _discrete, _needs_input
 
@@ -65,7 +65,9 @@ def matrices_of(system, call: str) -> Matrices:
     return Matrices(*_filled(*parts))
 
 
-def frequency_response(matrices: Matrices, w_sample: np.ndarray) -> np.ndarray:
+def frequency_response_from_matrices(
+    matrices: Matrices, w_sample: np.ndarray
+) -> np.ndarray:
     """$C (z I - K)^{-1} B + D$ at $z = e^{i w}$, `w_sample` `(F,)` in rad/sample;
     complex, shape `(F, p, m)`."""
     K, B, C, D = matrices
@@ -91,7 +93,7 @@ def _resolvent_products(matrices: Matrices, w_sample: np.ndarray) -> tuple:
     return C @ X + D, X, np.swapaxes(Y, 1, 2)
 
 
-def step_response(matrices: Matrices, num_steps: int) -> np.ndarray:
+def step_response_from_matrices(matrices: Matrices, num_steps: int) -> np.ndarray:
     """$s_t = D + \\sum_{k<t} C K^k B$ for $t < $ `num_steps`, shape
     `(num_steps, p, m)`."""
     K, B, C, D = matrices
@@ -216,6 +218,6 @@ def step_band(
             np.einsum("abq,bj->ajq", dK, KB) + np.einsum("ab,bjq->ajq", K, dKB),
         )
     gradient = np.cumsum(d_markov, axis=0)
-    return step_response(sensitivity.matrices, num_steps), linearised_std(
+    return step_response_from_matrices(sensitivity.matrices, num_steps), linearised_std(
         gradient, sensitivity.covariance
     )

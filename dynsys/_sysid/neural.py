@@ -6,7 +6,6 @@ import dataclasses
 import math
 import time
 import warnings
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +17,8 @@ from .._custom_types import checks_own_arguments
 from .._data.dataset import Dataset
 from .._fitting.encoder import StateEncoder
 from .._fitting.fit import fit
+from .._fitting.metrics import channel_mean
+from .._fitting.optax_solver import LBFGS, OptaxSolver
 from .._fitting.train import train
 from .._fitting.windows import (
     encode,
@@ -111,7 +112,8 @@ def _linear_start(data, order, base, refine_linear, progress):
 
 
 def _free_run_error(model, data) -> float:
-    value = float(jnp.mean(1.0 - compare(model, data).fit_percent / 100.0))
+    # The mean NRMSE over the channels that have one (see `nrmse`).
+    value = float(channel_mean(1.0 - compare(model, data).fit_percent / 100.0))
     return value if math.isfinite(value) else math.inf
 
 
@@ -187,30 +189,32 @@ class _Validation:
         return truncated_simulation_loss(params, self.batch, self.scale)
 
 
-def _optimizer(optimizer, learning_rate: float):
-    if optimizer == "adam":
+def _solver(solver, learning_rate: float):
+    """The solver `train` runs and whether it takes minibatches (all but
+    L-BFGS)."""
+    if solver is None:
         return optax.adam(learning_rate), True
-    if optimizer == "lbfgs":
-        return optax.lbfgs(), False
-    if isinstance(optimizer, optax.GradientTransformation):
-        return optimizer, True
+    if isinstance(solver, LBFGS):
+        return solver, False
+    if isinstance(solver, OptaxSolver | optax.GradientTransformation):
+        return solver, True
     raise ValueError(
-        "fit_neural(optimizer=...): expected 'adam', 'lbfgs' or an optax "
-        f"transform, got {optimizer!r}."
+        "fit_neural(solver=...): expected None (Adam), LBFGS(), an OptaxSolver or "
+        f"an optax transform, got {solver!r}."
     )
 
 
-def _train_round(setup, params, optimizer, steps, size, key, done, validation,
+def _train_round(setup, params, solver, steps, size, key, done, validation,
                  eval_every, progress):  # fmt: skip
     """One round of `train` on minibatches of the windows (`size`: all if `None`)."""
     return train(
-        setup.loss, params, data=setup.windows, optimizer=optimizer,
+        setup.loss, params, data=setup.windows, solver=solver,
         num_steps=steps, batch_size=size, key=jax.random.fold_in(key, done),
         progress=progress, val_fn=validation, eval_every=eval_every,
     )  # fmt: skip
 
 
-def _train_rounds(setup, optimizer, batch_size, num_steps, round_steps, patience,
+def _train_rounds(setup, solver, batch_size, num_steps, round_steps, patience,
                   eval_every, key, progress) -> dict:  # fmt: skip
     """Train in rounds of `round_steps`, keeping the best model by validation, until
     `num_steps`, `patience` rounds without gain, or a non-finite loss."""
@@ -224,7 +228,7 @@ def _train_rounds(setup, optimizer, batch_size, num_steps, round_steps, patience
         with warnings.catch_warnings():
             # train's own warning of a non-finite loss: fit_neural says it once.
             warnings.filterwarnings("ignore", message="train: non-finite")
-            result = _train_round(setup, params, optimizer, steps, size, key, done,
+            result = _train_round(setup, params, solver, steps, size, key, done,
                                   validation, eval_every, progress)  # fmt: skip
         losses.extend(result.losses.tolist())
         # A round's first evaluation repeats the previous round's last one.
@@ -290,7 +294,7 @@ def fit_neural(
     past: int = 20,
     width_size: int = 32,
     depth: int = 2,
-    optimizer: Any = "adam",
+    solver: "LBFGS | OptaxSolver | optax.GradientTransformation | None" = None,
     learning_rate: float = 1e-3,
     num_steps: int = 10000,
     batch_size: int | None = 64,
@@ -311,7 +315,7 @@ def fit_neural(
     an encoder whose affine part maps `past` samples to the linear model's state;
     (3) truncated simulation: minibatches of sub-windows of the records, each
     started from the encoder's state and simulated `horizon` steps, the model,
-    its base and the encoder trained together by Adam (or L-BFGS on all windows);
+    its base and the encoder trained together by Adam (or the `solver` given);
     (4) every `eval_every` steps the free run over each validation record (started
     by the encoder from its first `past` samples) scores the model; the best one is
     returned, and training stops after `patience` rounds of `round_steps` steps
@@ -326,8 +330,8 @@ def fit_neural(
     - `horizon`, `past`: the simulated steps per window and the samples before it
         that the encoder reads; `past + horizon` must fit in a record.
     - `width_size`, `depth`: the MLPs' hidden width and number of layers.
-    - `optimizer`: `"adam"` (minibatches), `"lbfgs"` (all windows) or an optax
-        transform; `learning_rate` for Adam.
+    - `solver`: `None` (Adam with `learning_rate`, on minibatches), an optax
+        transform or `OptaxSolver` (minibatches), or `LBFGS()` (all windows).
     - `num_steps`, `batch_size`, `round_steps`, `patience`, `eval_every`: the
         training budget, windows per step, early-stopping rounds, how often the
         validation run is scored.
@@ -347,7 +351,7 @@ def fit_neural(
 
     `ValueError` (one line) for data without outputs, `past + horizon` longer than
     every record, an encoder window `past` not shorter than a validation record,
-    an unknown optimizer.
+    a `solver` of another kind.
 
     **Example:**
 
@@ -357,7 +361,7 @@ def fit_neural(
     ```
     """
     s, v = check_arguments(data, val_data, past, horizon)
-    transform, minibatches = _optimizer(optimizer, learning_rate)
+    transform, minibatches = _solver(solver, learning_rate)
     key = jax.random.key(0) if key is None else key
     start = time.perf_counter()
     base = _linear_start(data, order, base, refine_linear, progress)

@@ -10,7 +10,7 @@ import numpy as np
 import scipy.linalg
 from jaxtyping import Array
 
-from .._jit import device_array, kept_jit
+from .._compile.jit import device_array, kept_jit
 from .input_matrices import input_matrices
 from .signals import Signals
 

@@ -11,8 +11,14 @@ import numpy as np
 
 from .._custom_types import checks_own_arguments
 from .._data.checks import check_data, warn_findings
+from .._fitting.metrics import (
+    channel_fit_percent,
+    channel_mean,
+    fit_percent_text,
+    spectral_radius,
+)
 from .._systems.system import LinearSystem
-from .free_run import fit_percent as channel_fit, free_run
+from .free_run import free_run
 from .signals import linear_of, signals
 from .subspace import largest_order, realise, subspace_bases
 
@@ -29,7 +35,9 @@ class OrderCandidate:
     - `order`, `feedthrough`: the structure; `parameters`: its count
         $d = n(m + p) + pm$ (the last term only with feedthrough).
     - `fit_percent`: the free-run fit % per output channel on the validation data
-        (`None` without validation data); `mean_fit`: their mean.
+        (`None` without validation data; NaN for a channel without variance, as
+        `fit_percent`; $-\\infty$ for a free run that diverges); `mean_fit`: their
+        mean over the channels that have one ($-\\infty$ when none has).
     - `aic`, `bic`, `fpe`: from the free-run residuals on the estimation data.
     - `spectral_radius`, `stable` (spectral radius < 1); `refined`: fitted by `fit`
         after the subspace start; `seconds`: the time its fit and scores took.
@@ -105,7 +113,7 @@ class OrderSelection:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for c in self.candidates:
             cells = [str(c.order), "yes" if c.feedthrough else "no"]
-            cells += [f"{v:.1f}" for v in c.fit_percent or ()]
+            cells += [fit_percent_text(v) for v in c.fit_percent or ()]
             cells += ["" if c.mean_fit is None else f"{c.mean_fit:.1f}"]
             cells += [f"{c.aic:.5g}", f"{c.bic:.5g}", f"{c.fpe:.4g}"]
             cells += [f"{c.spectral_radius:.4f}", "yes" if c.refined else ""]
@@ -219,12 +227,15 @@ def _score(model, data, val_data, order, feedthrough, refined, started):
     fit_percent = mean = None
     if val_data is not None:
         val_signals = signals(val_data, "select_order")
-        values = channel_fit(val_signals, free_run(model, val_signals))
-        values = np.where(np.isfinite(values), values, -np.inf)
+        measured = np.asarray(val_signals.ys, dtype=np.float64)
+        predicted = free_run(model, val_signals)
+        mask = np.asarray(val_signals.mask)
+        values = channel_fit_percent(measured, predicted, mask=mask, xp=np)
         fit_percent = tuple(float(v) for v in values)
-        mean = float(np.mean(values))
+        mean = float(channel_mean(values, xp=np))
+        mean = -math.inf if math.isnan(mean) else mean  # no channel varies: last
     aic, bic, fpe = information_criteria(model, data, parameters)
-    rho = float(np.max(np.abs(np.linalg.eigvals(np.asarray(model.K)))))
+    rho = spectral_radius(model.K)
     return OrderCandidate(
         order=order,
         feedthrough=feedthrough,

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._compile.jit import device_array, kept_jit
 from .._custom_types import checks_own_arguments
 from .._data.checks import check_data, warn_findings
-from .._jit import device_array, kept_jit
 from .._systems.innovation import InnovationSystem
 from .._systems.system import LinearSystem
 from .input_matrices import input_matrices
@@ -177,7 +177,7 @@ def _projected_singular_values(
     )
 
 
-def select_order(singular_values: Array, max_order: int) -> int:
+def order_from_singular_values(singular_values: Array, max_order: int) -> int:
     """The order from the singular values (see `fit_subspace`): how many of them lie
     clearly above the noise floor."""
     sigma = np.asarray(singular_values, dtype=np.float64)
@@ -354,7 +354,8 @@ def fit_subspace(
     _check_options(call, basis.signals, order, feedthrough)
     warn_findings(call, check_data(data, order=order))
     if order is None:
-        order = max(1, select_order(basis.singular_values, basis.max_order))
+        order = order_from_singular_values(basis.singular_values, basis.max_order)
+        order = max(1, order)
     return realise(call, basis, order, feedthrough, noise_model)
 
 

@@ -1,15 +1,17 @@
 """Model validation on measured data: fit % per output channel (free run or
 k-step-ahead prediction) and residual analysis."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from .._compile.jit import kept_jit
 from .._custom_types import checks_own_arguments
-from .._fitting.metrics import no_variance
-from .._jit import kept_jit
+from .._fitting.metrics import channel_fit_percent
 from .._rollout.rollout import rollout
 from .._systems.innovation import InnovationSystem
 from .._systems.system import AbstractSystem, LinearSystem
@@ -51,16 +53,6 @@ class Comparison(eqx.Module):
     dt: float | None = eqx.field(static=True, default=None)
 
 
-def _fit_percent(y: Array, y_hat: Array, weight: Array, axes) -> Array:
-    count = jnp.sum(weight, axis=axes)
-    mean = jnp.sum(y * weight, axis=axes, keepdims=True) / jnp.expand_dims(count, axes)
-    error = jnp.sqrt(jnp.sum(((y - y_hat) * weight) ** 2, axis=axes))
-    spread = jnp.sqrt(jnp.sum(((y - mean) * weight) ** 2, axis=axes))
-    peak = jnp.max(jnp.abs(y * weight), axis=axes)
-    flat = no_variance(spread, peak, count, y.dtype)  # undefined: NaN, not -inf
-    return jnp.where(flat, jnp.nan, 100.0 * (1.0 - error / jnp.where(flat, 1, spread)))
-
-
 @kept_jit
 def _scores(predicted, ys, mask):
     """`(predicted, measured, fit % (p,), fit % per experiment (N, p))`, the
@@ -68,12 +60,8 @@ def _scores(predicted, ys, mask):
     weight = mask.astype(ys.dtype)[..., None]
     predicted = predicted * weight
     measured = ys * weight
-    return (
-        predicted,
-        measured,
-        _fit_percent(measured, predicted, weight, (0, 1)),
-        _fit_percent(measured, predicted, weight, 1),
-    )
+    fit = functools.partial(channel_fit_percent, measured, predicted, mask=mask)
+    return predicted, measured, fit(axis=(0, 1)), fit(axis=1)
 
 
 def _check_horizon(call: str, horizon) -> None:
@@ -325,7 +313,7 @@ def predict(
     """The `horizon`-step-ahead predictions $\\hat y_{t|t-k}$ of the data's outputs.
 
     For a model with a noise model (`InnovationSystem`, e.g. from
-    `fit_subspace(..., noise_model=True)` or `fit(..., loss="prediction")`) they are
+    `fit_subspace(..., noise_model=True)` or `fit(..., loss=Prediction())`) they are
     its Kalman predictor's: $\\hat x_{t+1} = (K - L C) \\hat x_t + (B - L D) u_t +
     L y_t$ runs on the measurements up to $y_{t-k}$, then the model runs the last
     $k - 1$ steps with the measured inputs (the first $k - 1$ steps of each

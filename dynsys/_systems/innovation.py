@@ -35,7 +35,7 @@ class InnovationSystem(AbstractSystem):
     \\bar y)$, $\\quad \\hat y_t = C \\hat x_t + D (u_t - \\bar u) + \\bar y$;
 
     it is stable (spectral radius of $K - L C$ below 1) even when $K$ is not, which
-    is what lets `fit(..., loss="prediction")` fit integrating and unstable plants.
+    is what lets `fit(..., loss=Prediction())` fit integrating and unstable plants.
 
     **Arguments:**
 

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Real
 
+from .._compile.jit import device_array
 from .._custom_types import Input, Output, State, Time, checks_own_arguments
-from .._jit import device_array
 
 
 class AbstractSystem(eqx.Module):

@@ -37,7 +37,7 @@ def _response(series, w_sample, given: bool, call: str, label: str) -> np.ndarra
         return _responses.check_response(
             series, w_sample.shape[0], call, label, "F frequencies, outputs, inputs"
         )
-    return _responses.frequency_response(series, w_sample, call, label)
+    return _responses.figure_frequency_response(series, w_sample, call, label)
 
 
 def _frequency_axis(w_sample, dt, hz: bool):

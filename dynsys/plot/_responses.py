@@ -51,7 +51,7 @@ def _linear(system):
     return linear_of(system)
 
 
-def frequency_response(system, w_sample: np.ndarray, call: str, label: str):
+def figure_frequency_response(system, w_sample: np.ndarray, call: str, label: str):
     """`dynsys.frequency_response` at `w_sample` rad/sample, shape `(F, p, m)`
     (computed on the host, in float64)."""
     from .._sysid import host_response
@@ -63,10 +63,10 @@ def frequency_response(system, w_sample: np.ndarray, call: str, label: str):
             f"(or a precomputed response array), got {type(system).__name__}."
         )
     matrices = host_response.matrices_of(linear, "frequency_response")
-    return host_response.frequency_response(matrices, w_sample)
+    return host_response.frequency_response_from_matrices(matrices, w_sample)
 
 
-def step_response(system, num_steps: int, call: str, label: str) -> np.ndarray:
+def figure_step_response(system, num_steps: int, call: str, label: str) -> np.ndarray:
     """Outputs $y_0 \\dots y_{T-1}$ from $x_0 = 0$ under a unit step on each input,
     shape `(T, p, m)`: `dynsys.step_response` for a linear system (computed on the
     host, in float64), else one `dynsys.rollout` per input (any system with
@@ -79,7 +79,7 @@ def step_response(system, num_steps: int, call: str, label: str) -> np.ndarray:
     linear = _linear(system)
     if linear is not None and linear.B is not None:
         matrices = host_response.matrices_of(linear, "step_response")
-        return host_response.step_response(matrices, num_steps)
+        return host_response.step_response_from_matrices(matrices, num_steps)
     m = getattr(system, "input_size", 0)
     if not m:
         raise ValueError(

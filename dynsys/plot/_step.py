@@ -26,7 +26,7 @@ def _response(series, num_steps: int, call: str, label: str) -> np.ndarray:
         return _responses.check_response(
             series, num_steps, call, label, "steps, outputs, inputs"
         )
-    return _responses.step_response(series, num_steps, call, label)
+    return _responses.figure_step_response(series, num_steps, call, label)
 
 
 def _pair_axes(count: int, fig) -> tuple:

@@ -1,0 +1,139 @@
+"""What a fit run says when its result is not to be trusted: warnings, each one
+line, collected for the console (`dynsys fit: warning: ...`), summary.md and
+metrics.json `warnings`."""
+
+import contextlib
+import functools
+import warnings
+
+import numpy as np
+
+
+# Relative size below which a model's input gain counts as negligible: the
+# response to the inputs is this small a fraction of the outputs' spread.
+_NEGLIGIBLE_GAIN = 1e-3
+
+
+@contextlib.contextmanager
+def captured_warnings(found: list[str]):
+    """Collect the messages of the Python warnings raised inside (once each, no
+    source path) into `found`, instead of printing them."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for item in caught:
+                add(found, str(item.message))
+
+
+def add(found: list[str], message: str) -> None:
+    """Append `message` (one line, no trailing full stop doubled) unless present."""
+    line = " ".join(message.split()).rstrip(".") + "."
+    if line not in found:
+        found.append(line)
+
+
+def spectral_radius(model) -> float:
+    from ..._fitting.metrics import spectral_radius as radius
+
+    K = np.asarray(model.to_linear().K if hasattr(model, "to_linear") else model.K)
+    return radius(K) if K.size else 0.0
+
+
+def looks_bounded(data) -> bool:
+    """Whether measured outputs look like those of a stable system: in each
+    experiment the second half spreads at most 10 times as far from the first
+    half's mean as the first half does (a diverging record grows far faster)."""
+    ys = np.asarray(data.ys)
+    for i, T in enumerate(data.lengths):
+        y = ys[i, :T]
+        half = max(1, T // 2)
+        first, second = y[:half], y[half:]
+        spread = np.max(np.abs(first - first.mean(0)), axis=0)
+        later = np.max(np.abs(second - first.mean(0)), axis=0) if len(second) else 0
+        if np.any(later > 10 * np.maximum(spread, 1e-300)):
+            return False
+    return True
+
+
+def model_warnings(name: str, model, data, found: list[str]) -> None:
+    """Warn when `model` (a start or the fitted model) is unstable while the data
+    are bounded, or ignores its inputs."""
+    rho = spectral_radius(model)
+    if rho >= 1.0 and looks_bounded(data):
+        add(
+            found,
+            f"the {name} model is unstable (max |eigenvalue| {rho:.4f}) while the "
+            "data look bounded; its free run diverges",
+        )
+    linear = model.to_linear() if hasattr(model, "to_linear") else model
+    if getattr(linear, "B", None) is not None and _ignores_inputs(linear, data):
+        add(
+            found,
+            f"the {name} model's input gain is negligible (it ignores the inputs); "
+            "check the input columns, the excitation, or try --feedthrough or "
+            "another --order",
+        )
+
+
+@functools.cache
+def _forced_program():
+    """`forced_outputs` as one program per model structure and data shape (outside
+    `jit`, its scan compiled again for each model), kept across runs."""
+    from ..._compile.jit import kept_jit
+    from ..._sysid.initial_state import forced_outputs
+
+    return kept_jit(forced_outputs)
+
+
+def _ignores_inputs(linear, data) -> bool:
+    """The response to the data's inputs is below `_NEGLIGIBLE_GAIN` of the
+    outputs' spread (per channel, every channel)."""
+    us = np.asarray(data.us)
+    if linear.input_level is not None:
+        us = us - np.asarray(linear.input_level)[None, None]
+    mask = np.arange(us.shape[1])[None, :] < np.asarray(data.lengths)[:, None]
+    us = np.where(mask[..., None], us, 0.0)
+    bare = type(linear)(linear.K, linear.B, linear.C, linear.D)
+    response = np.asarray(_forced_program()(bare, us, us.shape[1], us.shape[0]))[mask]
+    ys = np.asarray(data.ys)[mask]
+    spread = np.std(ys, axis=0)
+    return bool(np.all(np.std(response, axis=0) < _NEGLIGIBLE_GAIN * spread))
+
+
+def stop_reason(result) -> str | None:
+    """The fit's stop reason, or "maximum steps reached" when it ran every step
+    without converging (so `None` never hides a fit cut short)."""
+    if result.stop_reason is not None:
+        return result.stop_reason
+    if not result.converged:
+        return "maximum steps reached"
+    return None
+
+
+def fit_warnings(result, reason: str | None, found: list[str]) -> None:
+    """Warn about a fit that ended at its step cap or made no progress."""
+    if reason == "maximum steps reached":
+        add(
+            found,
+            f"the fit ended at its step cap ({len(result.losses)} steps) before "
+            "converging; more --steps may improve it",
+        )
+    if result.best_step == 0 and len(result.losses) > 1:
+        what = "validation" if result.val_losses else "training"
+        add(
+            found,
+            f"the fit returned its start: no step improved its {what} loss",
+        )
+
+
+def validation_warnings(which: str, channels, fit_percent, found: list[str]) -> None:
+    """Warn for each channel whose fit % is below 0 (worse than its mean)."""
+    for channel, value in zip(channels, fit_percent):
+        if value < 0:
+            add(
+                found,
+                f"{which} fit % of {channel} is {value:.1f}, below 0: the model "
+                "predicts it worse than its mean does",
+            )

@@ -1,0 +1,142 @@
+"""The fit stage of a `fit` experiment: the optimiser and loss of the config, and
+the fit from a start (`fit_model`; `fit_outputs_model` for input–output data, with
+its warnings and console line)."""
+
+import dataclasses
+import time
+from typing import Any
+
+from ..._distributed import share_between_processes
+from ..._compile.jit import host_key
+from ..config import ConfigError
+from ..runtime.compile_clock import stage
+from . import checks as fit_checks
+from .order import refined_size
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """The fit stage's result."""
+
+    result: Any  # the `FitResult`
+    fitted: Any  # its model as a linear system
+    seconds: float
+    optimiser: str  # the optimiser, in words (metrics.json "optimizer")
+    continued: int  # steps continued from the structure scan's refinement
+    stop_reason: str | None  # for metrics.json
+
+
+def _solver(fit_cfg: dict):
+    """`fit`'s `solver` from the config key `fit.optimizer` (None for the
+    default), num_steps or None, a description."""
+    name, steps = fit_cfg["optimizer"], fit_cfg["steps"]
+    if name == "default":
+        return None, steps, "the default optimiser"
+    import optax
+
+    if name == "lbfgs":
+        return optax.lbfgs(), steps or 200, "L-BFGS"
+    return optax.adam(fit_cfg["lr"]), steps or 400, f"Adam (lr {fit_cfg['lr']:g})"
+
+
+def _loss(fit_cfg: dict, train_data):
+    """`fit`'s loss object from the config key `fit.loss`."""
+    from ..._fitting.losses import MultipleShooting, OneStep, Simulation
+
+    if fit_cfg["loss"] == "simulation":
+        return Simulation()
+    if fit_cfg["loss"] == "one_step":
+        return OneStep()
+    if fit_cfg["horizon"] > train_data.num_steps:
+        raise ConfigError(
+            f"config key 'fit.horizon': the shooting window ({fit_cfg['horizon']} "
+            f"steps) is longer than the training experiments ({train_data.num_steps} "
+            "steps)."
+        )
+    return MultipleShooting(fit_cfg["horizon"])
+
+
+def stable_if_asked(fit_cfg: dict, model):
+    """`model` as a `StableLinearSystem` when the config asks for one."""
+    from ..._systems.stable import StableLinearSystem
+
+    if fit_cfg["model"] == "stable":
+        return StableLinearSystem.from_linear(model)
+    return model
+
+
+def as_linear(model):
+    """A stable linear model as the linear system it is; other models as they are."""
+    return model.to_linear() if hasattr(model, "to_linear") else model
+
+
+def fit_model(
+    config, start_model, train_data, val_data, progress, size=None, resume=None
+) -> Estimate:
+    """The output-error fit; padded to `size` (`(order, feedthrough)`, the
+    structure scan's: `refined_size`) where given, so that it runs in the scan's
+    compiled program; continuing `resume` (the scan's refinement of the same
+    start, a `FitResult`) where it is a run of the same problem, else afresh."""
+    import functools
+
+    from ..._fitting.continuation import NotResumable
+    from ..._fitting.fit import fit
+    from ..._fitting.fit_padded import fit_padded
+
+    fit_cfg = config["fit"]
+    solver, num_steps, described = _solver(fit_cfg)
+    started = time.perf_counter()
+    fitter = functools.partial(
+        fit if size is None else fit_padded,
+        **({} if size is None else {"size": size[0], "feedthrough": size[1]}),
+        loss=_loss(fit_cfg, train_data),
+        solver=solver,
+        num_steps=num_steps,
+        batch_size=fit_cfg["batch_size"],
+        key=host_key(config["seed"] + 1),
+        progress=progress,
+        val_data=val_data,
+    )
+    data = share_between_processes(train_data)  # several processes: each its slice
+    with stage("fit"):
+        try:
+            result = fitter(start_model, data, resume=resume)
+            continued = 0 if resume is None else len(resume.losses)
+        except NotResumable:  # another problem (a stabilised start, other options)
+            result, continued = fitter(start_model, data), 0
+    seconds = time.perf_counter() - started
+    used = getattr(result, "optimizer", None) or described
+    fitted = as_linear(result.model)
+    return Estimate(result, fitted, seconds, used, continued, result.stop_reason)
+
+
+def fit_outputs_model(config, start, train, val, progress, found, echo) -> Estimate:
+    """The output-error fit from `start` (a `Start`), continuing the structure
+    scan's refinement where it can; the warnings go to `found`."""
+    fit_cfg = config["fit"]
+    scan, begin = start.scan, start.begin
+    resume = None
+    if scan is not None and begin is start.subspace:
+        resume = scan[0].fit_result  # the scan refined this very start
+    with fit_checks.captured_warnings(found):
+        estimate = fit_model(
+            config,
+            stable_if_asked(fit_cfg, begin),
+            train,
+            val,
+            progress,
+            refined_size(scan, begin, train),
+            resume,
+        )
+    result = estimate.result
+    stop_reason = fit_checks.stop_reason(result)
+    fit_checks.fit_warnings(result, stop_reason, found)
+    fit_checks.model_warnings("fitted", estimate.fitted, train, found)
+    continued = estimate.continued
+    scanned = f" ({continued} of them the structure scan's)" if continued else ""
+    echo(
+        f"  output-error fit ({fit_cfg['loss']} loss, {estimate.optimiser}): "
+        f"{len(result.losses)} steps{scanned}, {estimate.seconds:.1f} s, best "
+        f"step {result.best_step}"
+    )
+    return dataclasses.replace(estimate, stop_reason=stop_reason)

@@ -1,0 +1,231 @@
+"""The figures of a `fit` experiment: comparison, residuals, Bode, step and
+singular values for input-output data; trajectories, eigenvalues, loss and phase
+portraits for measured states; `submit_plain_figures`, `output_figures` and
+`state_figures` are the stages that make them."""
+
+import numpy as np
+
+from ..runtime import figure_helper
+from ..runtime.compile_clock import stage
+from ..runtime.heap import earlier_objects_frozen
+from .order import scan_figure
+
+
+def _time_label(data) -> str:
+    return "time (s)" if data.dt is not None else "time (steps)"
+
+
+def _times(data) -> np.ndarray:
+    if data.ts is not None:
+        return np.asarray(data.ts)
+    return np.arange(data.num_steps + 1)
+
+
+# ---------------------------------------------------------------------------------
+# The path for input-output data.
+
+
+# Figure roles of the models a fit run draws (see `dynsys.plot.STYLES`).
+ROLES = {"least squares": "estimate", "subspace": "estimate", "fitted": "fit"}
+
+
+def _plain_figures(report, singular_values, order, residuals, result) -> dict:
+    """The figures of input-output data that do not show the fitted model's
+    uncertainty (drawn while it is computed: `figure_helper.submit`)."""
+    from ... import plot
+
+    p = report.output_size
+    return {
+        "singular_values.png": plot.singular_values(singular_values, order=order),
+        "residuals.png": plot.residuals(
+            residuals, channels=None if p <= 8 else range(8)
+        ),
+        "loss.png": _loss_figure(
+            result,
+            "output-error loss",
+            "output error (each channel's squared error / its variance)",
+        ),
+    }
+
+
+def _output_figures(report, comparisons, models, truth, which, plain, extras=None):
+    """Every figure of input-output data, in the run folder's order: those that
+    show the model's uncertainty, drawn here, with the `plain` ones
+    (`_plain_figures`, and the structure scan's last). `extras`: figure file → more
+    keyword arguments of its plot function (the data's spectral estimate, the fitted
+    model's confidence bands)."""
+    from ... import plot
+
+    extras = extras or {}
+    estimated = {k: v for k, v in models.items() if k != "true"}
+    true_system = models.get("true")
+    T0 = report.lengths[0]
+    dt = report.dt
+    p = report.output_size
+    responses = dict(  # the Bode and step-response figures' common settings
+        truth=true_system,
+        roles=ROLES,
+        dt=dt,
+        output_names=list(report.output_names),
+        input_names=list(report.input_names) or None,
+        outputs=None if p <= 4 else range(4),
+    )
+    figures = {}
+    pages = plot.pages(p)  # several pages for many outputs
+    shown = {k: v for k, v in comparisons.items() if k != "true"}
+    N = report.num_trajectories
+    # The fit % the console prints: over every held-out experiment.
+    printed = {label: np.asarray(c.fit_percent) for label, c in shown.items()}
+    where = (
+        f"{which} data" if N == 1 else f"{which} experiment 0 of {N} (fit % over all)"
+    )
+    for k, page in enumerate(pages):
+        of = f", page {k + 1} of {len(pages)}" if len(pages) > 1 else ""
+        figures[_page_file("comparison", k)] = plot.comparison(
+            shown,
+            experiment=0,
+            truth=None if truth is None else truth[:T0],
+            fit_percent=printed,
+            roles=ROLES,
+            channels=page,
+            dt=dt,
+            title=f"{where}: free run from the estimated initial state{of}",
+            **extras.get("comparison.png", {}),
+        )
+    figures |= {
+        "singular_values.png": plain["singular_values.png"],
+        "bode.png": plot.bode(estimated, **responses, **extras.get("bode.png", {})),
+        "step_response.png": plot.step_response(
+            estimated, **responses, **extras.get("step_response.png", {})
+        ),
+        "residuals.png": plain["residuals.png"],
+        "eigenvalues.png": plot.eigenvalues(
+            estimated,
+            truth=true_system,
+            roles=ROLES,
+            dt=dt,
+            title="eigenvalues of K",
+            **extras.get("eigenvalues.png", {}),
+        ),
+        "loss.png": plain["loss.png"],
+    }
+    return figures | plain  # the rest of `plain` (the structure scan's) last
+
+
+def _loss_figure(result, title, ylabel):
+    from ... import plot
+
+    return plot.loss_history(
+        result.losses,
+        result.val_losses,
+        best_step=result.best_step,
+        stop_reason=result.stop_reason,
+        ylabel=ylabel,
+        title=title,
+    )
+
+
+def _page_file(stem: str, k: int) -> str:
+    """`stem.png` for the first page of a figure, `stem_<k+1>.png` after it."""
+    return f"{stem}.png" if k == 0 else f"{stem}_{k + 1}.png"
+
+
+# ---------------------------------------------------------------------------------
+# The path for measured states.
+
+
+def _state_figures(report, runs, models, clean_val, result, fit_cfg, which):
+    """The figures of a fit to measured states: trajectory 0 against each model's
+    free run (in pages for many states), the eigenvalues, the loss."""
+    from ... import plot
+    from ..._fitting.metrics import fit_percent
+
+    predictions = {label: xs[0] for label, xs in runs.items()}
+    per_channel = {
+        label: np.asarray(fit_percent(report.xs[0, 1:], xs[0, 1:], per_channel=True))
+        for label, xs in runs.items()
+    }
+    estimated = {k: v for k, v in models.items() if k != "true"}
+    dt = report.dt
+    figures = {}
+    pages = plot.pages(report.state_size)  # several pages for many states
+    for k, page in enumerate(pages):
+        of = f", page {k + 1} of {len(pages)}" if len(pages) > 1 else ""
+        figures[_page_file("trajectories", k)] = plot.comparison(
+            _times(report),
+            np.asarray(report.xs[0]),
+            predictions,
+            truth=None if clean_val is None else np.asarray(clean_val.xs[0]),
+            roles=ROLES,
+            fit_percent=per_channel,
+            names=list(report.state_names),
+            channels=page,
+            time_label=_time_label(report),
+            title=f"{which} trajectory 0: free run from its first state "
+            f"(fit % vs measurements){of}",
+        )
+    figures |= {
+        "eigenvalues.png": plot.eigenvalues(
+            estimated,
+            truth=models.get("true"),
+            roles=ROLES,
+            dt=dt,
+            title="eigenvalues of K",
+        ),
+        "loss.png": _loss_figure(
+            result,
+            f"{fit_cfg['loss']} loss ({fit_cfg['model']} model)",
+            "mean squared state error (units² of the states)",
+        ),
+    }
+    return figures
+
+
+# ---------------------------------------------------------------------------------
+# The figures stages.
+
+
+def submit_plain_figures(data, start, validation, estimate) -> dict:
+    """The figures of input–output data that need not wait for the uncertainty,
+    handed to the figure helper (`figure_helper.submit`), which draws them while
+    the uncertainty is computed (`data` a `FitData`, `start` a `Start`, ...)."""
+    with stage("figures"), earlier_objects_frozen():
+        plain = _plain_figures(
+            data.report,
+            start.singular_values,
+            start.subspace.state_size,
+            validation.residuals,
+            estimate.result,
+        )
+        plain |= scan_figure(start.scan, held_out=data.val is not None)
+        return {name: figure_helper.submit(f) for name, f in plain.items()}
+
+
+def output_figures(data, validation, uncertainty, plain) -> dict:
+    """Every figure of input–output data, `plain` (`submit_plain_figures`) among
+    them, by file name."""
+    truth = None if data.clean_val is None else np.asarray(data.clean_val.ys[0])
+    with stage("figures"), earlier_objects_frozen():
+        return _output_figures(
+            data.report,
+            validation.comparisons,
+            validation.models,
+            truth,
+            data.which,
+            plain,
+            uncertainty.references,
+        )
+
+
+def state_figures(config: dict, data, scores, estimate) -> dict:
+    """The figures of measured states, by file name (`scores` a `StateScores`)."""
+    with stage("figures"), earlier_objects_frozen():
+        return _state_figures(
+            data.report,
+            scores.runs,
+            scores.models,
+            data.clean_val,
+            estimate.result,
+            config["fit"],
+            data.which,
+        )

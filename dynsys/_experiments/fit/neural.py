@@ -1,0 +1,192 @@
+"""The neural stage of a `fit` experiment (`model = "neural"`): after the linear
+fit, a `NeuralStateSpace` on top of it (`fit_neural`), and both models scored side by
+side on the report data (fit % and RMS in the output's units, a figure)."""
+
+import dataclasses
+import time
+
+import numpy as np
+
+from ..config import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class NeuralStage:
+    """What the neural stage adds to the run: metrics, figures, notes, files."""
+
+    metrics: dict
+    figures: dict
+    notes: list[str]
+    files: dict
+
+
+def _scores(measured, predicted, lengths) -> tuple[list[float], list[float]]:
+    """Per-channel fit % and RMS error over each experiment's first `lengths[i]`
+    samples of the `(N, T, p)` arrays."""
+    measured, predicted = np.asarray(measured), np.asarray(predicted)
+    T = measured.shape[1]
+    valid = np.arange(T)[None, :] < np.asarray(lengths)[:, None]
+    y, y_hat = measured[valid], predicted[valid]
+    from ..._fitting.metrics import channel_fit_percent
+
+    fit = channel_fit_percent(y, y_hat, xp=np)
+    rms = np.sqrt(np.mean((y - y_hat) ** 2, axis=0))
+    return [float(v) for v in fit], [float(v) for v in rms]
+
+
+def _options(fit_cfg: dict) -> dict:
+    return dict(
+        horizon=fit_cfg["neural_horizon"],
+        past=fit_cfg["neural_past"],
+        width_size=fit_cfg["neural_width"],
+        depth=fit_cfg["neural_depth"],
+        num_steps=fit_cfg["neural_steps"],
+        learning_rate=fit_cfg["neural_lr"],
+        batch_size=fit_cfg["neural_batch_size"],
+    )
+
+
+def check_windows(fit_cfg: dict, train, val) -> None:
+    """Refuse, before the linear stage, a `neural_horizon` (with `neural_past`)
+    too long for the estimation records or a `neural_past` not shorter than the
+    validation records: `fit_neural`'s own checks, in config keys."""
+    from ..._sysid.neural import check_arguments
+
+    try:
+        check_arguments(train, val, fit_cfg["neural_past"], fit_cfg["neural_horizon"])
+    except ValueError as error:
+        raise ConfigError(_in_config_keys(error)) from None
+
+
+def _in_config_keys(error: ValueError) -> str:
+    """A `fit_neural` argument error, naming the config keys instead."""
+    message = str(error).replace("fit_neural(horizon=...)", "fit.neural_horizon")
+    return message.replace("fit_neural(past=...)", "fit.neural_past")
+
+
+def _train(config, train, val, linear, progress):
+    import jax
+
+    from ..._sysid.neural import fit_neural
+
+    options = _options(config["fit"])
+    try:
+        return fit_neural(
+            train, val, base=linear, key=jax.random.key(config["seed"]),
+            progress=progress, **options,
+        ), options  # fmt: skip
+    except ValueError as error:
+        raise ConfigError(_in_config_keys(error)) from None
+
+
+def _table(channels, linear, neural, echo) -> None:
+    echo(f"    {'channel':<20}{'linear fit %':>14}{'neural fit %':>14}"
+         f"{'linear RMS':>14}{'neural RMS':>14}")  # fmt: skip
+    for j, name in enumerate(channels):
+        echo(
+            f"    {name:<20}{linear[0][j]:>14.1f}{neural[0][j]:>14.1f}"
+            f"{linear[1][j]:>14.4g}{neural[1][j]:>14.4g}"
+        )
+
+
+def _figure(report, linear_c, neural_c, past, scores, which):
+    from ... import plot
+
+    dt = report.dt
+    T = neural_c.measured.shape[1]
+    ts = (past + np.arange(T)) * (1.0 if dt is None else dt)
+    return plot.comparison(
+        ts,
+        np.asarray(neural_c.measured[0]),
+        {
+            "linear": np.asarray(linear_c.predicted[0, past:]),
+            "neural": np.asarray(neural_c.predicted[0]),
+        },
+        fit_percent={"linear": scores["linear"][0], "neural": scores["neural"][0]},
+        names=list(report.output_names),
+        time_label="time (s)" if dt is not None else "sample",
+        title=f"{which} data: free run from sample {past} (the first {past} start it)",
+    )
+
+
+def neural_stage(config, report, train, val, linear, which, progress, echo):
+    """Fit the neural model on `train` (early stopping on `val`, else `train`),
+    starting from the fitted `linear` model; score both on `report` from sample
+    `past` on (the linear model's initial state estimated from the whole record)."""
+    from ..._sysid.validation import compare
+
+    started = time.perf_counter()
+    result, options = _train(config, train, val, linear, progress)
+    seconds = time.perf_counter() - started
+    past = result.past
+    linear_c = compare(linear, report)
+    neural_c = result.compare(report)
+    scores = {
+        "linear": _scores(
+            linear_c.measured[:, past:], linear_c.predicted[:, past:], neural_c.lengths
+        ),
+        "neural": _scores(neural_c.measured, neural_c.predicted, neural_c.lengths),
+    }
+    echo(
+        f"  neural state-space model (horizon {options['horizon']}, past {past}, "
+        f"width {options['width_size']}, depth {options['depth']}, Adam): "
+        f"{result.steps_run} steps, best step {result.best_step}, {seconds:.1f} s"
+    )
+    if result.stop_reason is not None:
+        echo(f"  note: {result.stop_reason}")
+    echo(f"  {which} data, free run from sample {past} (the first {past} start it):")
+    channels = list(report.output_names)
+    _table(channels, scores["linear"], scores["neural"], echo)
+    notes = (
+        [
+            f"Neural state-space model on the fitted linear model: {result.steps_run} "
+            f"steps (best {result.best_step}), {seconds:.1f} s; scored on the {which} "
+            f"data from sample {past} on (the first {past} samples start the free "
+            "run).",
+            "",
+            "| channel | linear fit % | neural fit % | linear RMS | neural RMS |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        + [
+            f"| {name} | {scores['linear'][0][j]:.1f} | {scores['neural'][0][j]:.1f} | "
+            f"{scores['linear'][1][j]:.4g} | {scores['neural'][1][j]:.4g} |"
+            for j, name in enumerate(channels)
+        ]
+        + [""]
+        + ([f"Note: {result.stop_reason}.", ""] if result.stop_reason else [])
+        + [
+            "Neural model files: `neural_model.dynsys` (the `NeuralStateSpace`) and "
+            "`neural_encoder.dynsys` (its `StateEncoder`, which reads the first "
+            f"{past} samples of a record to start the free run); load each with "
+            "`dynsys.load(path)`. `model.dynsys` is the linear model.",
+            "",
+        ]
+    )
+    metrics = {
+        "options": options,
+        "past": past,
+        "steps_run": int(result.steps_run),
+        "best_step": int(result.best_step),
+        "stop_reason": result.stop_reason,
+        "seconds": seconds,
+        "fit_percent": {k: v[0] for k, v in scores.items()},
+        "rms": {k: v[1] for k, v in scores.items()},
+    }
+    figure = _figure(report, linear_c, neural_c, past, scores, which)
+
+    return NeuralStage(
+        metrics, {"neural_comparison.png": figure}, notes, _model_files(result)
+    )
+
+
+def _model_files(result) -> dict:
+    """`neural_model.dynsys` (the `NeuralStateSpace`) and `neural_encoder.dynsys`
+    (its `StateEncoder`), both written by `dynsys.save` (atomic) and read back by
+    `dynsys.load(path)` without a template."""
+    from ..._io import save
+
+    return {
+        "neural_model.dynsys": lambda path: save(path, result.model),
+        "neural_encoder.dynsys": lambda path: save(path, result.encoder),
+    }
+

@@ -1,0 +1,199 @@
+"""What a `fit` run records: its `metrics.json` entries, headline numbers and
+summary.md lines, gathered from the stages' results into one `Outcome`
+(`output_outcome` for input–output data, `state_outcome` for measured states).
+The run folder's files are written from it by `_experiments/report.py`."""
+
+import numpy as np
+
+from ..outcome import loss_history_lines, Outcome
+from .data import _columns
+from .order import scan_metrics
+from .tables import mean_fit_percent
+from .validation import residual_metrics
+
+
+SUMMARY_LABEL = "free-run fit % (100 = perfect)"
+
+
+def _levels(levels) -> list[float] | None:
+    return None if levels is None else np.asarray(levels).tolist()
+
+
+def _matrices(model) -> dict:
+    """The model's matrices as lists (`None` for those it does not have)."""
+    return {
+        name: None
+        if getattr(model, name) is None
+        else np.asarray(getattr(model, name)).tolist()
+        for name in ("K", "B", "C", "D")
+    }
+
+
+def _column_names(data) -> dict[str, list[str]]:
+    return {
+        "states": list(data.state_names),
+        "inputs": list(data.input_names),
+        "outputs": list(data.output_names),
+    }
+
+
+def _head_notes(data, described: str, start_notes, result) -> list[str]:
+    """The first lines of summary.md: the data, their columns, what was fitted."""
+    notes = [
+        f"Data: {data.run.source}.",
+        "",
+        f"Columns: {_columns(data.run.data)}.",
+        "",
+        *start_notes,
+        described,
+        "",
+    ]
+    if result.stop_reason is not None:
+        notes += [f"Note: {result.stop_reason}.", ""]
+    return notes
+
+
+def _with_data_checks(metrics: dict, checks) -> dict:
+    """`metrics` with the data checks, the split's overlap warning first."""
+    metrics["data_checks"] = checks.findings
+    if checks.overlap is not None:
+        warned = metrics.setdefault("warnings", [])
+        warned.insert(0, checks.overlap["message"])
+    return metrics
+
+
+def _outcome(data, estimate, metrics, summary, figures, notes, neural) -> Outcome:
+    """What the run folder gets; a simulated run also keeps its data."""
+    result = estimate.result
+    files = {"data.npz": data.run.data.save} if data.run.true_system is not None else {}
+    if neural is not None:
+        summary["neural_fit_percent"] = float(
+            np.mean(neural.metrics["fit_percent"]["neural"])
+        )
+        figures = {**figures, **neural.figures}
+        notes = [*notes, *neural.notes]
+        files = {**files, **neural.files}
+    return Outcome(
+        metrics=metrics,
+        summary=summary,
+        summary_label=SUMMARY_LABEL,
+        history=loss_history_lines(result.losses, result.val_losses, "validation_loss"),
+        model=result.model,
+        figures=figures,
+        notes=notes,
+        files=files,
+    )
+
+
+def _output_summary(rows: dict, which: str, clean_val) -> dict:
+    """The headline numbers: each model's mean fit % in the last row (the truth's
+    only against noise-free outputs)."""
+    headline = list(rows.values())[-1]
+    against = "noise-free outputs" if clean_val is not None else "measurements"
+    return {
+        f"{which} fit % vs {against}, {name}": mean_fit_percent(v)
+        for name, v in headline.items()
+        if name != "true" or clean_val is not None
+    }
+
+
+def output_outcome(
+    config,
+    data,
+    checks,
+    start,
+    estimate,
+    validation,
+    eigenvalues,
+    uncertainty,
+    figures,
+    neural,
+    found,
+) -> Outcome:
+    """The `Outcome` of input–output data from the results of every stage (`data`
+    a `FitData`, `checks` a `DataChecks`, `start` a `Start`, ...; `neural` a
+    `NeuralStage` or None; `found` the run's warnings)."""
+    fit_cfg = config["fit"]
+    result, fitted = estimate.result, estimate.fitted
+    report, channels = data.report, list(data.report.output_names)
+    subspace = start.subspace
+    metrics = {
+        "source": data.run.source,
+        "columns": _column_names(data.run.data),
+        "model": fit_cfg["model"],
+        "order": subspace.state_size,
+        "order_chosen": fit_cfg["order"] is None,
+        **scan_metrics(start.scan, subspace, fit_cfg),
+        "singular_values": start.singular_values.tolist(),
+        "loss": fit_cfg["loss"],
+        "optimizer": estimate.optimiser,
+        "steps_run": int(len(result.losses)),
+        "steps_continued": estimate.continued,
+        "best_step": int(result.best_step),
+        "stop_reason": estimate.stop_reason,
+        "warnings": list(found),
+        "dt": report.dt,
+        "offset_removed": subspace.output_level is not None,
+        "stabilised_start": start.begin is not subspace,
+        "input_level": _levels(fitted.input_level),
+        "output_level": _levels(fitted.output_level),
+        "fit_metrics": result.metrics,
+        "fit_percent": validation.rows,
+        "fit_percent_channels": channels,
+        "residuals": residual_metrics(validation.residuals),
+        "eigenvalues": eigenvalues,
+        **_matrices(fitted),
+        "timing": {
+            "subspace_seconds": start.seconds,
+            "fit_seconds": estimate.seconds,
+            "validation_seconds": validation.seconds,
+        },
+        **uncertainty.metrics,
+    }
+    if neural is not None:
+        metrics["neural"] = neural.metrics
+    described = (
+        f"Subspace start of order {subspace.state_size} ({start.chosen}); "
+        f"output-error fit with {estimate.optimiser}, {fit_cfg['loss']} loss."
+    )
+    notes = _head_notes(data, described, start.notes, result)
+    notes += [f"Warning: {line}" for line in found] + [""] * bool(found)
+    notes += uncertainty.notes
+    summary = _output_summary(validation.rows, data.which, data.clean_val)
+    metrics = _with_data_checks(metrics, checks)
+    return _outcome(data, estimate, metrics, summary, figures, notes, neural)
+
+
+def state_outcome(config, data, checks, estimate, scores, eigenvalues, figures):
+    """The `Outcome` of measured states (`scores` a `StateScores`)."""
+    fit_cfg = config["fit"]
+    result, fitted = estimate.result, estimate.fitted
+    headline = list(scores.rows.values())[-1]
+    against = "noise-free truth" if data.clean_val is not None else "measurements"
+    summary = {f"{data.which} fit % vs {against}, {k}": v for k, v in headline.items()}
+    metrics = {
+        "source": data.run.source,
+        "columns": {
+            "states": list(data.run.data.state_names),
+            "inputs": list(data.run.data.input_names),
+        },
+        "model": fit_cfg["model"],
+        "loss": fit_cfg["loss"],
+        "optimizer": estimate.optimiser,
+        "steps_run": int(len(result.losses)),
+        "best_step": int(result.best_step),
+        "stop_reason": result.stop_reason,
+        "fit_metrics": result.metrics,
+        "fit_percent": scores.rows,
+        "eigenvalues": eigenvalues,
+        "K": np.asarray(fitted.K).tolist(),
+        "B": None if fitted.B is None else np.asarray(fitted.B).tolist(),
+        "timing": {"fit_seconds": estimate.seconds},
+    }
+    described = (
+        f"Least-squares start, then a {fit_cfg['loss']}-loss fit with "
+        f"{estimate.optimiser}."
+    )
+    notes = _head_notes(data, described, [], result)
+    metrics = _with_data_checks(metrics, checks)
+    return _outcome(data, estimate, metrics, summary, figures, notes, None)

@@ -1,0 +1,175 @@
+"""The start of an input–output fit (`find_start`): the order checked against the
+data, the subspace estimate (after the structure scan of `order.py` when the order
+or feedthrough is not given), and its stabilised copy when it is unstable while the
+data look bounded."""
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+from ..config import ConfigError
+from ..runtime.compile_clock import stage
+from . import checks as fit_checks
+from .order import scan_notes, scan_structure, wants_scan
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """The start stage's result."""
+
+    subspace: Any  # the subspace estimate
+    begin: Any  # what the fit starts from: `subspace`, or its stabilised copy
+    singular_values: np.ndarray
+    seconds: float  # the subspace step's, the structure scan's included
+    chosen: str  # how the order was chosen, in words
+    scan: Any  # `(StructureScan, seconds)`, or None without a scan
+    notes: list[str]  # summary.md lines: operating point, scan, stabilisation
+
+
+def find_start(config: dict, train, val, found: list[str], echo) -> Start:
+    """Check the order, estimate the subspace start and stabilise it if needed;
+    the warnings go to `found`."""
+    fit_cfg = config["fit"]
+    _check_order(config, train, val)
+    with stage("subspace"):
+        subspace, singular_values, seconds, chosen, scan = _subspace_start(
+            fit_cfg, train, val, echo
+        )
+    notes = _levels_note(subspace, echo)
+    notes += scan_notes(scan, held_out=val is not None)
+    begin, stabilised = _stabilised_if_needed(fit_cfg, subspace, train, found, echo)
+    notes += stabilised
+    fit_checks.model_warnings("subspace start", begin, train, found)
+    return Start(subspace, begin, singular_values, seconds, chosen, scan, notes)
+
+
+def _check_order(config: dict, train, val) -> None:
+    """Refuse, before any work, an order above what the estimation data allow,
+    held-out experiments too short for it, or data too short for subspace
+    identification at all."""
+    from ..._sysid.subspace import largest_order
+
+    fit_cfg, data_cfg = config["fit"], config["data"]
+    try:
+        largest = largest_order(train)
+    except ValueError as error:
+        raise ConfigError(f"config key 'data.file': {error}") from None
+    order = fit_cfg["order"]
+    if order is not None and order > largest and fit_cfg["subspace_horizon"] is None:
+        raise ConfigError(
+            f"config key 'fit.order': the estimation data ({sum(train.lengths)} "
+            f"samples, {train.output_size} outputs) allow at most order {largest}, "
+            f"got {order}."
+        )
+    if order is not None and val is not None and min(val.lengths) <= order:
+        key = "data." + (
+            "validation_file"
+            if data_cfg["validation_file"] is not None
+            else "validation_split"
+            if data_cfg["file"] is not None
+            else "validation"
+        )
+        raise ConfigError(
+            f"config key '{key}': the held-out data keep {min(val.lengths)} samples "
+            f"of an experiment, too few to validate a model of order {order} (its "
+            "initial state alone has that many unknowns); hold out more."
+        )
+
+
+def _subspace_start(fit_cfg: dict, train, val, echo):
+    """The subspace estimate, its singular values, the time it took, how its order
+    was chosen and the structure scan (`None` when order and feedthrough are given;
+    `order.py`)."""
+    from ..._sysid.subspace import fit_subspace, subspace_singular_values
+
+    started = time.perf_counter()
+    horizon = fit_cfg["subspace_horizon"]
+    offset = fit_cfg["offset"]
+    try:
+        singular_values = np.asarray(
+            subspace_singular_values(train, horizon=horizon, offset=offset)
+        )
+    except ValueError as error:
+        key = "fit.subspace_horizon" if "(horizon=" in str(error) else "fit.order"
+        raise ConfigError(f"config key '{key}': {error}") from None
+    scan = None
+    if wants_scan(fit_cfg):
+        with stage("structure scan"):
+            scan, start, scan_seconds = scan_structure(fit_cfg, train, val, echo)
+        scan = (scan, scan_seconds)
+        by = "the held-out data" if val is not None else "AIC"
+        chosen = f"chosen by a structure scan on {by}"
+        if fit_cfg["order"] is not None:
+            chosen = f"given; feedthrough chosen by a scan on {by}"
+    else:
+        try:
+            start = fit_subspace(
+                train,
+                fit_cfg["order"],
+                horizon=horizon,
+                feedthrough=fit_cfg["feedthrough"],
+                offset=offset,
+            )
+        except ValueError as error:
+            key = "fit.subspace_horizon" if "(horizon=" in str(error) else "fit.order"
+            raise ConfigError(f"config key '{key}': {error}") from None
+        chosen = "given"
+    if start.state_size > singular_values.size - train.output_size:
+        # a scanned order above what the default horizon shows: a longer horizon
+        horizon = -(-start.state_size // train.output_size) + 1
+        singular_values = np.asarray(
+            subspace_singular_values(train, horizon=horizon, offset=offset)
+        )
+    seconds = time.perf_counter() - started
+    echo(f"  subspace start: order {start.state_size} ({chosen}), {seconds:.2f} s")
+    return start, singular_values, seconds, chosen, scan
+
+
+def _levels_note(start, echo) -> list[str]:
+    """Say that the estimation data's means were removed and kept in the model."""
+    if start.output_level is None:
+        return []
+
+    def values(levels) -> str:
+        return ", ".join(f"{v:.4g}" for v in np.asarray(levels))
+
+    line = (
+        "operating point: the estimation data's means were removed and are kept in "
+        f"the model (output level {values(start.output_level)}"
+        + (
+            f"; input level {values(start.input_level)})"
+            if start.input_level is not None
+            else ")"
+        )
+        + "; it simulates raw data in their units"
+    )
+    echo(f"  {line}")
+    return [line[0].upper() + line[1:] + ".", ""]
+
+
+def _stabilised_if_needed(fit_cfg: dict, start, train, found, echo):
+    """The subspace start, or when it is unstable while the data look bounded (and
+    `fit.stabilise`), the stabilised start; and a note saying which."""
+    from ..._sysid.stabilise import stabilised_start
+
+    rho = fit_checks.spectral_radius(start)
+    if rho < 1.0 or not fit_checks.looks_bounded(train):
+        return start, []
+    if not fit_cfg["stabilise"]:
+        fit_checks.add(
+            found,
+            f"the subspace start is unstable (max |eigenvalue| {rho:.4f}) while the "
+            "data look bounded; not stabilised (fit.stabilise = false)",
+        )
+        return start, []
+    stable = stabilised_start(start, train)
+    line = (
+        f"the subspace start was unstable (max |eigenvalue| {rho:.4f}) while the "
+        "data look bounded: the fit starts from it with the unstable eigenvalues "
+        "reflected into the unit disc and B, D re-estimated (turn off with "
+        "--no-stabilise)"
+    )
+    echo(f"  {line}")
+    return stable, [line[0].upper() + line[1:] + ".", ""]

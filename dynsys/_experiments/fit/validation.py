@@ -1,0 +1,88 @@
+"""The validation stage of an input–output fit (`validate_outputs`): every model
+compared with the held-out (or else the training) data, the fit % rows, and the
+fitted model's residual analysis."""
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+from ..runtime.compile_clock import stage
+from . import checks as fit_checks
+
+
+@dataclasses.dataclass(frozen=True)
+class Validation:
+    """The validation stage's result."""
+
+    models: dict  # name -> model, in the tables' order
+    comparisons: dict  # name -> its `compare` on the report data
+    rows: dict  # fit % rows: label -> model name -> per-channel list
+    residuals: Any  # the fitted model's residual analysis
+    seconds: float
+
+
+def validate_outputs(data, start, estimate, found: list[str]) -> Validation:
+    """Score the models (the truth when known, the subspace start, the stabilised
+    start when there is one, the fitted model) on `data.report` (`data`: a
+    `FitData`); the warnings go to `found`."""
+    models = {"subspace": start.subspace, "fitted": estimate.fitted}
+    if start.begin is not start.subspace:
+        models = {
+            "subspace": start.subspace,
+            "stabilised": start.begin,
+            "fitted": estimate.fitted,
+        }
+    if data.run.true_system is not None:
+        models = {"true": data.run.true_system, **models}
+    report, which = data.report, data.which
+    started = time.perf_counter()
+    with stage("validation"), fit_checks.captured_warnings(found):
+        comparisons, rows, residuals = _compare(models, report, data.clean_val, which)
+    seconds = time.perf_counter() - started
+    if data.val is not None:
+        fitted_fit = np.asarray(comparisons["fitted"].fit_percent)
+        fit_checks.validation_warnings(which, report.output_names, fitted_fit, found)
+    return Validation(models, comparisons, rows, residuals, seconds)
+
+
+def _compare(models: dict, report, clean_val, which: str):
+    """Each model's `compare` on the report data, the fit % rows (against the
+    measurements, and the noise-free outputs when known), and the fitted model's
+    residual analysis."""
+    from ..._sysid.validation import compare, residual_analysis
+
+    comparisons = {name: compare(m, report) for name, m in models.items()}
+    rows = {
+        f"{which} fit % vs measurements": {
+            name: np.asarray(c.fit_percent).tolist() for name, c in comparisons.items()
+        }
+    }
+    if clean_val is not None:
+        clean_ys = np.asarray(clean_val.ys)
+        mask = np.asarray(report.step_mask)
+        rows[f"{which} fit % vs noise-free outputs"] = {
+            name: _fit_percent_masked(clean_ys, np.asarray(c.predicted), mask)
+            for name, c in comparisons.items()
+        }
+    max_lag = max(1, min(25, max(report.lengths) - 1))  # short data: fewer lags
+    residuals = residual_analysis(models["fitted"], report, max_lag=max_lag)
+    return comparisons, rows, residuals
+
+
+def _fit_percent_masked(reference, predicted, mask) -> list[float]:
+    """Fit % per channel over the valid steps, as `compare` reports it."""
+    from ..._fitting.metrics import channel_fit_percent
+
+    values = channel_fit_percent(reference, predicted, mask=mask, xp=np)
+    return [float(v) for v in values]
+
+
+def residual_metrics(residuals) -> dict[str, float]:
+    """The largest residual auto-correlation past lag 0, and its bound."""
+    autocorrelation = np.asarray(residuals.autocorrelation)[1:]
+    return {
+        "max_autocorrelation": float(np.max(np.abs(autocorrelation))),
+        "bound": float(residuals.bound),
+    }

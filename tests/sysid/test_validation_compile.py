@@ -1,0 +1,89 @@
+"""How many programs the validation and response functions compile (issue 20,
+"compile less"), counted by JAX's own compilation events, never by time:
+`compare`, `residual_analysis`, `estimate_x0` and the frequency and step responses
+compile a few whole programs per model structure and data shape, not one per
+operation (a `dynsys fit` on a real record compiled ~220 of those), and a second
+call with another model and data of the same shapes compiles nothing."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dynsys
+
+from ..compile_count import compiled_programs
+
+
+# These tests count or time compilations: a program read back from the test run's
+# shared compilation cache would not be counted.
+pytestmark = pytest.mark.usefixtures("no_persistent_cache")
+
+
+def _model_and_data(seed: int):
+    """A 3-state, 2-input, 3-output model with feedthrough and its noisy data (two
+    experiments of 83 and 70 steps: shapes no other test uses)."""
+    rng = np.random.default_rng(seed)
+    K = np.diag([0.9, 0.6, -0.3]) + 0.05 * rng.normal(size=(3, 3))
+    model = dynsys.LinearSystem(
+        K=jnp.asarray(K),
+        B=jnp.asarray(rng.normal(size=(3, 2))),
+        C=jnp.asarray(rng.normal(size=(3, 3))),
+        D=jnp.asarray(0.1 * rng.normal(size=(3, 2))),
+    )
+    us = rng.normal(size=(2, 83, 2))
+    x0 = rng.normal(size=(2, 3))
+    ys = np.asarray(dynsys.rollout(model, jnp.asarray(x0), 83, inputs=us).ys)
+    ys = ys + 0.01 * rng.normal(size=ys.shape)
+    return model, dynsys.Dataset(ys=ys, us=us, lengths=(83, 70))
+
+
+def test_compare_and_residual_analysis_compile_a_few_programs_once():
+    model, data = _model_and_data(0)
+    other_model, other_data = _model_and_data(1)
+    with compiled_programs(fresh=True) as first:
+        comparison = dynsys.compare(model, data)
+        ahead = dynsys.compare(model, data, horizon=3)
+        residuals = dynsys.residual_analysis(model, data, max_lag=10)
+    # Free run and k-step prediction (each: initial states and prediction in one
+    # program, the fit % in another), the correlations: not one per operation.
+    assert sum(first.values()) <= 6, first
+    with compiled_programs(fresh=True) as second:
+        dynsys.compare(other_model, other_data)
+        dynsys.compare(other_model, other_data, horizon=3)
+        dynsys.residual_analysis(other_model, other_data, max_lag=10)
+    # The caches were cleared: what compiles again is exactly the first call's.
+    assert second == first
+    with compiled_programs(fresh=False) as third:
+        repeat = dynsys.compare(other_model, other_data)
+        dynsys.residual_analysis(other_model, other_data, max_lag=10)
+    assert sum(third.values()) == 0, third
+    # Sanity of what was computed: near-exact fits on the model's own data.
+    assert np.all(np.asarray(comparison.fit_percent) > 95)
+    assert np.all(np.asarray(ahead.fit_percent) > 95)
+    assert np.all(np.asarray(repeat.fit_percent) > 95)
+    assert residuals.autocorrelation.shape == (11, 3)
+
+
+def test_responses_and_initial_states_compile_one_program_each():
+    model, data = _model_and_data(2)
+    other_model, other_data = _model_and_data(3)
+    with compiled_programs(fresh=True) as first:
+        dynsys.frequency_response(model, jnp.linspace(0.0, 3.0, 17))
+        dynsys.step_response(model, 31)
+        dynsys.impulse_response(model, 31)
+        x0 = dynsys.estimate_x0(model, data)
+    assert sum(first.values()) <= 5, first  # the linspace is one of them
+    with compiled_programs(fresh=False) as second:
+        response = dynsys.frequency_response(other_model, np.linspace(0.0, 3.0, 17))
+        steps = dynsys.step_response(other_model, 31)
+        dynsys.estimate_x0(other_model, other_data)
+    assert sum(second.values()) == 0, second
+    # What they computed, against plain numpy: H(e^{iw}) and the running sum of
+    # D, CB, CKB, ...; x0 close to the simulated one.
+    K, B, C, D = (np.asarray(getattr(other_model, k)) for k in "KBCD")
+    w = np.linspace(0.0, 3.0, 17)
+    expected = [C @ np.linalg.solve(np.exp(1j * f) * np.eye(3) - K, B) + D for f in w]
+    np.testing.assert_allclose(np.asarray(response), np.stack(expected), atol=1e-10)
+    markov = [D] + [C @ np.linalg.matrix_power(K, t) @ B for t in range(30)]
+    np.testing.assert_allclose(np.asarray(steps), np.cumsum(markov, axis=0), atol=1e-10)
+    assert np.asarray(x0).shape == (2, 3)
