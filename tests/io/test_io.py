@@ -46,7 +46,7 @@ def test_user_class_needs_a_template(tmp_path):
     dynsys.save(path, _Gain(jnp.arange(3.0)))
     with pytest.raises(
         ValueError,
-        match=r"holds a tests\.test_io\._Gain, which is not built into dynsys; pass a template",
+        match=r"holds a tests\.io\.test_io\._Gain, which is not built into dynsys; pass a template",
     ):
         dynsys.load(path)
     back = dynsys.load(path, like=_Gain(jnp.zeros(3)))
@@ -57,7 +57,7 @@ def test_user_class_needs_a_template(tmp_path):
         dynsys.load(path, like=_Gain(jnp.zeros(4)))
     with pytest.raises(
         ValueError,
-        match=r"the file holds a tests\.test_io\._Gain, but like is a dynsys\.LinearSystem",
+        match=r"the file holds a tests\.io\.test_io\._Gain, but like is a dynsys\.LinearSystem",
     ):
         dynsys.load(path, like=dynsys.LinearSystem(np.eye(3)))
 

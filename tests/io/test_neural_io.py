@@ -236,9 +236,9 @@ def test_grey_box_base_needs_a_template(tmp_path):
         _Tank(jnp.array(0.2)), width_size=3, key=jax.random.key(0)
     )
     path = tmp_path / "grey.dynsys"
-    with pytest.warns(UserWarning, match=r"base is a tests\.test_neural_io\._Tank"):
+    with pytest.warns(UserWarning, match=r"base is a tests\.io\.test_neural_io\._Tank"):
         dynsys.save(path, model)
-    _one_line_error(path, r"base is a tests\.test_neural_io\._Tank, which dynsys")
+    _one_line_error(path, r"base is a tests\.io\.test_neural_io\._Tank, which dynsys")
     _assert_same_bits(model, dynsys.load(path, like=model))
 
 
