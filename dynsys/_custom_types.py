@@ -1,6 +1,6 @@
 """Type aliases shared across dynsys."""
 
-from typing import TypeAlias, TypeVar
+from typing import TypeAlias
 
 from jaxtyping import Array, ArrayLike, Float, Int, Real
 
@@ -16,18 +16,6 @@ Output: TypeAlias = Float[ArrayLike, " p"]
 Time: TypeAlias = Real[Array, ""] | Int[Array, ""] | float | int
 
 
-_Checked = TypeVar("_Checked")
-
-
-def checks_own_arguments(obj: _Checked) -> _Checked:
-    """Mark a function, or a dataclass's generated `__init__`, that checks its
-    arguments itself, raising the one-line errors its docs promise (wrong shape,
-    a list converted to an array, a value out of range): the run-time type check of
-    the test suite (`pytest --jaxtyping-packages=dynsys,beartype.beartype`) leaves it
-    alone, as it would raise its own `TypeError` first. The annotations stay, for the
-    reader and for static checkers; everything it calls is still checked."""
-    obj.__no_type_check__ = True  # read by jaxtyping.jaxtyped
-    return obj
 
 
 __all__ = [
@@ -39,5 +27,4 @@ __all__ = [
     "Scalar",
     "State",
     "Time",
-    "checks_own_arguments",
 ]

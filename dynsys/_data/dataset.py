@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray, Real
 
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .construction import (
     _cast_finite,
     _check_lengths,

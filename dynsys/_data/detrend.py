@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .dataset import Dataset
 from .slicing import experiments
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .columns import plan_columns, with_units
 from .dataset import Dataset
 from .files import check_regular_file, file_error, read_npz

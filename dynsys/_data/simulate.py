@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import ArrayLike, Float, PRNGKeyArray
 
-from .._custom_types import Input, Output, State, Time, checks_own_arguments
+from .._custom_types import Input, Output, State, Time
+from .._type_checks import checks_own_arguments
 from .._rollout.rollout import rollout
 from .._systems.ode import _AbstractSampledODE, AbstractODE
 from .._systems.system import AbstractSystem

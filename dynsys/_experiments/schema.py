@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .config import (
     apply_overrides,
     ConfigError,

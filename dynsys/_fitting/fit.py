@@ -14,7 +14,7 @@ import numpy as np
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
 from .._compile.jit import device_array, top_level_jit
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._data.checks import check_data, warn_findings
 from .._data.dataset import Dataset
 from .._rollout.adjoint import AbstractAdjoint, LinearAdjoint

@@ -5,7 +5,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._data.dataset import Dataset
 from .._systems.system import LinearSystem
 

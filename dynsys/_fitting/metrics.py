@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._systems.system import AbstractSystem
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from jaxtyping import PRNGKeyArray, PyTree, Scalar
 
 from .._compile.jit import device_array, host_key
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._rollout.sharding import leading_axis_shardings
 from .batches import chunk_indices, on_device
 from .chunk import evaluate, HeldOutEachStep, init_carry, run_chunk

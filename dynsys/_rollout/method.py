@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Real
 
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._systems.controller import AbstractController
 from .._systems.system import AbstractSystem
 from .adjoint import (

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._systems.system import LinearSystem
 from .operating_point import data_levels, deviations
 from .signals import Signals, signals

@@ -7,7 +7,7 @@ import numpy as np
 from jaxtyping import Array
 
 from .._compile.jit import device_array
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._systems.system import LinearSystem
 from .free_run_band import free_run_std
 from .host_response import matrix_sensitivity, static_gain_band

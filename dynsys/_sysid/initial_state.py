@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._systems.system import AbstractSystem, LinearSystem
 from .signals import arrays_only, check_model_matches, linear_of, Signals, signals
 

@@ -13,7 +13,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._data.dataset import Dataset
 from .._fitting.encoder import StateEncoder
 from .._fitting.fit import fit

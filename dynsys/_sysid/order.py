@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._data.checks import check_data, warn_findings
 from .._fitting.metrics import (
     channel_fit_percent,

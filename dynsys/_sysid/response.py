@@ -9,7 +9,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float
 
 from .._compile.jit import device_array
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._systems.ode import LinearODE
 from .._systems.system import LinearSystem
 from .propagate import propagate_std

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .signals import signals
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._compile.jit import device_array, kept_jit
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._data.checks import check_data, warn_findings
 from .._systems.innovation import InnovationSystem
 from .._systems.system import LinearSystem

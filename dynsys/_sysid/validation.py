@@ -10,7 +10,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._compile.jit import kept_jit
-from .._custom_types import checks_own_arguments
+from .._type_checks import checks_own_arguments
 from .._fitting.metrics import channel_fit_percent
 from .._rollout.rollout import rollout
 from .._systems.innovation import InnovationSystem

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
-from .._custom_types import State, Time, checks_own_arguments
+from .._custom_types import State, Time
+from .._type_checks import checks_own_arguments
 
 
 class AbstractController(eqx.Module):

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
-from .._custom_types import State, Time, checks_own_arguments
+from .._custom_types import State, Time
+from .._type_checks import checks_own_arguments
 from .controller import (
     AbstractController,
     as_bound,

@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
-from .._custom_types import Input, Output, State, Time, checks_own_arguments
+from .._custom_types import Input, Output, State, Time
+from .._type_checks import checks_own_arguments
 from .layered import LayeredController
 from .system import AbstractSystem
 

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Real
 
-from .._custom_types import Input, Output, State, Time, checks_own_arguments
+from .._custom_types import Input, Output, State, Time
+from .._type_checks import checks_own_arguments
 from .system import (
     _as_float_arrays,
     AbstractSystem,

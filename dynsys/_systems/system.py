@@ -9,7 +9,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from .._compile.jit import device_array
-from .._custom_types import Input, Output, State, Time, checks_own_arguments
+from .._custom_types import Input, Output, State, Time
+from .._type_checks import checks_own_arguments
 
 
 class AbstractSystem(eqx.Module):
