@@ -6,16 +6,35 @@ pandas DataFrames), so they pick columns and fail the same way.
 """
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
+from .quoting import quoted, quoted_list
+
+# The units a time column may be written in (any case), and their length in seconds.
+# A unit below one second is stored as the divisor that gives seconds, so that times
+# written in whole milliseconds become exact seconds (2000 ms -> 2.0 s).
+_SECONDS_PER_UNIT = {
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1.0),
+    **dict.fromkeys(("ms", "msec", "millisecond", "milliseconds"), 1e-3),
+    **dict.fromkeys(("us", "µs", "μs", "usec", "microsecond", "microseconds"), 1e-6),
+    **dict.fromkeys(("ns", "nsec", "nanosecond", "nanoseconds"), 1e-9),
+    **dict.fromkeys(("min", "mins", "minute", "minutes"), 60.0),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3600.0),
+}
+_UNITS_UNDERSTOOD = "s, ms, us (µs), ns, min and h"
+_UNIT_WORDS = "|".join(sorted(_SECONDS_PER_UNIT, key=len, reverse=True))
 
 # Time columns recognised without `time=`: `t`, `time`, `times`, `timestamp`, with an
 # optional unit suffix (`t_s`, `time_ms`, `Time (s)`, `t [min]`), any case. A name
 # like `k`, `n`, `sample` or `index` is a sample index, never a time.
 _TIME_NAME = re.compile(
-    r"(?:t|time|times|timestamp)(?:[ _-]?(?:s|sec|secs|seconds|ms|us|min|h|hr|hours))?",
-    re.IGNORECASE,
+    rf"(?:t|time|times|timestamp)(?:[ _-]?(?:{_UNIT_WORDS}))?", re.IGNORECASE
+)
+# The unit suffix of a time column's name: after a recognised time name (`time_ms`,
+# `tmin`), or after a separator in a name given as `time=` (`clock_ms`).
+_TIME_SUFFIX = re.compile(
+    rf"(?:^(?:t|time|times|timestamp)[ _-]?|[ _-])({_UNIT_WORDS})$", re.IGNORECASE
 )
 _UNIT = re.compile(r"[\(\[]([^()\[\]]*)[\)\]]\s*$")
 _PREFIX = {"states": "x", "inputs": "u", "outputs": "y"}
@@ -38,6 +57,31 @@ def is_time_name(name: str) -> bool:
     return _TIME_NAME.fullmatch(_bare(name)) is not None
 
 
+def time_unit_scale(call: str, column: str) -> float:
+    """Seconds per unit of the time column `column`, from the unit written at the end
+    of its name: in parentheses or brackets (`t [min]`, `Time (s)`) or as a suffix
+    (`time_ms`, `t_us`, `time_h`; `clock_ms` for a column given as `time=`); `1.0`
+    (seconds) without one. A unit in parentheses or brackets that is not a time unit
+    (`t [days]`, `t (°C)`) is refused, as are two units that disagree."""
+    bracket = unit_of(column)
+    match = _TIME_SUFFIX.search(_bare(column))
+    units = [unit for unit in (bracket, match and match.group(1)) if unit]
+    scales = {_SECONDS_PER_UNIT.get(unit.lower()) for unit in units}
+    if bracket is not None and bracket.lower() not in _SECONDS_PER_UNIT:
+        raise ValueError(
+            f"{call}(time=...): the time column {quoted(column)} is in "
+            f"{quoted(bracket)}, not a unit of time dynsys converts; it understands "
+            f"{_UNITS_UNDERSTOOD} (as in 'time_ms', 't [min]'): convert the column, "
+            "or pass time=False if it is not a time."
+        )
+    if len(scales) > 1:
+        raise ValueError(
+            f"{call}(time=...): the name of the time column {quoted(column)} gives "
+            f"two units, {units[1]!r} and {units[0]!r}; rename it with one."
+        )
+    return scales.pop() if scales else 1.0
+
+
 def _default_role(name: str, prefix: str) -> bool:
     """`x`, `x0`, `x_pos`, `x1_dot` are states; `xnote` or `user_id` are not."""
     return re.fullmatch(rf"{prefix}(?:[0-9_].*)?", name) is not None
@@ -45,12 +89,14 @@ def _default_role(name: str, prefix: str) -> bool:
 
 class Plan(NamedTuple):
     """The columns of each role (as in the table), the trajectory and time columns
-    (or `None`), and the names the `Dataset` gets (units added)."""
+    (or `None`), the names the `Dataset` gets (units added), and the seconds per unit
+    of the time column (`1000 ms` -> `1.0 s`: `time_scale` `1e-3`)."""
 
     roles: dict[str, list[str]]
     trajectory: str | None
     time: str | None
     names: dict[str, list[str]]
+    time_scale: float = 1.0
 
 
 def _special(call, where, header, argument, given, default_names, found, hint):
@@ -66,15 +112,15 @@ def _special(call, where, header, argument, given, default_names, found, hint):
             )
         if given not in header:
             raise ValueError(
-                f"{call}({argument}={given!r}): {where} has no {given!r} column; "
-                f"{found}{hint}."
+                f"{call}({argument}={quoted(given)}): {where} has no "
+                f"{quoted(given)} column; {found}{hint}."
             )
         return given
     candidates = [name for name in header if default_names(name)]
     if len(candidates) > 1:
         raise ValueError(
             f"{call}({argument}=...): {where} has several columns that could be the "
-            f"{argument} ({candidates}); pass {argument}='...' to choose one, or "
+            f"{argument} ({quoted_list(candidates)}); pass {argument}='...' to choose one, or "
             f"{argument}=False for none."
         )
     return candidates[0] if candidates else None
@@ -104,7 +150,8 @@ def _claim(call, where, header, given, reserved, found) -> dict[str, str]:
         for name in names:
             if name not in header:
                 raise ValueError(
-                    f"{call}({argument}=...): no column {name!r} in {where}; {found}."
+                    f"{call}({argument}=...): no column {quoted(name)} in {where}; "
+                    f"{found}."
                 )
             if name in reserved:
                 raise ValueError(
@@ -134,6 +181,7 @@ def plan_columns(
     trajectory=None,
     time=None,
     units=None,
+    datetime_columns: Collection[str] = (),
 ) -> Plan:
     """The roles of the columns of `header`.
 
@@ -141,10 +189,12 @@ def plan_columns(
     (`"'data.csv'"`). `trajectory`/`time`: a column name, `None` to recognise it by
     name (`trajectory`; see `is_time_name`), or `False` for none. A role not given
     takes the columns named like its letter (`x`, `u`, `y`, alone or followed by a
-    digit or `_`), unless another role is named by the time column.
+    digit or `_`), unless another role is named by the time column. The time column's
+    unit is read from its name (see `time_unit_scale`), except for the columns in
+    `datetime_columns`, whose dates count in seconds already.
     """
     header = list(header)
-    found = f"columns found: {header}"
+    found = f"columns found: {quoted_list(header)}"
     hint = _separator_hint(header)
     trajectory = _special(
         call, where, header, "trajectory", trajectory,
@@ -178,7 +228,10 @@ def plan_columns(
             f"line) or name the columns y0, y1, ... and u0, u1, ...; {found}{hint}."
         )
     names = with_units(call, roles, units)
-    return Plan(roles, trajectory, time, names)
+    scale = 1.0
+    if time is not None and time not in datetime_columns:
+        scale = time_unit_scale(call, time)
+    return Plan(roles, trajectory, time, names, scale)
 
 
 def with_units(call: str, roles: dict[str, list[str]], units) -> dict[str, list[str]]:

@@ -7,6 +7,7 @@ only when a DataFrame is made: `import dynsys` never imports it.
 import numpy as np
 
 from .columns import plan_columns
+from .quoting import quoted
 from .table import Table, table_parts
 
 
@@ -28,19 +29,33 @@ def frame_values(value, names):
     return array, names
 
 
+def _is_dates(series) -> bool:
+    """Whether a column holds datetimes (with or without a time zone) or durations."""
+    return getattr(series.dtype, "kind", "O") in "mM"
+
+
 def _numbers(frame, column, word: str) -> np.ndarray:
-    """A column as float64: numbers as they are, datetimes and durations as seconds
-    from the first."""
-    values = frame[column].to_numpy()
-    if values.dtype.kind in "mM":
-        seconds = (values - values[0]) / np.timedelta64(1, "s")
-        return np.asarray(seconds, dtype=np.float64)
+    """A column as float64: numbers as they are, datetimes (with a time zone or
+    without) and durations as seconds from the first. Complex numbers are refused:
+    casting them would drop their imaginary part."""
+    series = frame[column]
+    if _is_dates(series):
+        # Differences of zone-aware datetimes are absolute (a daylight-saving change
+        # is no jump); naive ones count as written.
+        seconds = (series - series.iloc[0]) / np.timedelta64(1, "s")
+        return np.asarray(seconds.to_numpy(dtype=np.float64, na_value=np.nan))
+    values = series.to_numpy()
+    if values.dtype.kind == "c":
+        raise ValueError(
+            f"{_CALL}(df=...): the {word} column {quoted(str(column))} holds complex "
+            "values; dynsys takes real signals: pass .real or abs() of it explicitly."
+        )
     try:
         return np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
         raise ValueError(
-            f"{_CALL}(df=...): the {word} column {column!r} holds {values.dtype} "
-            "values, not numbers."
+            f"{_CALL}(df=...): the {word} column {quoted(str(column))} holds "
+            f"{values.dtype} values, not numbers."
         ) from None
 
 
@@ -55,6 +70,7 @@ def parts_from_dataframe(frame, *, inputs, outputs, states, time, trajectory, dt
     plan = plan_columns(
         _CALL, "the DataFrame", header, states=states, inputs=inputs,
         outputs=outputs, trajectory=trajectory, time=time,
+        datetime_columns=[c for c in header if _is_dates(frame[labels[c]])],
     )  # fmt: skip
     roles = plan.roles
     columns = [*roles["states"], *roles["inputs"], *roles["outputs"]]

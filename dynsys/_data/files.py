@@ -17,9 +17,9 @@ import numpy as np
 from .._atomic_write import write_atomic
 
 
-# The arrays of an .npz file may expand, all together, to at most this many times the
-# file's size, or this many bytes, whichever is larger (zero padding of ragged data
-# compresses ~100x).
+# The arrays of an .npz or .mat file may expand, all together, to at most this many
+# times the file's size, or this many bytes, whichever is larger (zero padding of
+# ragged data compresses ~100x).
 _MAX_EXPANSION = 200
 _MIN_ALLOWANCE = 256 * 2**20
 
@@ -29,6 +29,11 @@ NPZ_NAMES = ("state_names", "input_names", "output_names")
 
 def file_error(path, message: str) -> ValueError:
     return ValueError(f"load_dataset(path={str(path)!r}): {message}")
+
+
+def expansion_limit(size: int) -> int:
+    """The bytes the arrays read from a file of `size` bytes may take in all."""
+    return max(_MAX_EXPANSION * size, _MIN_ALLOWANCE)
 
 
 def check_regular_file(path: pathlib.Path) -> int:
@@ -172,7 +177,7 @@ def read_npz(path: pathlib.Path, size: int) -> dict[str, np.ndarray]:
     """The arrays dynsys uses (`NPZ_ARRAYS`, `NPZ_NAMES`); other members are never
     decompressed. Every member's size and dtype is checked from its header first,
     against one budget for all of them, before any data is read."""
-    limit = max(_MAX_EXPANSION * size, _MIN_ALLOWANCE)
+    limit = expansion_limit(size)
     try:
         with zipfile.ZipFile(path) as archive:
             members = {

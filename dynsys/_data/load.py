@@ -12,6 +12,7 @@ from .._type_checks import checks_own_arguments
 from .columns import plan_columns, with_units
 from .dataset import Dataset
 from .files import check_regular_file, file_error, read_npz
+from .quoting import quoted_list
 from .reader import read_table
 from .table import table_parts
 from .text_files import read_header, TEXT_SUFFIXES
@@ -116,7 +117,7 @@ def load_dataset(
     elif suffix == ".mat":
         from .matfile import read_mat
 
-        parts = read_mat(path, roles, time=time, dt=dt, units=units)
+        parts = read_mat(path, size, roles, time=time, dt=dt, units=units)
     elif suffix == ".npz":
         parts = _npz_parts(path, size, states, inputs, outputs)
         parts = _npz_units_and_dt(path, parts, units, dt)
@@ -195,7 +196,7 @@ def _npz_parts(path, size, states, inputs, outputs) -> dict:
         raise file_error(
             path,
             "the file has no 'xs' (states) or 'ys' (outputs) array (it has "
-            f"{arrays['_found'].tolist()}).",
+            f"{quoted_list(arrays['_found'].tolist())}).",
         )
     parts: dict = {"ts": arrays.get("ts"), "lengths": None}
     if "lengths" in arrays:
@@ -225,7 +226,7 @@ def _npz_parts(path, size, states, inputs, outputs) -> dict:
             if array is None:
                 raise ValueError(
                     f"load_dataset({argument}=...): {str(path)!r} has no {key!r} array "
-                    f"(it has {arrays['_found'].tolist()})."
+                    f"(it has {quoted_list(arrays['_found'].tolist())})."
                 )
             available = names or [
                 f"{'xuy'[('xs', 'us', 'ys').index(key)]}{j}"
@@ -235,7 +236,8 @@ def _npz_parts(path, size, states, inputs, outputs) -> dict:
             if missing or isinstance(wanted, str):
                 raise ValueError(
                     f"load_dataset({argument}=...): no column(s) {missing or wanted!r} "
-                    f"in {key!r} of {str(path)!r}; columns found: {available}."
+                    f"in {key!r} of {str(path)!r}; columns found: "
+                    f"{quoted_list(available)}."
                 )
             if len(set(wanted)) != len(wanted):
                 raise ValueError(

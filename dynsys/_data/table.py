@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .columns import Plan
+from .quoting import quoted
 
 
 # A time column is accepted when every step is within this fraction of the median step
@@ -42,7 +43,8 @@ class Table(NamedTuple):
 
 def not_a_number(prefix: str, where: str, j: int, name: str, text: str) -> ValueError:
     return ValueError(
-        f"{prefix}{where}: column {j + 1} ({name!r}): {text!r} is not a number."
+        f"{prefix}{where}: column {j + 1} ({quoted(name)}): {quoted(text)} is not "
+        "a number."
     )
 
 
@@ -109,7 +111,7 @@ def table_parts(prefix: str, plan: Plan, table: Table, dt: float | None) -> dict
                 out[argument].append(values[:use, ends[r] : ends[r + 1]])
     ts = None
     if table.times is not None:
-        ts = _file_times(prefix, plan.time, table, groups, dt)
+        ts = _file_times(prefix, plan.time, table, groups, dt, plan.time_scale)
     elif dt is not None:
         longest = max(len(rows) for _, rows in groups)
         ts = dt * np.arange(longest, dtype=np.float64)
@@ -124,9 +126,16 @@ def table_parts(prefix: str, plan: Plan, table: Table, dt: float | None) -> dict
     }
 
 
-def _file_times(prefix, column, table: Table, groups, dt) -> np.ndarray:
+def in_seconds(values, scale: float):
+    """Times in a column's unit as seconds, `scale` seconds per unit; a unit below
+    a second divides by its whole number per second (2000 ms -> exactly 2.0 s)."""
+    return values * scale if scale >= 1 else values / round(1 / scale)
+
+
+def _file_times(prefix, column, table: Table, groups, dt, scale) -> np.ndarray:
     """The times of the longest experiment (every other must follow them), checked
-    to increase uniformly."""
+    to increase uniformly, in seconds (`scale` seconds per unit of the column);
+    errors quote them in the column's unit."""
     word = table.row_word
     longest, rows = max(groups, key=lambda group: len(group[1]))
     reference = table.times[rows]
@@ -143,7 +152,7 @@ def _file_times(prefix, column, table: Table, groups, dt) -> np.ndarray:
                 "longest's)."
             )
     if len(reference) < 2:
-        return reference.copy()
+        return in_seconds(reference, scale)
     steps = np.diff(reference)
     if not np.all(steps > 0):
         k = int(np.argmax(~(steps > 0)))
@@ -164,12 +173,15 @@ def _file_times(prefix, column, table: Table, groups, dt) -> np.ndarray:
             f"{reference[k + 1]:g} where the usual step is {median:g}; resample the "
             "data to a uniform sample time, or pass time=False and dt=..."
         )
-    if dt is not None and not math.isclose(dt, mean, rel_tol=1e-6):
+    step = float(in_seconds(mean, scale))
+    if dt is not None and not math.isclose(dt, step, rel_tol=1e-6):
+        in_unit = "" if scale == 1 else f" s ({mean:g} in the column's unit)"
         raise ValueError(
             f"{prefix}dt={dt:g} disagrees with the time column {column!r}, whose step "
-            f"is {mean:g}; leave out dt, or pass time=False to ignore the column."
+            f"is {step:g}{in_unit}; leave out dt, or pass time=False to ignore the "
+            "column."
         )
     rounding = 4 * np.finfo(np.float64).eps * max(abs(reference[0]), abs(reference[-1]))
     if deviation <= 1e-9 * mean + rounding:
-        return reference.copy()
-    return reference[0] + mean * np.arange(len(reference))
+        return in_seconds(reference, scale)
+    return in_seconds(reference[0] + mean * np.arange(len(reference)), scale)

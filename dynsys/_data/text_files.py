@@ -18,10 +18,15 @@ import numpy as np
 from .._atomic_write import write_atomic
 from .columns import Plan
 from .files import file_error
+from .quoting import quoted, quoted_list
 from .table import not_a_number, Table
 
 
 TEXT_SUFFIXES = (".csv", ".dat", ".txt")
+
+# The header (line 1, or the first row when quoted names hold line breaks) may take at
+# most this many characters: a longer one is refused before it is split into names.
+MAX_HEADER_CHARS = 2**20
 
 
 class Header(NamedTuple):
@@ -42,15 +47,42 @@ def _is_number(text: str) -> bool:
     return True
 
 
+class _HeaderTooLong(Exception):
+    pass
+
+
+def _bounded_lines(file, limit: int) -> Iterator[str]:
+    """The lines of `file`, raising `_HeaderTooLong` past `limit` characters in all
+    (nothing longer is ever read)."""
+    used = 0
+    while line := file.readline(limit - used + 1):
+        used += len(line)
+        if used > limit:
+            raise _HeaderTooLong
+        yield line
+
+
+def _header_too_long(path: pathlib.Path) -> ValueError:
+    return file_error(
+        path,
+        f"line 1 (the header) is longer than {MAX_HEADER_CHARS} characters; refused "
+        "(a damaged file, or not a table of a few columns per line).",
+    )
+
+
 @contextlib.contextmanager
-def text_rows(path: pathlib.Path, delimiter: str | None) -> Iterator:
-    """The rows of the file as lists of cells; text problems as one-line errors."""
+def text_rows(path: pathlib.Path, delimiter: str | None, *, limit=None) -> Iterator:
+    """The rows of the file as lists of cells; text problems as one-line errors.
+    With `limit`, reading stops (refused) past that many characters."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as file:
+            lines = file if limit is None else _bounded_lines(file, limit)
             if delimiter is None:
-                yield (line.split() for line in file)
+                yield (line.split() for line in lines)
             else:
-                yield csv.reader(file, delimiter=delimiter)
+                yield csv.reader(lines, delimiter=delimiter)
+    except _HeaderTooLong:
+        raise _header_too_long(path) from None
     except UnicodeDecodeError as error:
         raise file_error(
             path,
@@ -65,9 +97,11 @@ def read_header(path: pathlib.Path) -> Header:
     """Line 1 of the file: the column names, trailing unnamed empty columns dropped
     (published files often end every line with a comma)."""
     with open(path, newline="", encoding="utf-8-sig", errors="replace") as file:
-        first_line = file.readline()
+        first_line = file.readline(MAX_HEADER_CHARS + 1)
+    if len(first_line) > MAX_HEADER_CHARS:
+        raise _header_too_long(path)
     delimiter = "," if path.suffix.lower() == ".csv" or "," in first_line else None
-    with text_rows(path, delimiter) as rows:
+    with text_rows(path, delimiter, limit=MAX_HEADER_CHARS) as rows:
         first = next(rows, None)
     if first is None:
         raise file_error(path, "the file is empty.")
@@ -81,8 +115,9 @@ def read_header(path: pathlib.Path) -> Header:
         if name in seen:
             raise file_error(
                 path,
-                f"line 1: column {name!r} appears twice in the header (columns "
-                f"{seen[name] + 1} and {j + 1}); rename one. Columns found: {names}.",
+                f"line 1: column {quoted(name)} appears twice in the header "
+                f"(columns {seen[name] + 1} and {j + 1}); rename one. Columns found: "
+                f"{quoted_list(names)}.",
             )
         seen[name] = j
     return Header(names, delimiter, True)

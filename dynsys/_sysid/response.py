@@ -245,6 +245,17 @@ class Modes(eqx.Module):
     dt: float | None = eqx.field(static=True)
 
 
+def _continuous_poles(eigenvalues: np.ndarray, dt: float) -> np.ndarray:
+    """$s = \\log(\\lambda) / dt$; an eigenvalue exactly 0 gives $s = -\\infty$ with
+    no NumPy warning (dividing $\\log 0 = -\\infty$ as a complex number would
+    make $\\infty \\cdot 0$, a NaN)."""
+    eigenvalues = eigenvalues.astype(np.complex128)
+    poles = np.full_like(eigenvalues, -np.inf)
+    nonzero = eigenvalues != 0
+    poles[nonzero] = np.log(eigenvalues[nonzero]) / dt
+    return poles
+
+
 def modes(system) -> Modes:
     """Eigenvalues, natural frequencies and damping ratios of a linear system.
 
@@ -284,10 +295,7 @@ def modes(system) -> Modes:
         linear = _discrete("modes", system)
         eigenvalues = np.linalg.eigvals(np.asarray(linear.K, np.float64))
         dt = linear.dt
-        with np.errstate(divide="ignore"):
-            poles = np.log(eigenvalues.astype(np.complex128)) / (
-                1.0 if dt is None else dt
-            )
+        poles = _continuous_poles(eigenvalues, 1.0 if dt is None else dt)
     frequency = np.abs(poles)
     with np.errstate(invalid="ignore", divide="ignore"):
         damping = -poles.real / frequency  # nan for s = 0
