@@ -1,8 +1,9 @@
-"""The top-level layout of a MATLAB v5 `.mat` file, checked before `scipy.io` reads
-it: every variable's element complete (a truncated file is refused, not read as
-holding fewer variables), and how far the compressed variables expand, measured by
-streaming them through zlib (a variable whose header declares a small array may still
-hold a data element of gigabytes).
+"""The top-level layout of a MATLAB v5 `.mat` file, read before `scipy.io` reads
+it, in bounded memory: each variable's name, shape, class and whether it is complex,
+from the first bytes of its element (a truncated file is refused, not read as holding
+fewer variables); and how far the compressed variables expand, measured by streaming
+them through zlib (a variable whose header declares a small array may still hold a
+data element of gigabytes).
 
 A v5 file is a 128-byte header, then one element per variable: an 8-byte tag (type,
 byte count) and its bytes; a compressed element (type 15) is a zlib stream of an
@@ -11,12 +12,21 @@ uncompressed one (type 14), whose third sub-element is the variable's name.
 
 import struct
 import zlib
+from typing import NamedTuple
 
 from .files import file_error
 from .quoting import quoted, quoted_list
 
 
-_COMPRESSED = 15
+_MATRIX, _COMPRESSED = 14, 15
+# MATLAB's array classes, by the number in a variable's flags (as scipy's whosmat
+# names them).
+_CLASSES = {
+    1: "cell", 2: "struct", 3: "object", 4: "char", 5: "sparse", 6: "double",
+    7: "single", 8: "int8", 9: "uint8", 10: "int16", 11: "uint16", 12: "int32",
+    13: "uint32", 14: "int64", 15: "uint64", 16: "function", 17: "opaque",
+}  # fmt: skip
+_COMPLEX_FLAG, _LOGICAL_FLAG = 0x0800, 0x0200
 _CHUNK = 1 << 16  # compressed bytes read at a time
 _PIECE = 1 << 20  # most bytes decompressed at a time (kept only to find the name)
 _NAME_WITHIN = 1 << 16  # the name must lie in the first bytes of a variable
@@ -36,18 +46,58 @@ def _sub_element(buffer: bytes, start: int, order: str):
     return buffer[start + 8 : end], start + 8 + -(-second // 8) * 8
 
 
-def _name(head: bytes, order: str) -> str | None:
-    """The variable's name from the start of an uncompressed variable element (its
-    tag, then the flags, dimensions and name sub-elements), or `None` when `head`
-    is too short to hold it."""
-    start = 8
-    for _ in range(2):  # the array flags, then the dimensions
-        element = _sub_element(head, start, order)
+class Variable(NamedTuple):
+    """A variable as its header describes it: `shape`, MATLAB class (`"double"`,
+    `"logical"`, `"struct"`, ...) and whether its numbers are complex."""
+
+    name: str
+    shape: tuple[int, ...]
+    kind: str
+    is_complex: bool
+
+
+def _header(body: bytes, order: str) -> Variable | None:
+    """The variable whose element's body starts with `body` (after its tag): its
+    flags, dimensions and name sub-elements; `None` when they are not all there."""
+    parts, start = [], 0
+    for _ in range(3):
+        element = _sub_element(body, start, order)
         if element is None:
             return None
+        parts.append(element[0])
         start = element[1]
-    element = _sub_element(head, start, order)
-    return None if element is None else element[0].decode("latin-1")
+    flags, dims, name = parts
+    if len(flags) < 4:
+        return None
+    (flag,) = struct.unpack_from(order + "I", flags)
+    kind = _CLASSES.get(flag & 0xFF, "unknown")
+    if flag & _LOGICAL_FLAG:
+        kind = "logical"
+    shape = struct.unpack(f"{order}{len(dims) // 4}i", dims[: len(dims) // 4 * 4])
+    return Variable(name.decode("latin-1"), shape, kind, bool(flag & _COMPLEX_FLAG))
+
+
+def _name(head: bytes, order: str) -> str | None:
+    """The name of the variable whose uncompressed element (tag included) starts
+    with `head`, or `None` when `head` is too short to hold it."""
+    variable = _header(head[8:], order)
+    return None if variable is None else variable.name
+
+
+def _decompressed_start(file, count: int) -> bytes:
+    """The first bytes (at most `_NAME_WITHIN`) of a compressed element of `count`
+    bytes, decompressed."""
+    stream, head = zlib.decompressobj(), b""
+    while count > 0 and len(head) < _NAME_WITHIN and not stream.eof:
+        chunk = file.read(min(count, 4096))
+        if not chunk:
+            break
+        count -= len(chunk)
+        try:
+            head += stream.decompress(chunk, _NAME_WITHIN - len(head))
+        except zlib.error:
+            break
+    return head
 
 
 class _Overflow(Exception):
@@ -84,13 +134,15 @@ def _expanded_size(file, count: int, names, room: int, order: str) -> int:
 
 
 def _elements(file):
-    """`(type, byte count, start)` of each top-level element of a v5 file (the
-    file positioned after its 128-byte header), and its byte order; nothing for a
-    file that is not v5."""
+    """The byte order (`"<"` or `">"`) of a v5 file, and an iterator over `(type,
+    byte count, start)` of its top-level elements; `None` and nothing for a file
+    that is not v5."""
     header = file.read(128)
     if len(header) < 128 or header[126:128] not in (b"IM", b"MI"):
-        return "<", iter(())
+        return None, iter(())
     order = "<" if header[126:128] == b"IM" else ">"
+    if struct.unpack_from(order + "H", header, 124)[0] != 0x0100:  # 7.3: HDF5
+        return None, iter(())
 
     def walk():
         while len(tag := file.read(8)) == 8:
@@ -102,11 +154,16 @@ def _elements(file):
     return order, walk()
 
 
-def check_complete(path, size: int) -> None:
-    """Refuse a v5 file whose last variable's element runs past the end of the
-    file (a truncated file)."""
+def list_variables(path, size: int) -> list[Variable] | None:
+    """The variables of a v5 file of `size` bytes from their headers, `None` for a
+    file that is not v5. A variable running past the end of the file, or whose
+    header cannot be read, is refused in one line."""
+    variables = []
     with open(path, "rb") as file:
-        for _, count, start in _elements(file)[1]:
+        order, elements = _elements(file)
+        if order is None:
+            return None
+        for kind, count, start in elements:
             if start + count > size:
                 raise file_error(
                     path,
@@ -114,6 +171,23 @@ def check_complete(path, size: int) -> None:
                     f"{start - 8} declares {count} bytes, the file ends at byte "
                     f"{size}).",
                 )
+            if kind == _COMPRESSED:
+                head = _decompressed_start(file, count)
+                if len(head) < 8 or struct.unpack_from(order + "I", head)[0] != _MATRIX:
+                    head = b""
+                variable = _header(head[8:], order)
+            elif kind == _MATRIX:
+                variable = _header(file.read(min(count, _NAME_WITHIN)), order)
+            else:
+                variable = None
+            if variable is None:
+                raise file_error(
+                    path,
+                    f"not a readable .mat file (the variable at byte {start - 8} has "
+                    "no readable header).",
+                )
+            variables.append(variable)
+    return variables
 
 
 def check_expansion(path, names, limit: int) -> None:

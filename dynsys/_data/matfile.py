@@ -1,7 +1,8 @@
 """MATLAB `.mat` files through `scipy.io` (an optional extra: scipy), read with
-bounded memory: the variables are listed from their headers (`whosmat`), their sizes
-checked against the budget `.npz` files have, and only the variables the roles use
-are read (`loadmat(variable_names=...)`) and converted to float64."""
+bounded memory: the variables are listed from their headers (`mat_v5`, or `whosmat`
+for a v4 file, which holds no compressed data), their sizes checked against the
+budget `.npz` files have, and only the variables the roles use are read
+(`loadmat(variable_names=...)`) and converted to float64."""
 
 import math
 import pathlib
@@ -10,7 +11,7 @@ import numpy as np
 
 from .columns import plan_columns
 from .files import expansion_limit, file_error
-from .mat_v5 import check_complete, check_expansion
+from .mat_v5 import check_expansion, list_variables, Variable
 from .quoting import quoted, quoted_list
 from .table import Table, table_parts
 
@@ -36,11 +37,14 @@ def _scipy_io():
     return scipy.io
 
 
-def _listing(path, scipy_io) -> list[tuple[str, tuple[int, ...], str]]:
-    """`(name, shape, class)` of each variable, from the headers alone."""
+def _listing(path, size: int, scipy_io) -> list[Variable]:
+    """The variables, from their headers alone."""
+    variables = list_variables(path, size)
+    if variables is not None:
+        return variables
     try:
         return [
-            (str(name), tuple(int(n) for n in shape), str(kind))
+            Variable(str(name), tuple(int(n) for n in shape), str(kind), False)
             for name, shape, kind in scipy_io.whosmat(path)
         ]
     except _READ_ERRORS as error:
@@ -52,7 +56,7 @@ def _layout(path, listing) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
     is one column named like the variable, a matrix `u` with one row per sample
     gives `u1`, `u2`, ...; and why each other variable gives none."""
     columns, skipped = {}, {}
-    for name, shape, kind in listing:
+    for name, shape, kind, _ in listing:
         if name.startswith("__"):
             continue
         if kind not in _NUMBER_CLASSES:
@@ -82,10 +86,18 @@ def _refuse_skipped(path, wanted: dict, time, skipped: dict) -> None:
             )
 
 
+def _complex(path, name: str) -> ValueError:
+    return file_error(
+        path,
+        f"variable {quoted(name)} holds complex values; dynsys takes real signals: "
+        f"save real({name}) or abs({name}) in the file instead.",
+    )
+
+
 def _check_sizes(path, listing, variables: list[str], limit: int) -> None:
     """The used variables, as float64, take at most `limit` bytes in all (from their
     headers, before anything is read)."""
-    shapes = {name: shape for name, shape, _ in listing if name in variables}
+    shapes = {v.name: v.shape for v in listing if v.name in variables}
     sizes = {name: 8 * math.prod(shape) for name, shape in shapes.items()}
     total = sum(sizes.values())
     if total > limit:
@@ -105,7 +117,7 @@ def _read_variables(path, scipy_io, listing, variables: list[str]) -> dict:
         loaded = scipy_io.loadmat(path, variable_names=variables)
     except _READ_ERRORS as error:
         raise file_error(path, f"not a readable .mat file ({error}).") from None
-    shapes = {name: shape for name, shape, _ in listing}
+    shapes = {v.name: v.shape for v in listing}
     arrays = {}
     for name in variables:
         value = loaded.get(name)
@@ -114,11 +126,7 @@ def _read_variables(path, scipy_io, listing, variables: list[str]) -> dict:
                 path, f"variable {quoted(name)} does not match its header; refused."
             )
         if value.dtype.kind == "c":
-            raise file_error(
-                path,
-                f"variable {quoted(name)} holds complex values; dynsys takes real "
-                f"signals: save real({name}) or abs({name}) in the file instead.",
-            )
+            raise _complex(path, name)
         if value.dtype.kind not in "fiub":
             raise file_error(
                 path, f"variable {quoted(name)} holds {value.dtype} values, not numbers."
@@ -130,8 +138,7 @@ def _read_variables(path, scipy_io, listing, variables: list[str]) -> dict:
 def read_mat(path: pathlib.Path, size: int, roles: dict, *, time, dt, units) -> dict:
     """The `Dataset` arguments of one experiment stored as `.mat` variables."""
     scipy_io = _scipy_io()
-    check_complete(path, size)
-    listing = _listing(path, scipy_io)
+    listing = _listing(path, size, scipy_io)
     columns, skipped = _layout(path, listing)
     wanted = {
         a: list(v) if isinstance(v, list | tuple) else v for a, v in roles.items()
@@ -151,6 +158,9 @@ def read_mat(path: pathlib.Path, size: int, roles: dict, *, time, dt, units) -> 
     used = [*plan.roles["states"], *plan.roles["inputs"], *plan.roles["outputs"]]
     read = [*used, *([plan.time] if plan.time is not None else [])]
     variables = list(dict.fromkeys(columns[column][0] for column in read))
+    for variable in listing:
+        if variable.name in variables and variable.is_complex:
+            raise _complex(path, variable.name)
     limit = expansion_limit(size)
     _check_sizes(path, listing, variables, limit)
     check_expansion(path, set(variables), limit)
