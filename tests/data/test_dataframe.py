@@ -4,6 +4,7 @@ pandas is never imported by `import dynsys`."""
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -75,6 +76,37 @@ def test_datetime_time_column_counts_seconds():
     )
     data = dynsys.Dataset.from_dataframe(frame, inputs=["u"], outputs=["y"])
     assert data.dt == 0.25
+
+
+def test_zone_aware_datetimes_count_seconds_across_a_clock_change():
+    # 30 min steps over the night Berlin's clocks go from 02:00 to 03:00: the wall
+    # clock jumps by 90 min once, the time elapsed never does.
+    dates = pd.date_range("2024-03-31 00:00", periods=8, freq="30min", tz="UTC")
+    local = dates.tz_convert("Europe/Berlin")
+    assert (np.diff(local.hour * 60 + local.minute) == 90).any()
+    frame = pd.DataFrame({"time": local, "u": np.arange(8.0), "y": np.ones(8)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        data = dynsys.Dataset.from_dataframe(frame, inputs=["u"], outputs=["y"])
+    assert data.dt == 1800.0
+    np.testing.assert_array_equal(data.ts, 1800.0 * np.arange(8))
+
+
+@pytest.mark.parametrize("column", ["u", "y", "t"])
+def test_complex_columns_are_refused_not_cast(column):
+    frame = pd.DataFrame(
+        {"t": np.arange(4.0), "u": np.arange(4.0), "y": np.ones(4)}
+    ).astype({column: complex})
+    frame[column] = frame[column] * (1 + 1j)
+    word = "time" if column == "t" else "data"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning on the way
+        with pytest.raises(ValueError) as info:
+            dynsys.Dataset.from_dataframe(frame, inputs=["u"], outputs=["y"])
+    assert str(info.value) == (
+        f"Dataset.from_dataframe(df=...): the {word} column {column!r} holds complex "
+        "values; dynsys takes real signals: pass .real or abs() of it explicitly."
+    )
 
 
 def test_dataset_takes_dataframe_columns_and_their_names():

@@ -1,3 +1,5 @@
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -102,6 +104,26 @@ def test_modes_of_a_discretised_system():
     continuous = dynsys.modes(ode)
     assert continuous.dt == 0.0
     np.testing.assert_allclose(continuous.damping_ratio, [zeta, zeta, 1.0], rtol=1e-12)
+
+
+def test_modes_of_an_eigenvalue_exactly_zero_warn_nothing():
+    # A deadbeat mode (eigenvalue 0: s = -inf) next to a real pole at 0.5 and a
+    # complex pair; NumPy used to warn "invalid value encountered in divide".
+    K = jnp.zeros((4, 4)).at[1:3, 1:3].set(jnp.array([[0.8, 0.3], [-0.3, 0.8]]))
+    K = K.at[3, 3].set(0.5)
+    system = dynsys.LinearSystem(K, jnp.ones((4, 1)), dt=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = dynsys.modes(system)
+    pair = np.log(0.8 + 0.3j) / 0.1  # the reference, pole by pole
+    np.testing.assert_allclose(
+        result.natural_frequency, [abs(pair), abs(pair), -np.log(0.5) / 0.1, np.inf],
+        rtol=1e-6,
+    )  # fmt: skip
+    np.testing.assert_allclose(
+        result.damping_ratio, [-pair.real / abs(pair), -pair.real / abs(pair), 1.0, 1.0],
+        rtol=1e-6,
+    )  # fmt: skip
 
 
 class _Logistic(dynsys.AbstractSystem):
