@@ -120,8 +120,8 @@ def _special(call, where, header, argument, given, default_names, found, hint):
     if len(candidates) > 1:
         raise ValueError(
             f"{call}({argument}=...): {where} has several columns that could be the "
-            f"{argument} ({quoted_list(candidates)}); pass {argument}='...' to choose one, or "
-            f"{argument}=False for none."
+            f"{argument} ({quoted_list(candidates)}); pass {argument}='...' to choose "
+            f"one, or {argument}=False for none."
         )
     return candidates[0] if candidates else None
 

@@ -45,7 +45,9 @@ def load_dataset(
         is the column named by `time=`, else the one column named `t`, `time`,
         `times` or `timestamp`, alone or with a unit (`t_s`, `time_ms`, `Time (s)`,
         `t [min]`; any case). No other name is taken for a time: `k`, `n`, `sample`
-        or `index` are sample indices. Times must increase, each step within 1 % of
+        or `index` are sample indices. Times are converted to seconds from the
+        unit in the name (s, ms, us/µs, ns, min, h); another unit in parentheses
+        or brackets (`t [days]`) is refused. Times must increase, each step within 1 % of
         the median step (the stored times are then the uniform grid of the mean
         step); else the error
         names the line. Without a time column, `dt=` gives the sample time, else

@@ -77,7 +77,9 @@ def _layout(path, listing) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
 def _refuse_skipped(path, wanted: dict, time, skipped: dict) -> None:
     """A role or `time=` naming a variable that gives no column: say why."""
     named = [(a, n) for a, names in wanted.items() if names for n in names]
-    for argument, name in [*named, *([("time", time)] if isinstance(time, str) else [])]:
+    if isinstance(time, str):
+        named.append(("time", time))
+    for argument, name in named:
         if name in skipped:
             raise ValueError(
                 f"load_dataset({argument}=...): variable {quoted(name)} of "
@@ -129,7 +131,8 @@ def _read_variables(path, scipy_io, listing, variables: list[str]) -> dict:
             raise _complex(path, name)
         if value.dtype.kind not in "fiub":
             raise file_error(
-                path, f"variable {quoted(name)} holds {value.dtype} values, not numbers."
+                path,
+                f"variable {quoted(name)} holds {value.dtype} values, not numbers.",
             )
         arrays[name] = value.T if value.shape[0] == 1 else value
     return arrays

@@ -101,7 +101,7 @@ def test_plain_file_is_one_experiment_with_dt_or_steps(tmp_path, reader):
 
 
 # In seconds; a column in another unit (`time_ms`) is converted: test_time_units.py.
-@pytest.mark.parametrize("column", ["t", "time", "Time (s)", "T_S", "time_sec", "t [s]"])
+@pytest.mark.parametrize("column", ["t", "time", "Time (s)", "T_S", "time_s", "t [s]"])
 def test_time_columns_recognised_by_name(tmp_path, column, reader):
     path = _write(tmp_path, f"{column},u,y\n10,1,2\n10.25,3,4\n10.5,5,6\n")
     data = dynsys.load_dataset(path)

@@ -116,7 +116,10 @@ def test_a_compressed_mat_bomb_is_refused_before_reading(tmp_path):
     liar = tmp_path / "liar.mat"
     _write_mat(
         liar,
-        [_variable("u", (10, 1), "uint8", 300 * 2**20), _variable("y", (10, 1), "uint8", 0)],
+        [
+            _variable("u", (10, 1), "uint8", 300 * 2**20),
+            _variable("y", (10, 1), "uint8", 0),
+        ],
     )
     plain = tmp_path / "plain.mat"
     scipy_io.savemat(plain, {"u": np.ones((2000, 1)), "y": np.arange(2000.0)[:, None]})

@@ -150,7 +150,8 @@ def test_mat_time_variable_in_milliseconds(tmp_path):
 
 def test_dataframe_time_units_and_datetimes(tmp_path):
     pd = pytest.importorskip("pandas")
-    frame = pd.DataFrame({"t [min]": [0.0, 0.5, 1.0], "u": [1.0, 2, 3], "y": [3.0, 2, 1]})
+    columns = {"t [min]": [0.0, 0.5, 1.0], "u": [1.0, 2, 3], "y": [3.0, 2, 1]}
+    frame = pd.DataFrame(columns)
     roles = {"inputs": ["u"], "outputs": ["y"]}
     assert dynsys.Dataset.from_dataframe(frame, **roles).dt == 30.0
     # Datetimes count in seconds whatever the name says (a zone is not a unit).

@@ -120,10 +120,10 @@ def test_modes_of_an_eigenvalue_exactly_zero_warn_nothing():
         result.natural_frequency, [abs(pair), abs(pair), -np.log(0.5) / 0.1, np.inf],
         rtol=1e-6,
     )  # fmt: skip
+    damping = -pair.real / abs(pair)
     np.testing.assert_allclose(
-        result.damping_ratio, [-pair.real / abs(pair), -pair.real / abs(pair), 1.0, 1.0],
-        rtol=1e-6,
-    )  # fmt: skip
+        result.damping_ratio, [damping, damping, 1.0, 1.0], rtol=1e-6
+    )
 
 
 class _Logistic(dynsys.AbstractSystem):
