@@ -285,3 +285,31 @@ def test_an_order_far_above_the_data_is_warned_about_before_any_work():
     found = []
     _warn_high_order(fit_cfg, long, found, echoed.append)
     assert found == []
+
+
+def test_the_typed_configs_map_one_to_one_onto_the_calls_they_drive():
+    """Issue 49 item 3: `FitConfig` and `NeuralConfig` hold `fit`'s and
+    `fit_neural`'s arguments, each field named as the argument, built from the
+    TOML section users write (unchanged)."""
+    import dataclasses
+    import inspect
+
+    from dynsys._experiments.fit.typed_config import FitConfig, NeuralConfig
+
+    section = dynsys.resolve_config(
+        {"kind": "fit", "fit": {"neural_width": 8, "optimizer": "adam", "lr": 0.1}}
+    )["fit"]
+    neural = NeuralConfig.from_section(section)
+    taken = inspect.signature(dynsys.fit_neural).parameters
+    assert set(neural.arguments()) <= set(taken)
+    assert neural.width_size == 8 and neural.past == section["neural_past"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        neural.depth = 3  # type: ignore[misc]
+    data = dynsys.Dataset(ys=np.ones((1, 30, 1)))
+    fit = FitConfig.from_section(section, data)
+    assert set(fit.arguments()) <= set(inspect.signature(dynsys.fit).parameters)
+    assert fit.num_steps == 400 and fit.described == "Adam (lr 0.1)"
+    assert isinstance(fit.loss, dynsys.Simulation)
+    shooting = {**section, "loss": "shooting", "horizon": 50}
+    with pytest.raises(dynsys.ConfigError, match="'fit.horizon'.*longer than"):
+        FitConfig.from_section(shooting, data)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..config import ConfigError
 from ..sizes import check_neural_memory
+from .typed_config import NeuralConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,18 +34,6 @@ def _scores(measured, predicted, lengths) -> tuple[list[float], list[float]]:
     fit = channel_fit_percent(y, y_hat, xp=np)
     rms = np.sqrt(np.mean((y - y_hat) ** 2, axis=0))
     return [float(v) for v in fit], [float(v) for v in rms]
-
-
-def _options(fit_cfg: dict) -> dict:
-    return dict(
-        horizon=fit_cfg["neural_horizon"],
-        past=fit_cfg["neural_past"],
-        width_size=fit_cfg["neural_width"],
-        depth=fit_cfg["neural_depth"],
-        num_steps=fit_cfg["neural_steps"],
-        learning_rate=fit_cfg["neural_lr"],
-        batch_size=fit_cfg["neural_batch_size"],
-    )
 
 
 def check_windows(fit_cfg: dict, train, val, itemsize: int) -> None:
@@ -86,7 +75,7 @@ def _train(config, train, val, linear, progress):
 
     from ..._sysid.neural import fit_neural
 
-    options = _options(config["fit"])
+    options = NeuralConfig.from_section(config["fit"]).arguments()
     try:
         return fit_neural(
             train, val, base=linear, key=jax.random.key(config["seed"]),
