@@ -85,7 +85,9 @@ def _fit_data_options() -> dict[str, Option]:
     return {
         "file": Option((str,), None, help=".npz/.csv dataset; else simulated"),
         "trajectories": Option((int,), 16, low=1, high=MAX_STEPS),
-        "length": Option((int,), 100, low=1, high=MAX_STEPS, help="steps per trajectory"),
+        "length": Option(
+            (int,), 100, low=1, high=MAX_STEPS, help="steps per trajectory"
+        ),
         "measurement_noise": Option((float,), 0.1, low=0),
         "process_noise": Option((float,), 0.0, low=0),
         "x0_mean": Option((float, list), 0.0, items=float),

@@ -84,7 +84,8 @@ def test_config_paths_are_read_from_its_folder_and_its_record_reruns_anywhere(
     written = tomllib.loads((run / "config.toml").read_text())
     data = project / "data"
     assert written["data"]["file"] == str((data / "estimation.csv").resolve())
-    assert written["data"]["validation_file"] == str((data / "validation.csv").resolve())
+    held_out = str((data / "validation.csv").resolve())
+    assert written["data"]["validation_file"] == held_out
     assert "validation" not in written["data"]  # it meant nothing next to a file
     first = _metrics(run)
     # The key that meant nothing was noted, once; the record leaves it out.
@@ -237,8 +238,8 @@ def test_a_validation_file_with_another_sample_time_is_refused(tmp_path):
         "column); set config key 'data.dt' to 2 for both."
     )
     _record(tmp_path / "e.csv", 60, seed=0, time=1.0)
-    with pytest.raises(dynsys.ConfigError, match="has dt 2 s, but the estimation "
-                       r"data \(.*\) have dt 1 s; give files with the same"):  # fmt: skip
+    same = r"has dt 2 s, but the estimation data \(.*\) have dt 1 s; give files with"
+    with pytest.raises(dynsys.ConfigError, match=same):
         dynsys.run_experiment(config, out_root=tmp_path / "runs", echo=None)
 
 
