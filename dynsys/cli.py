@@ -210,12 +210,14 @@ def _write_simulation(args: argparse.Namespace, system, traj, out, names) -> dic
 
 def _fit(args: argparse.Namespace) -> int:
     """`dynsys fit`: a fit experiment from the options (`_experiments/schema.py`)."""
+    _check_validation_options(args)
     data = {
         "trajectories": args.trajectories,
         "length": args.length,
         "measurement_noise": args.noise,
-        "validation": args.validation,
     }
+    if args.validation is not None:
+        data["validation"] = args.validation
     if args.data is not None:
         data["file"] = args.data
         for role in ("states", "inputs", "outputs"):
@@ -261,12 +263,35 @@ def _fit(args: argparse.Namespace) -> int:
     import dynsys
 
     start = time.perf_counter()
-    result = dynsys.run_experiment(config, out=args.out, progress=not args.no_progress)
-    _print_warnings("dynsys fit", result.metrics)
+    result = dynsys.run_experiment(
+        config,
+        out=args.out,
+        progress=not args.no_progress,
+        echo=lambda line: print(_option_names(line)),
+    )
+    _print_warnings("dynsys fit", result.metrics, _option_names)
     written = sorted(p.name for p in result.path.iterdir() if p.name != ".dynsys-run")
     print(f"  wrote {result.path}/: {', '.join(written)}")
     print(f"  total time {time.perf_counter() - start:.1f} s")
     return _exit_status(result)
+
+
+def _check_validation_options(args: argparse.Namespace) -> None:
+    """`--validation` (a share of whole experiments held out) means nothing next to
+    `--validation-split` or `--validation-data`, which choose the held-out data
+    themselves: refused, so that no typed option is silently ignored."""
+    if args.validation is None:
+        return
+    for option, value in (
+        ("--validation-split", args.validation_split),
+        ("--validation-data", args.validation_file),
+    ):
+        if value is not None:
+            raise ValueError(
+                f"--validation {args.validation:g} and {option} {value}: give one "
+                "(--validation holds out a share of whole experiments; "
+                f"{option} chooses the held-out data itself)."
+            )
 
 
 def _check_fit_config(config: dict, out: str) -> None:
@@ -275,19 +300,24 @@ def _check_fit_config(config: dict, out: str) -> None:
     write. `run_experiment` makes them again (and those that need the zoo)."""
     import copy
 
-    from ._experiments.config import resolve, resolve_data_file
+    from ._experiments.config import resolve
+    from ._experiments.paths import resolve_data_file
     from ._experiments.run_folder import check_out
     from ._experiments.schema import _schema
+    from ._experiments.sizes import check_sizes
 
     models = (config["system"]["model"],)  # the zoo's own check imports JAX
-    resolve_data_file(resolve(copy.deepcopy(config), _schema("fit", models)))
+    resolved = resolve(copy.deepcopy(config), _schema("fit", models))
+    check_sizes(resolved)
+    resolve_data_file(resolved)
     check_out(out, "run_experiment(out=...)")
 
 
-def _print_warnings(prefix: str, metrics: dict) -> None:
-    """Each warning the run recorded, one line on stderr."""
+def _print_warnings(prefix: str, metrics: dict, named=lambda line: line) -> None:
+    """Each warning the run recorded, one line on stderr (through `named`: `dynsys
+    fit` names its options rather than the config keys they set)."""
     for line in metrics.get("warnings") or []:
-        print(f"{prefix}: warning: {line}", file=sys.stderr)
+        print(f"{prefix}: warning: {named(line)}", file=sys.stderr)
 
 
 def _exit_status(result) -> int:
@@ -332,6 +362,15 @@ _OPTIONS = {
     "'data.measured_states'": "--measure",
     "'fit.order'": "--order",
     "'fit.optimizer'": "--optimizer",
+    "'fit.model'": "--model",
+    "'fit.loss'": "--loss",
+    "'fit.feedthrough'": "--feedthrough/--no-feedthrough",
+    "'fit.offset'": "--no-offset",
+    "'fit.stabilise'": "--no-stabilise",
+    "'fit.neural_steps'": "--neural-steps",
+    "'fit.neural_horizon'": "--neural-horizon",
+    "'data.trajectory_column'": "--trajectory-column",
+    "'data.time_column'": "--time-column",
     "'data.trajectories'": "--trajectories",
     "'data.length'": "--length",
     "'data.measurement_noise'": "--noise",
@@ -350,10 +389,13 @@ _OPTIONS = {
 
 
 def _option_names(message: str) -> str:
-    """Name the command-line option rather than the config key it set."""
+    """Name the command-line option rather than the config key it set (`config
+    key 'fit.order'` -> `--order`; a quoted key among several, `'fit.order'`, too).
+    """
     for key, option in _OPTIONS.items():
         if key.startswith("'"):
             message = message.replace(f"config key {key}", option)
+            message = message.replace(key, option)
         else:
             message = message.replace(key, option)
     return message
@@ -582,8 +624,9 @@ def _add_validation_options(fit: argparse.ArgumentParser) -> None:
     fit.add_argument(
         "--validation",
         type=float,
-        default=0.25,
-        help="share of the experiments held out (data of several experiments)",
+        default=None,
+        help="share of the experiments held out, for data of several experiments "
+        "(default 0.25; not with --validation-split or --validation-data)",
     )
     fit.add_argument(
         "--validation-data",

@@ -30,8 +30,9 @@ class ConfigError(ValueError):
 class Option:
     """One config key: its type(s), default, and what values are allowed.
 
-    `choices` lists the allowed values; `low`/`high` bound numbers (inclusive);
-    `items` is the type of a list's elements (ints are accepted as floats).
+    `choices` lists the allowed values; `low`/`high` bound numbers (inclusive;
+    `above`: `low` excluded); `items` is the type of a list's elements (ints are
+    accepted as floats).
     """
 
     types: tuple[type, ...]
@@ -41,6 +42,7 @@ class Option:
     low: float | None = None
     high: float | None = None
     items: type | None = None
+    above: bool = False
 
     def check(self, key: str, value: Any) -> Any:
         if (
@@ -80,14 +82,19 @@ class Option:
         return item
 
     def _check_range(self, key: str, value: float) -> None:
-        if not math.isfinite(value) or (
-            (self.low is not None and value < self.low)
+        below = self.low is not None and (
+            value <= self.low if self.above else value < self.low
+        )
+        if (
+            not math.isfinite(value)
+            or below
             or (self.high is not None and value > self.high)
         ):
             if self.low is not None and self.high is not None:
-                wanted = f"a finite value in [{self.low:g}, {self.high:g}]"
+                opening = "(" if self.above else "["
+                wanted = f"a finite value in {opening}{self.low:g}, {self.high:g}]"
             elif self.low is not None:
-                wanted = f"a finite value >= {self.low:g}"
+                wanted = f"a finite value {'>' if self.above else '>='} {self.low:g}"
             elif self.high is not None:
                 wanted = f"a finite value <= {self.high:g}"
             else:
@@ -215,7 +222,8 @@ def read_toml(path: str | pathlib.Path) -> dict:
     try:
         if path.exists() and not path.is_file():
             raise ConfigError(f"config file {str(path)!r} is not a regular file.")
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        raw = tomllib.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"config file {str(path)!r} does not exist.") from None
     except (OSError, UnicodeDecodeError) as error:
@@ -227,6 +235,36 @@ def read_toml(path: str | pathlib.Path) -> dict:
         raise ConfigError(
             f"config file {str(path)!r} is not valid TOML: {error}"
         ) from None
+    except RecursionError:  # tomllib reads nested tables and arrays recursively
+        raise ConfigError(_too_deep(f"config file {str(path)!r}")) from None
+    check_depth(raw, f"config file {str(path)!r}")
+    return raw
+
+
+# The deepest nesting of tables and lists a config may have. The schema's deepest
+# is 3 (`[system] params = { ... }`); the bound keeps every recursive step that
+# follows (copying, checking, writing) far from Python's recursion limit.
+MAX_NESTING = 32
+
+
+def _too_deep(what: str) -> str:
+    return (
+        f"{what} is not valid TOML for a config: tables or arrays nested too deeply "
+        f"(at most {MAX_NESTING} levels)."
+    )
+
+
+def check_depth(value: Any, what: str) -> None:
+    """Refuse (one line) tables and lists nested deeper than `MAX_NESTING`; walked
+    without recursion, so any depth is safe to check."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth > MAX_NESTING:
+                raise ConfigError(_too_deep(what))
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -242,6 +280,9 @@ def parse_override(text: str) -> tuple[str, Any]:
         parsed = tomllib.loads(f"value = {value.strip()}")["value"]
     except tomllib.TOMLDecodeError:
         parsed = value.strip()
+    except RecursionError:
+        raise ConfigError(_too_deep(f"override {key!r}")) from None
+    check_depth(parsed, f"override {key!r}")
     return key, parsed
 
 
@@ -251,6 +292,8 @@ def apply_overrides(raw: dict, overrides) -> dict:
     raw = copy.deepcopy(raw)
     if isinstance(overrides, dict):
         items = list(overrides.items())
+        for key, value in items:
+            check_depth(value, f"override {key!r}")
     else:
         items = [parse_override(text) for text in overrides]
     for key, value in items:
@@ -350,28 +393,3 @@ def dump_toml(config: dict) -> str:
                 if v is not None
             ]
     return "\n".join(lines) + "\n"
-
-
-def resolve_data_file(config: dict) -> dict:
-    """Make `data.file` absolute (a run folder reruns from anywhere) and check that
-    it is a readable regular file, before anything runs."""
-    if config["kind"] != "fit" or config["data"]["file"] is None:
-        return config
-    given = config["data"]["file"]
-    path = pathlib.Path(given).expanduser()
-    try:
-        path = path.resolve()
-    except (OSError, RuntimeError) as error:
-        raise ConfigError(
-            f"config key 'data.file': cannot resolve {given!r} ({error})."
-        ) from None
-    if not path.exists():
-        raise ConfigError(f"config key 'data.file': no such file {given!r}.")
-    if not path.is_file():
-        raise ConfigError(
-            f"config key 'data.file': {given!r} is not a regular file (a folder or a "
-            "device); give a .npz or .csv dataset."
-        )
-    config = copy.deepcopy(config)
-    config["data"]["file"] = str(path)
-    return config

@@ -109,11 +109,17 @@ _FILE_ONLY = {
 
 
 def _recorded(config: dict) -> dict:
-    """The config as written to `config.toml`: only what the run used."""
+    """The config as written to `config.toml`: only what the run used (its data
+    files absolute paths, as `run_experiment` resolved them)."""
     config = copy.deepcopy(config)
     if config["kind"] == "fit":
-        unused = _SIMULATED_ONLY if config["data"]["file"] is not None else _FILE_ONLY
+        data = config["data"]
+        unused = _SIMULATED_ONLY if data["file"] is not None else _FILE_ONLY
         for section, keys in unused.items():
             for key in keys:
                 config[section].pop(key, None)
+        if data.get("validation_file") is not None or (
+            data.get("validation_split") is not None
+        ):  # these hold out the data; a share of experiments means nothing then
+            data.pop("validation", None)
     return config

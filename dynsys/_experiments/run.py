@@ -17,7 +17,7 @@ from typing import Any
 
 from .._atomic_write import with_path
 from .._compile.cache import use_compile_cache
-from .config import resolve_data_file
+from .paths import resolve_data_file
 from .results import ExperimentResult
 from .run_folder import (
     check_out,

@@ -5,18 +5,22 @@ import copy
 import inspect
 import math
 import os
+import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._type_checks import checks_own_arguments
 from .config import (
     apply_overrides,
+    check_depth,
     ConfigError,
     Option,
     read_toml,
     resolve,
     Schema,
 )
+from .paths import rebase_paths
+from .sizes import check_sizes, MAX_DEPTH, MAX_STEPS, MAX_WIDTH
 
 
 KINDS = ("fit", "train_controller")
@@ -80,15 +84,21 @@ def _fit_data_options() -> dict[str, Option]:
     """The `[data]` keys of a fit experiment."""
     return {
         "file": Option((str,), None, help=".npz/.csv dataset; else simulated"),
-        "trajectories": Option((int,), 16, low=1),
-        "length": Option((int,), 100, low=1, help="steps per trajectory"),
+        "trajectories": Option((int,), 16, low=1, high=MAX_STEPS),
+        "length": Option(
+            (int,), 100, low=1, high=MAX_STEPS, help="steps per trajectory"
+        ),
         "measurement_noise": Option((float,), 0.1, low=0),
         "process_noise": Option((float,), 0.0, low=0),
         "x0_mean": Option((float, list), 0.0, items=float),
         "x0_scale": Option((float,), 1.0, low=0),
         "input_scale": Option((float,), 1.0, low=0),
         "validation": Option(
-            (float,), 0.25, low=0, high=0.9, help="share of experiments held out"
+            (float,),
+            None,
+            low=0,
+            high=0.9,
+            help="share of experiments held out (default: 0.25 of several)",
         ),
         "validation_file": Option(
             (str,), None, help="held-out data in their own file (same channels)"
@@ -100,7 +110,9 @@ def _fit_data_options() -> dict[str, Option]:
             high=0.9,
             help="hold out the last part of each experiment by time",
         ),
-        "dt": Option((float,), None, low=0, help="sample time (s), if no times"),
+        "dt": Option(
+            (float,), None, low=0, above=True, help="sample time (s), if no times"
+        ),
         "states": Option((list,), None, items=str, help="state columns"),
         "inputs": Option((list,), None, items=str, help="input columns"),
         "outputs": Option((list,), None, items=str, help="output columns"),
@@ -117,15 +129,15 @@ def _fit_options() -> dict[str, Option]:
     return {
         "model": Option((str,), "linear", ("linear", "stable", "neural")),
         "loss": Option((str,), "simulation", ("simulation", "one_step", "shooting")),
-        "horizon": Option((int,), 20, low=1, help="shooting window"),
+        "horizon": Option((int,), 20, low=1, high=MAX_STEPS, help="shooting window"),
         "optimizer": Option(
             (str,), "default", ("default", "adam", "lbfgs"), "see fit()"
         ),
         "steps": Option(
-            (int,), None, low=1, high=10**8, help="default: the optimiser's"
+            (int,), None, low=1, high=MAX_STEPS, help="default: the optimiser's"
         ),
         "lr": Option((float,), 3e-3, low=0, help="Adam's learning rate"),
-        "batch_size": Option((int,), None, low=1),
+        "batch_size": Option((int,), None, low=1, high=MAX_STEPS),
         "ridge": Option((float,), 0.0, low=0),
         "order": Option(
             (int,), None, low=1, help="default: chosen by a structure scan"
@@ -141,13 +153,23 @@ def _fit_options() -> dict[str, Option]:
             (bool,), True, help="retry from a stabilised start if it is unstable"
         ),
         # model = "neural": fit_neural's options (docs/nonlinear-models.md).
-        "neural_horizon": Option((int,), 64, low=1, help="simulated window"),
-        "neural_past": Option((int,), 20, low=1, help="encoder's past samples"),
-        "neural_width": Option((int,), 32, low=1, help="MLP hidden width"),
-        "neural_depth": Option((int,), 2, low=2, help="MLP layers"),
-        "neural_steps": Option((int,), 10000, low=1, help="Adam steps (a maximum)"),
+        "neural_horizon": Option(
+            (int,), 64, low=1, high=MAX_STEPS, help="simulated window"
+        ),
+        "neural_past": Option(
+            (int,), 20, low=1, high=MAX_STEPS, help="encoder's past samples"
+        ),
+        "neural_width": Option(
+            (int,), 32, low=1, high=MAX_WIDTH, help="MLP hidden width"
+        ),
+        "neural_depth": Option((int,), 2, low=2, high=MAX_DEPTH, help="MLP layers"),
+        "neural_steps": Option(
+            (int,), 10000, low=1, high=MAX_STEPS, help="Adam steps (a maximum)"
+        ),
         "neural_lr": Option((float,), 1e-3, low=0, help="Adam's learning rate"),
-        "neural_batch_size": Option((int,), 64, low=1, help="windows per step"),
+        "neural_batch_size": Option(
+            (int,), 64, low=1, high=MAX_STEPS, help="windows per step"
+        ),
     }
 
 
@@ -157,8 +179,8 @@ def _train_options() -> Schema:
     return {
         "controller": {
             "type": Option((str,), "stacked", ("linear", "mlp", "stacked")),
-            "width": Option((int,), 16, low=1),
-            "depth": Option((int,), 4, low=0),
+            "width": Option((int,), 16, low=1, high=MAX_WIDTH),
+            "depth": Option((int,), 4, low=0, high=MAX_DEPTH),
             "bound": Option((float,), None, low=0, help="actuator limit"),
             "use_time": Option((bool,), False),
         },
@@ -169,12 +191,12 @@ def _train_options() -> Schema:
             "Q_final": Option((float, list), None, items=float, low=0),
         },
         "train": {
-            "horizon": Option((int,), 60, low=1),
-            "initial_states": Option((int,), 64, low=1),
-            "test_states": Option((int,), 8, low=1),
+            "horizon": Option((int,), 60, low=1, high=MAX_STEPS),
+            "initial_states": Option((int,), 64, low=1, high=MAX_STEPS),
+            "test_states": Option((int,), 8, low=1, high=MAX_STEPS),
             "spread": Option((float, list), 1.0, items=float, low=0),
-            "batch_size": Option((int,), None, low=1),
-            "steps": Option((int,), 400, low=1, high=10**8),
+            "batch_size": Option((int,), None, low=1, high=MAX_STEPS),
+            "steps": Option((int,), 400, low=1, high=MAX_STEPS),
             "lr": Option((float,), 1e-2, low=0),
             "schedule": Option((str,), "cosine", ("constant", "cosine")),
             "clip": Option((float,), None, low=0, help="global gradient-norm clip"),
@@ -214,8 +236,10 @@ def resolve_config(
     ```
     """
     if isinstance(config, str | os.PathLike):
-        raw = read_toml(config)
+        # Its relative paths are read from its folder; those of --set, from here.
+        raw = rebase_paths(read_toml(config), pathlib.Path(config).parent)
     elif isinstance(config, Mapping):
+        check_depth(dict(config), "config")
         raw = copy.deepcopy(dict(config))
     else:
         raise TypeError(
@@ -243,6 +267,7 @@ def resolve_config(
             f"config key 'name': expected at most 150 characters (it names a folder), "
             f"got {len(name)}."
         )
+    check_sizes(resolved)
     # A fit of a data file simulates nothing: its zoo model is not built (0.07 s).
     simulated = resolved.get("data", {}).get("file") is None
     _check_params(resolved["system"]["model"], resolved["system"]["params"], simulated)

@@ -72,8 +72,8 @@ def model_warnings(name: str, model, data, found: list[str]) -> None:
         add(
             found,
             f"the {name} model's input gain is negligible (it ignores the inputs); "
-            "check the input columns, the excitation, or try --feedthrough or "
-            "another --order",
+            "check the input columns, the excitation, or try config key "
+            "'fit.feedthrough' or another config key 'fit.order'",
         )
 
 
@@ -118,7 +118,7 @@ def fit_warnings(result, reason: str | None, found: list[str]) -> None:
         add(
             found,
             f"the fit ended at its step cap ({len(result.losses)} steps) before "
-            "converging; more --steps may improve it",
+            "converging; more steps (config key 'fit.steps') may improve it",
         )
     if result.best_step == 0 and len(result.losses) > 1:
         what = "validation" if result.val_losses else "training"

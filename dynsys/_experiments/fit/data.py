@@ -3,6 +3,7 @@ and the true system kept for comparison) or read from a file, named, and split
 into estimation and validation experiments (`load_data`, the first stage)."""
 
 import dataclasses
+import math
 import zipfile
 from typing import Any
 
@@ -12,6 +13,38 @@ from ..config import ConfigError
 from ..outcome import config_vector as _vector
 from ..runtime.compile_clock import stage
 from ..schema import zoo, zoo_names
+
+
+# The share of experiments held out when `data.validation` is not given.
+DEFAULT_VALIDATION = 0.25
+
+
+def unused_validation(config: dict, data) -> str | None:
+    """A note (one line) when `data.validation` was given but holds nothing out:
+    a validation file or `data.validation_split` decides instead, or the data are
+    one experiment (whose last part is held out by time); `None` otherwise."""
+    data_cfg = config["data"]
+    given = data_cfg["validation"]
+    if given is None:
+        return None
+    key = f"config key 'data.validation' ({given:g})"
+    if data_cfg["validation_file"] is not None:
+        return f"{key} is not used: the validation file is held out instead"
+    if data_cfg["validation_split"] is not None:
+        return (
+            f"{key} is not used: config key 'data.validation_split' "
+            f"({data_cfg['validation_split']:g}) holds out the last part of each "
+            "experiment instead"
+        )
+    if data.num_trajectories == 1 and given > 0:
+        held = (
+            "the last third of it is held out by time instead (config key "
+            "'data.validation_split' chooses how much)"
+            if data_cfg["file"] is not None
+            else "nothing is held out"
+        )
+        return f"{key} holds out whole experiments, but the data are one; {held}"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +231,7 @@ def _from_file(config: dict) -> _Data:
     if data_cfg["validation_file"] is not None:
         validation = _read(data_cfg, "validation_file")
         _check_same_channels(data, validation, data_cfg["validation_file"])
+        _check_same_dt(data, validation, data_cfg)
         source += "; held out: " + _described(data_cfg["validation_file"], validation)
     return _Data(data, source, validation=validation)
 
@@ -213,6 +247,34 @@ def _check_same_channels(data, validation, path: str) -> None:
                 f"{list(have)}, but the estimation data has {list(want)}; give a "
                 "file with the same channels."
             )
+
+
+def _check_same_dt(data, validation, data_cfg: dict) -> None:
+    """The validation file must have the estimation file's sample time: a time
+    column in one file only, or time columns that disagree, are refused (as
+    `data.dt` with a validation file whose times disagree already is)."""
+    if data.dt == validation.dt or (
+        data.dt is not None
+        and validation.dt is not None
+        and math.isclose(data.dt, validation.dt, rel_tol=1e-6)
+    ):
+        return
+
+    def says(dt) -> str:
+        return "no sample time (no time column)" if dt is None else f"dt {dt:g} s"
+
+    known = data.dt if data.dt is not None else validation.dt
+    both = data.dt is not None and validation.dt is not None
+    fix = (
+        "give files with the same sample time"
+        if both
+        else f"set config key 'data.dt' to {known:g} for both"
+    )
+    raise ConfigError(
+        f"config key 'data.validation_file': {data_cfg['validation_file']} has "
+        f"{says(validation.dt)}, but the estimation data ({data_cfg['file']}) have "
+        f"{says(data.dt)}; {fix}."
+    )
 
 
 def _columns(data) -> str:
@@ -238,9 +300,11 @@ def _split(config: dict, run: _Data):
 
     A validation file is held out whole; `data.validation_split` (or, for a file of
     one experiment, 1/3) holds out the last part of each experiment by time;
-    otherwise `data.validation` holds out whole experiments."""
+    otherwise `data.validation` (default `DEFAULT_VALIDATION`) holds out whole
+    experiments."""
     data_cfg = config["data"]
     data, fraction = run.data, data_cfg["validation"]
+    fraction = DEFAULT_VALIDATION if fraction is None else fraction
     if run.validation is not None:
         return data, run.validation, None, "the validation file"
     split = data_cfg["validation_split"]

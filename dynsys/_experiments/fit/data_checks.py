@@ -9,6 +9,7 @@ import numpy as np
 
 from ..config import ConfigError
 from ..runtime.compile_clock import stage
+from .data import unused_validation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +27,10 @@ def check_data(config: dict, data, echo) -> DataChecks:
     with stage("data"):
         findings = run_data_checks(config, data.run.data, data.run.source, echo)
         overlap = split_overlap(data.train, data.val)
+    unused = unused_validation(config, data.run.data)
+    if unused is not None:
+        echo(f"  data check (warn): {unused}")
+        findings.append({"level": "warn", "kind": "unused_option", "message": unused})
     if overlap is not None:
         echo(f"  data check (warn): {overlap['message']}")
         findings.append(overlap)

@@ -8,10 +8,10 @@ from typing import Any
 
 from ..._distributed import share_between_processes
 from ..._compile.jit import host_key
-from ..config import ConfigError
 from ..runtime.compile_clock import stage
 from . import checks as fit_checks
 from .order import refined_size
+from .typed_config import FitConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,36 +24,6 @@ class Estimate:
     optimiser: str  # the optimiser, in words (metrics.json "optimizer")
     continued: int  # steps continued from the structure scan's refinement
     stop_reason: str | None  # for metrics.json
-
-
-def _solver(fit_cfg: dict):
-    """`fit`'s `solver` from the config key `fit.optimizer` (None for the
-    default), num_steps or None, a description."""
-    name, steps = fit_cfg["optimizer"], fit_cfg["steps"]
-    if name == "default":
-        return None, steps, "the default optimiser"
-    import optax
-
-    if name == "lbfgs":
-        return optax.lbfgs(), steps or 200, "L-BFGS"
-    return optax.adam(fit_cfg["lr"]), steps or 400, f"Adam (lr {fit_cfg['lr']:g})"
-
-
-def _loss(fit_cfg: dict, train_data):
-    """`fit`'s loss object from the config key `fit.loss`."""
-    from ..._fitting.losses import MultipleShooting, OneStep, Simulation
-
-    if fit_cfg["loss"] == "simulation":
-        return Simulation()
-    if fit_cfg["loss"] == "one_step":
-        return OneStep()
-    if fit_cfg["horizon"] > train_data.num_steps:
-        raise ConfigError(
-            f"config key 'fit.horizon': the shooting window ({fit_cfg['horizon']} "
-            f"steps) is longer than the training experiments ({train_data.num_steps} "
-            "steps)."
-        )
-    return MultipleShooting(fit_cfg["horizon"])
 
 
 def stable_if_asked(fit_cfg: dict, model):
@@ -83,16 +53,12 @@ def fit_model(
     from ..._fitting.fit import fit
     from ..._fitting.fit_padded import fit_padded
 
-    fit_cfg = config["fit"]
-    solver, num_steps, described = _solver(fit_cfg)
+    options = FitConfig.from_section(config["fit"], train_data)
     started = time.perf_counter()
     fitter = functools.partial(
         fit if size is None else fit_padded,
         **({} if size is None else {"size": size[0], "feedthrough": size[1]}),
-        loss=_loss(fit_cfg, train_data),
-        solver=solver,
-        num_steps=num_steps,
-        batch_size=fit_cfg["batch_size"],
+        **options.arguments(),
         key=host_key(config["seed"] + 1),
         progress=progress,
         val_data=val_data,
@@ -105,7 +71,7 @@ def fit_model(
         except NotResumable:  # another problem (a stabilised start, other options)
             result, continued = fitter(start_model, data), 0
     seconds = time.perf_counter() - started
-    used = getattr(result, "optimizer", None) or described
+    used = getattr(result, "optimizer", None) or options.described
     fitted = as_linear(result.model)
     return Estimate(result, fitted, seconds, used, continued, result.stop_reason)
 

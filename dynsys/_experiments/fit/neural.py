@@ -8,6 +8,8 @@ import time
 import numpy as np
 
 from ..config import ConfigError
+from ..sizes import check_neural_memory
+from .typed_config import NeuralConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,28 +36,32 @@ def _scores(measured, predicted, lengths) -> tuple[list[float], list[float]]:
     return [float(v) for v in fit], [float(v) for v in rms]
 
 
-def _options(fit_cfg: dict) -> dict:
-    return dict(
-        horizon=fit_cfg["neural_horizon"],
-        past=fit_cfg["neural_past"],
-        width_size=fit_cfg["neural_width"],
-        depth=fit_cfg["neural_depth"],
-        num_steps=fit_cfg["neural_steps"],
-        learning_rate=fit_cfg["neural_lr"],
-        batch_size=fit_cfg["neural_batch_size"],
-    )
-
-
-def check_windows(fit_cfg: dict, train, val) -> None:
+def check_windows(fit_cfg: dict, train, val, itemsize: int) -> None:
     """Refuse, before the linear stage, a `neural_horizon` (with `neural_past`)
-    too long for the estimation records or a `neural_past` not shorter than the
-    validation records: `fit_neural`'s own checks, in config keys."""
+    too long for the estimation records, a `neural_past` not shorter than the
+    validation records (`fit_neural`'s own checks, in config keys), or sizes whose
+    training would not fit in memory (`sizes.check_neural_memory`)."""
     from ..._sysid.neural import check_arguments
 
+    past, horizon = fit_cfg["neural_past"], fit_cfg["neural_horizon"]
+    longest = max(train.lengths)
+    if past + horizon > longest:
+        # The larger of the two is named first: it is the one to shorten.
+        keys = [("fit.neural_past", past), ("fit.neural_horizon", horizon)]
+        (first, a), (second, b) = sorted(keys, key=lambda item: -item[1])
+        raise ConfigError(
+            f"config key '{first}' ({a}) with '{second}' ({b}): a training window "
+            f"of past + horizon = {past + horizon} samples is longer than the "
+            f"longest estimation record ({longest}); choose a shorter horizon or "
+            "past."
+        )
     try:
-        check_arguments(train, val, fit_cfg["neural_past"], fit_cfg["neural_horizon"])
+        check_arguments(train, val, past, horizon)
     except ValueError as error:
         raise ConfigError(_in_config_keys(error)) from None
+    windows = sum(max(0, T - past - horizon + 1) for T in train.lengths)
+    channels = train.output_size + train.input_size
+    check_neural_memory(fit_cfg, channels, windows, itemsize)
 
 
 def _in_config_keys(error: ValueError) -> str:
@@ -69,7 +75,7 @@ def _train(config, train, val, linear, progress):
 
     from ..._sysid.neural import fit_neural
 
-    options = _options(config["fit"])
+    options = NeuralConfig.from_section(config["fit"]).arguments()
     try:
         return fit_neural(
             train, val, base=linear, key=jax.random.key(config["seed"]),

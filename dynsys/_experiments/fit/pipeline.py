@@ -58,7 +58,8 @@ def _check_model_choice(config: dict, data: FitData) -> None:
         )
     from .neural import check_windows
 
-    check_windows(config["fit"], data.train, data.val)
+    itemsize = 8 if config["precision"] == "float64" else 4
+    check_windows(config["fit"], data.train, data.val, itemsize)
 
 
 def _fit_outputs(

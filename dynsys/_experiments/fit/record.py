@@ -54,11 +54,15 @@ def _head_notes(data, described: str, start_notes, result) -> list[str]:
 
 
 def _with_data_checks(metrics: dict, checks) -> dict:
-    """`metrics` with the data checks, the split's overlap warning first."""
+    """`metrics` with the data checks, the split's overlap warning and an unused
+    option's note first."""
     metrics["data_checks"] = checks.findings
+    first = [f["message"] for f in checks.findings if f["kind"] == "unused_option"]
     if checks.overlap is not None:
+        first.insert(0, checks.overlap["message"])
+    if first:
         warned = metrics.setdefault("warnings", [])
-        warned.insert(0, checks.overlap["message"])
+        warned[:0] = [line.rstrip(".") + "." for line in first]
     return metrics
 
 

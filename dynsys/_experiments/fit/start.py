@@ -33,6 +33,7 @@ def find_start(config: dict, train, val, found: list[str], echo) -> Start:
     the warnings go to `found`."""
     fit_cfg = config["fit"]
     _check_order(config, train, val)
+    _warn_high_order(fit_cfg, train, found, echo)
     with stage("subspace"):
         subspace, singular_values, seconds, chosen, scan = _subspace_start(
             fit_cfg, train, val, echo
@@ -76,6 +77,46 @@ def _check_order(config: dict, train, val) -> None:
             f"of an experiment, too few to validate a model of order {order} (its "
             "initial state alone has that many unknowns); hold out more."
         )
+
+
+# A given order is far above what the data support when its model has more than
+# this many parameters per measured value of the estimation data.
+PARAMETERS_PER_SAMPLE = 0.25
+
+
+def _parameters(order: int, train, feedthrough: bool | None) -> int:
+    """The free parameters of a linear model of `order` on `train`: `K`, `B`, `C`
+    (and `D` when `feedthrough`)."""
+    m, p = train.input_size, train.output_size
+    return order * order + order * (m + p) + (p * m if feedthrough else 0)
+
+
+def _warn_high_order(fit_cfg: dict, train, found: list[str], echo) -> None:
+    """Warn (one line, before any work) when the given order's model has more
+    than `PARAMETERS_PER_SAMPLE` parameters per measured value, with its cost
+    against the structure scan's largest order."""
+    from .order import SCAN_MAX_ORDER
+
+    order = fit_cfg["order"]
+    if order is None or order <= SCAN_MAX_ORDER:
+        return
+    values = sum(train.lengths) * train.output_size
+    count = _parameters(order, train, fit_cfg["feedthrough"])
+    if count <= PARAMETERS_PER_SAMPLE * values:
+        return
+    scanned = _parameters(SCAN_MAX_ORDER, train, fit_cfg["feedthrough"])
+    outputs = f"{train.output_size} output{'s' * (train.output_size != 1)}"
+    line = (
+        f"config key 'fit.order': order {order} is far above what the data support: "
+        f"its model has {count:,} parameters for {sum(train.lengths):,} estimation "
+        f"samples of {outputs} ({count / values:.2g} per measured value; above "
+        f"{PARAMETERS_PER_SAMPLE:g} a model fits the noise); expect a much longer "
+        f"run ({count / scanned:.0f}x the parameters of order {SCAN_MAX_ORDER}, the "
+        "structure scan's largest; the fit's time grows faster than that) and a "
+        "model that does not validate"
+    )
+    echo(f"  warning: {line}")
+    fit_checks.add(found, line)
 
 
 def _subspace_start(fit_cfg: dict, train, val, echo):
@@ -161,15 +202,15 @@ def _stabilised_if_needed(fit_cfg: dict, start, train, found, echo):
         fit_checks.add(
             found,
             f"the subspace start is unstable (max |eigenvalue| {rho:.4f}) while the "
-            "data look bounded; not stabilised (fit.stabilise = false)",
+            "data look bounded; not stabilised (config key 'fit.stabilise')",
         )
         return start, []
     stable = stabilised_start(start, train)
     line = (
         f"the subspace start was unstable (max |eigenvalue| {rho:.4f}) while the "
         "data look bounded: the fit starts from it with the unstable eigenvalues "
-        "reflected into the unit disc and B, D re-estimated (turn off with "
-        "--no-stabilise)"
+        "reflected into the unit disc and B, D re-estimated (turn off with config "
+        "key 'fit.stabilise')"
     )
     echo(f"  {line}")
     return stable, [line[0].upper() + line[1:] + ".", ""]
