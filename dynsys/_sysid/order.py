@@ -219,6 +219,18 @@ def information_criteria(model, data, parameters: int) -> tuple[float, float, fl
     return float(aic), float(bic), float(fpe)
 
 
+def held_out_fit(model, val_data) -> tuple[tuple[float, ...], float]:
+    """`model`'s free-run fit % on `val_data` (initial states estimated by least
+    squares): `(per channel, mean)`, the mean `-inf` when no channel varies."""
+    val_signals = signals(val_data, "select_order")
+    measured = np.asarray(val_signals.ys, dtype=np.float64)
+    predicted = free_run(model, val_signals)
+    mask = np.asarray(val_signals.mask)
+    values = channel_fit_percent(measured, predicted, mask=mask, xp=np)
+    mean = float(channel_mean(values, xp=np))
+    return tuple(float(v) for v in values), (-math.inf if math.isnan(mean) else mean)
+
+
 def _score(model, data, val_data, order, feedthrough, refined, started):
     """The `OrderCandidate` row of a fitted model."""
     p = model.output_size
@@ -226,14 +238,7 @@ def _score(model, data, val_data, order, feedthrough, refined, started):
     parameters = order * (m + p) + (p * m if feedthrough else 0)
     fit_percent = mean = None
     if val_data is not None:
-        val_signals = signals(val_data, "select_order")
-        measured = np.asarray(val_signals.ys, dtype=np.float64)
-        predicted = free_run(model, val_signals)
-        mask = np.asarray(val_signals.mask)
-        values = channel_fit_percent(measured, predicted, mask=mask, xp=np)
-        fit_percent = tuple(float(v) for v in values)
-        mean = float(channel_mean(values, xp=np))
-        mean = -math.inf if math.isnan(mean) else mean  # no channel varies: last
+        fit_percent, mean = held_out_fit(model, val_data)
     aic, bic, fpe = information_criteria(model, data, parameters)
     rho = spectral_radius(model.K)
     return OrderCandidate(
@@ -297,14 +302,20 @@ def _refined_candidate(data, val_data, row, start, options, size):
     return refined, model, result
 
 
-def _choose(rows, criterion: str, tolerance: float, stable: bool = False) -> int:
+def _choose(
+    rows, criterion: str, tolerance: float, stable: bool = False, margin=math.inf
+) -> int:
     """The index of the chosen row: the lowest criterion; with `"validation"`, the
     fewest parameters among the rows within `tolerance` points of the best mean
-    fit (a tie: the lower order). With `stable`, only the stable rows compete
-    when there is one."""
+    fit (a tie: the lower order). With `stable`, only the stable rows compete when
+    there is one and (with `"validation"`) the best of them validates within
+    `margin` points of the best row."""
     if stable and any(r.stable for r in rows) and not all(r.stable for r in rows):
         kept = [i for i, r in enumerate(rows) if r.stable]
-        return kept[_choose([rows[i] for i in kept], criterion, tolerance)]
+        best_stable = max(rows[i].mean_fit for i in kept)
+        best = max(r.mean_fit for r in rows)
+        if criterion != "validation" or best_stable >= best - margin:
+            return kept[_choose([rows[i] for i in kept], criterion, tolerance)]
     if criterion != "validation":
         values = [getattr(r, criterion) for r in rows]
         values = [v if np.isfinite(v) or v < 0 else np.inf for v in values]
@@ -373,6 +384,7 @@ def select_order(
     refine: int | None = None,
     stop_after: int | None = None,
     stable: bool = False,
+    stable_margin: float = math.inf,
     horizon: int | None = None,
     offset: bool = True,
     fit_options: dict | None = None,
@@ -416,6 +428,11 @@ def select_order(
     - `stable`: choose among the stable candidates (spectral radius below 1)
         when there is one, as for data from a plant known to be stable; an
         unstable model can validate well on a finite record and still diverge.
+    - `stable_margin`: with `stable` and `"validation"`, the stable candidates
+        are preferred only while the best of them validates within this many
+        fit-% points of the best candidate (default: always). Bounded data do not
+        make a stable plant: an unstable plant under feedback gives bounded data,
+        and only its unstable models validate.
     - `horizon`, `offset`: passed to `fit_subspace`.
     - `fit_options`: keyword arguments for `fit` (e.g. `{"num_steps": 100}`).
 
@@ -445,6 +462,13 @@ def select_order(
         call, s, feedthrough, method, criterion, val_data
     )
     _check_numbers(call, tolerance, stop_after, refine)
+    if isinstance(stable_margin, bool) or not (
+        isinstance(stable_margin, (int, float)) and stable_margin >= 0
+    ):
+        raise ValueError(
+            f"{call}(stable_margin=...): expected a number >= 0, got "
+            f"{stable_margin!r}."
+        )
     warn_findings(call, check_data(data))
     bases = subspace_bases(call, data, horizon=horizon, offset=offset)
     options = {"bases": bases, "fit": dict(fit_options or {})}
@@ -464,7 +488,7 @@ def select_order(
             rows[i], models[i], fit_results[i] = _refined_candidate(
                 data, val_data, rows[i], models[i], options, size
             )
-    chosen = _choose(rows, criterion, float(tolerance), stable)
+    chosen = _choose(rows, criterion, float(tolerance), stable, float(stable_margin))
     return OrderSelection(
         candidates=tuple(rows),
         order=rows[chosen].order,
