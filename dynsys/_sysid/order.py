@@ -24,6 +24,9 @@ from .subspace import largest_order, realise, subspace_bases
 
 
 _DEFAULT_MAX_ORDER = 10
+# A mean fit % below this is reported as a diverged free run, not as a number
+# (a model whose free run grows without bound scores fit % like -1e65).
+DIVERGED_FIT_PERCENT = -1000.0
 _CRITERIA = ("validation", "aic", "bic", "fpe")
 _METHODS = ("subspace", "fit")
 
@@ -55,6 +58,13 @@ class OrderCandidate:
     stable: bool
     refined: bool
     seconds: float
+
+    @property
+    def diverged(self) -> bool:
+        """Whether the free run on the validation data diverged: a mean fit % below
+        `DIVERGED_FIT_PERCENT` (an error over 11 times the outputs' spread) or not
+        finite; `False` without validation data."""
+        return self.mean_fit is not None and not self.mean_fit > DIVERGED_FIT_PERCENT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,21 +110,30 @@ class OrderSelection:
                 return [clean(v) for v in value]
             return value
 
-        return [
-            {k: clean(v) for k, v in dataclasses.asdict(c).items()}
-            for c in self.candidates
-        ]
+        def row(c: OrderCandidate) -> dict:
+            entries = {k: clean(v) for k, v in dataclasses.asdict(c).items()}
+            if c.diverged:  # no meaningless 60-digit fit %
+                entries["fit_percent"] = [None] * len(c.fit_percent or ())
+                entries["mean_fit"] = None
+            return {**entries, "diverged": c.diverged}
+
+        return [row(c) for c in self.candidates]
 
     def markdown(self) -> str:
-        """The table as Markdown, the chosen row marked."""
+        """The table as Markdown, the chosen row marked; a diverged candidate's fit
+        % cells read `diverged (|λ| ...)`."""
         channels = list(self.channels) if self.candidates[0].fit_percent else []
         head = ["order", "D", *[f"fit % {c}" for c in channels]]
         head += ["mean fit %", "AIC", "BIC", "FPE", "max abs eig", "refined", "chosen"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for c in self.candidates:
             cells = [str(c.order), "yes" if c.feedthrough else "no"]
-            cells += [fit_percent_text(v) for v in c.fit_percent or ()]
-            cells += ["" if c.mean_fit is None else f"{c.mean_fit:.1f}"]
+            if c.diverged:
+                gone = f"diverged (\\|λ\\| {c.spectral_radius:.4g})"
+                cells += [gone] * (len(c.fit_percent or ()) + 1)
+            else:
+                cells += [fit_percent_text(v) for v in c.fit_percent or ()]
+                cells += ["" if c.mean_fit is None else f"{c.mean_fit:.1f}"]
             cells += [f"{c.aic:.5g}", f"{c.bic:.5g}", f"{c.fpe:.4g}"]
             cells += [f"{c.spectral_radius:.4f}", "yes" if c.refined else ""]
             cells += ["**yes**" if c is self.chosen else ""]
@@ -421,7 +440,8 @@ def select_order(
     - `val_data`: held-out data with the same channels (for `"validation"`).
     - `tolerance`: fit-% points (above), `>= 0`.
     - `refine`: with `method="fit"`, how many of the best subspace candidates are
-        refined (`None`: all).
+        refined (`None`: all); with `stable`, the best stable candidate is refined
+        too when none of them is stable (the choice compares refined models).
     - `stop_after`: stop the scan (orders ascending) once this many successive
         orders have not beaten the best score so far (mean validation fit by more
         than `tolerance`, or the criterion); `None` scans every order.
@@ -480,7 +500,11 @@ def select_order(
     if method == "fit":
         from .._fitting.padded import padded_size, worth_padding
 
-        refined = _ranking(rows, criterion)[: refine or len(rows)]
+        ranking = _ranking(rows, criterion)
+        refined = ranking[: refine or len(rows)]
+        if stable and not any(rows[i].stable for i in refined):
+            # stable and unstable candidates are judged after the same refinement
+            refined += [i for i in ranking if rows[i].stable][:1]
         size = padded_size((rows[i].order, rows[i].feedthrough) for i in refined)
         if not worth_padding(models[refined[0]], *size, data):
             size = None
