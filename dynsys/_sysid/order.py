@@ -24,6 +24,9 @@ from .subspace import largest_order, realise, subspace_bases
 
 
 _DEFAULT_MAX_ORDER = 10
+# A mean fit % below this is reported as a diverged free run, not as a number
+# (a model whose free run grows without bound scores fit % like -1e65).
+DIVERGED_FIT_PERCENT = -1000.0
 _CRITERIA = ("validation", "aic", "bic", "fpe")
 _METHODS = ("subspace", "fit")
 
@@ -55,6 +58,13 @@ class OrderCandidate:
     stable: bool
     refined: bool
     seconds: float
+
+    @property
+    def diverged(self) -> bool:
+        """Whether the free run on the validation data diverged: a mean fit % below
+        `DIVERGED_FIT_PERCENT` (an error over 11 times the outputs' spread) or not
+        finite; `False` without validation data."""
+        return self.mean_fit is not None and not self.mean_fit > DIVERGED_FIT_PERCENT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,21 +110,30 @@ class OrderSelection:
                 return [clean(v) for v in value]
             return value
 
-        return [
-            {k: clean(v) for k, v in dataclasses.asdict(c).items()}
-            for c in self.candidates
-        ]
+        def row(c: OrderCandidate) -> dict:
+            entries = {k: clean(v) for k, v in dataclasses.asdict(c).items()}
+            if c.diverged:  # no meaningless 60-digit fit %
+                entries["fit_percent"] = [None] * len(c.fit_percent or ())
+                entries["mean_fit"] = None
+            return {**entries, "diverged": c.diverged}
+
+        return [row(c) for c in self.candidates]
 
     def markdown(self) -> str:
-        """The table as Markdown, the chosen row marked."""
+        """The table as Markdown, the chosen row marked; a diverged candidate's fit
+        % cells read `diverged (|λ| ...)`."""
         channels = list(self.channels) if self.candidates[0].fit_percent else []
         head = ["order", "D", *[f"fit % {c}" for c in channels]]
         head += ["mean fit %", "AIC", "BIC", "FPE", "max abs eig", "refined", "chosen"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for c in self.candidates:
             cells = [str(c.order), "yes" if c.feedthrough else "no"]
-            cells += [fit_percent_text(v) for v in c.fit_percent or ()]
-            cells += ["" if c.mean_fit is None else f"{c.mean_fit:.1f}"]
+            if c.diverged:
+                gone = f"diverged (\\|λ\\| {c.spectral_radius:.4g})"
+                cells += [gone] * (len(c.fit_percent or ()) + 1)
+            else:
+                cells += [fit_percent_text(v) for v in c.fit_percent or ()]
+                cells += ["" if c.mean_fit is None else f"{c.mean_fit:.1f}"]
             cells += [f"{c.aic:.5g}", f"{c.bic:.5g}", f"{c.fpe:.4g}"]
             cells += [f"{c.spectral_radius:.4f}", "yes" if c.refined else ""]
             cells += ["**yes**" if c is self.chosen else ""]
@@ -219,6 +238,18 @@ def information_criteria(model, data, parameters: int) -> tuple[float, float, fl
     return float(aic), float(bic), float(fpe)
 
 
+def held_out_fit(model, val_data) -> tuple[tuple[float, ...], float]:
+    """`model`'s free-run fit % on `val_data` (initial states estimated by least
+    squares): `(per channel, mean)`, the mean `-inf` when no channel varies."""
+    val_signals = signals(val_data, "select_order")
+    measured = np.asarray(val_signals.ys, dtype=np.float64)
+    predicted = free_run(model, val_signals)
+    mask = np.asarray(val_signals.mask)
+    values = channel_fit_percent(measured, predicted, mask=mask, xp=np)
+    mean = float(channel_mean(values, xp=np))
+    return tuple(float(v) for v in values), (-math.inf if math.isnan(mean) else mean)
+
+
 def _score(model, data, val_data, order, feedthrough, refined, started):
     """The `OrderCandidate` row of a fitted model."""
     p = model.output_size
@@ -226,14 +257,7 @@ def _score(model, data, val_data, order, feedthrough, refined, started):
     parameters = order * (m + p) + (p * m if feedthrough else 0)
     fit_percent = mean = None
     if val_data is not None:
-        val_signals = signals(val_data, "select_order")
-        measured = np.asarray(val_signals.ys, dtype=np.float64)
-        predicted = free_run(model, val_signals)
-        mask = np.asarray(val_signals.mask)
-        values = channel_fit_percent(measured, predicted, mask=mask, xp=np)
-        fit_percent = tuple(float(v) for v in values)
-        mean = float(channel_mean(values, xp=np))
-        mean = -math.inf if math.isnan(mean) else mean  # no channel varies: last
+        fit_percent, mean = held_out_fit(model, val_data)
     aic, bic, fpe = information_criteria(model, data, parameters)
     rho = spectral_radius(model.K)
     return OrderCandidate(
@@ -297,14 +321,20 @@ def _refined_candidate(data, val_data, row, start, options, size):
     return refined, model, result
 
 
-def _choose(rows, criterion: str, tolerance: float, stable: bool = False) -> int:
+def _choose(
+    rows, criterion: str, tolerance: float, stable: bool = False, margin=math.inf
+) -> int:
     """The index of the chosen row: the lowest criterion; with `"validation"`, the
     fewest parameters among the rows within `tolerance` points of the best mean
-    fit (a tie: the lower order). With `stable`, only the stable rows compete
-    when there is one."""
+    fit (a tie: the lower order). With `stable`, only the stable rows compete when
+    there is one and (with `"validation"`) the best of them validates within
+    `margin` points of the best row."""
     if stable and any(r.stable for r in rows) and not all(r.stable for r in rows):
         kept = [i for i, r in enumerate(rows) if r.stable]
-        return kept[_choose([rows[i] for i in kept], criterion, tolerance)]
+        best_stable = max(rows[i].mean_fit for i in kept)
+        best = max(r.mean_fit for r in rows)
+        if criterion != "validation" or best_stable >= best - margin:
+            return kept[_choose([rows[i] for i in kept], criterion, tolerance)]
     if criterion != "validation":
         values = [getattr(r, criterion) for r in rows]
         values = [v if np.isfinite(v) or v < 0 else np.inf for v in values]
@@ -373,6 +403,7 @@ def select_order(
     refine: int | None = None,
     stop_after: int | None = None,
     stable: bool = False,
+    stable_margin: float = math.inf,
     horizon: int | None = None,
     offset: bool = True,
     fit_options: dict | None = None,
@@ -409,13 +440,19 @@ def select_order(
     - `val_data`: held-out data with the same channels (for `"validation"`).
     - `tolerance`: fit-% points (above), `>= 0`.
     - `refine`: with `method="fit"`, how many of the best subspace candidates are
-        refined (`None`: all).
+        refined (`None`: all); with `stable`, the best stable candidate is refined
+        too when none of them is stable (the choice compares refined models).
     - `stop_after`: stop the scan (orders ascending) once this many successive
         orders have not beaten the best score so far (mean validation fit by more
         than `tolerance`, or the criterion); `None` scans every order.
     - `stable`: choose among the stable candidates (spectral radius below 1)
         when there is one, as for data from a plant known to be stable; an
         unstable model can validate well on a finite record and still diverge.
+    - `stable_margin`: with `stable` and `"validation"`, the stable candidates
+        are preferred only while the best of them validates within this many
+        fit-% points of the best candidate (default: always). Bounded data do not
+        make a stable plant: an unstable plant under feedback gives bounded data,
+        and only its unstable models validate.
     - `horizon`, `offset`: passed to `fit_subspace`.
     - `fit_options`: keyword arguments for `fit` (e.g. `{"num_steps": 100}`).
 
@@ -445,6 +482,13 @@ def select_order(
         call, s, feedthrough, method, criterion, val_data
     )
     _check_numbers(call, tolerance, stop_after, refine)
+    if isinstance(stable_margin, bool) or not (
+        isinstance(stable_margin, (int, float)) and stable_margin >= 0
+    ):
+        raise ValueError(
+            f"{call}(stable_margin=...): expected a number >= 0, got "
+            f"{stable_margin!r}."
+        )
     warn_findings(call, check_data(data))
     bases = subspace_bases(call, data, horizon=horizon, offset=offset)
     options = {"bases": bases, "fit": dict(fit_options or {})}
@@ -456,7 +500,11 @@ def select_order(
     if method == "fit":
         from .._fitting.padded import padded_size, worth_padding
 
-        refined = _ranking(rows, criterion)[: refine or len(rows)]
+        ranking = _ranking(rows, criterion)
+        refined = ranking[: refine or len(rows)]
+        if stable and not any(rows[i].stable for i in refined):
+            # stable and unstable candidates are judged after the same refinement
+            refined += [i for i in ranking if rows[i].stable][:1]
         size = padded_size((rows[i].order, rows[i].feedthrough) for i in refined)
         if not worth_padding(models[refined[0]], *size, data):
             size = None
@@ -464,7 +512,7 @@ def select_order(
             rows[i], models[i], fit_results[i] = _refined_candidate(
                 data, val_data, rows[i], models[i], options, size
             )
-    chosen = _choose(rows, criterion, float(tolerance), stable)
+    chosen = _choose(rows, criterion, float(tolerance), stable, float(stable_margin))
     return OrderSelection(
         candidates=tuple(rows),
         order=rows[chosen].order,

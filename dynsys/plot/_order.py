@@ -22,9 +22,22 @@ _LABELS = {
 
 
 def _values(scan, criterion: str, rows) -> np.ndarray:
+    """The score of each row; NaN (no point) for a diverged candidate's fit %."""
     if criterion == "validation":
-        return np.array([np.nan if r.mean_fit is None else r.mean_fit for r in rows])
+        return np.array(
+            [np.nan if r.mean_fit is None or r.diverged else r.mean_fit for r in rows]
+        )
     return np.array([getattr(r, criterion) for r in rows], dtype=float)
+
+
+def _mark_diverged(ax, rows) -> None:
+    """A cross at the bottom of the axes for each candidate whose free run
+    diverged (its fit % is no number to draw), labelled once."""
+    gone = [r.order for r in rows if r.diverged]
+    if gone:
+        ax.plot(gone, [0.02] * len(gone), ls="none", marker="x", ms=8, mew=1.8,
+                color="0.25", transform=ax.get_xaxis_transform(), clip_on=False,
+                label="diverged free run (fit % off the chart)")  # fmt: skip
 
 
 def order_scan(
@@ -98,6 +111,7 @@ def order_scan(
     if len(orders) <= 30:
         ax.set_xticks(orders)
     if criterion == "validation":
+        _mark_diverged(ax, scan.candidates)
         values = _values(scan, criterion, scan.candidates)
         finite = values[np.isfinite(values)]
         if finite.size:  # keep a very poor candidate from flattening the rest

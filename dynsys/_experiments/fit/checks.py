@@ -9,6 +9,15 @@ import warnings
 import numpy as np
 
 
+# Fit-% points by which a stable model may validate worse than an unstable one
+# and still be preferred, on data that look bounded. Bounded data do not make a
+# stable plant (an unstable plant under feedback gives bounded data, and only its
+# unstable models validate), so the preference is a margin, not a filter: large
+# enough that an unstable model must validate clearly better (a twentieth of the
+# outputs' spread in NRMSE), small against the gap such a plant shows (tens of
+# points between its unstable and its stabilised models).
+STABLE_MARGIN = 5.0
+
 # Relative size below which a model's input gain counts as negligible: the
 # response to the inputs is this small a fraction of the outputs' spread.
 _NEGLIGIBLE_GAIN = 1e-3
@@ -65,7 +74,8 @@ def model_warnings(name: str, model, data, found: list[str]) -> None:
         add(
             found,
             f"the {name} model is unstable (max |eigenvalue| {rho:.4f}) while the "
-            "data look bounded; its free run diverges",
+            "data look bounded; its free run diverges (right for an unstable plant "
+            "recorded under feedback; --model stable forces a stable model)",
         )
     linear = model.to_linear() if hasattr(model, "to_linear") else model
     if getattr(linear, "B", None) is not None and _ignores_inputs(linear, data):

@@ -9,10 +9,13 @@ damped or slow mode may only pay off several orders above a plateau). With held-
 data the three best candidates are then refined by the
 output-error fit (at most 30 Levenberg–Marquardt steps each) and scored again
 before the choice: the structure whose subspace estimate validates best is not
-always the one the fit improves most. The chosen structure's subspace estimate is
-the start of the full fit.
+always the one the fit improves most. On data that look bounded a stable
+candidate is preferred while it validates within `checks.STABLE_MARGIN` points of
+the best (always, with `fit.model = "stable"`). The chosen structure's subspace
+estimate is the start of the full fit.
 """
 
+import math
 import time
 
 from ..config import ConfigError
@@ -34,7 +37,7 @@ def scan_structure(fit_cfg: dict, train, val, echo):
     seconds)`, `start` the chosen structure's subspace estimate."""
     from ..._sysid.order import select_order
     from ..._sysid.subspace import fit_subspace, largest_order
-    from .checks import looks_bounded
+    from .checks import STABLE_MARGIN, looks_bounded
 
     order = fit_cfg["order"]
     # Held-out experiments must keep more samples than the order (x0's unknowns).
@@ -63,7 +66,8 @@ def scan_structure(fit_cfg: dict, train, val, echo):
             tolerance=SCAN_TOLERANCE,
             horizon=fit_cfg["subspace_horizon"],
             offset=fit_cfg["offset"],
-            stable=looks_bounded(train),
+            stable=fit_cfg["model"] == "stable" or looks_bounded(train),
+            stable_margin=math.inf if fit_cfg["model"] == "stable" else STABLE_MARGIN,
             **refine,
         )
         start = fit_subspace(

@@ -40,7 +40,9 @@ def find_start(config: dict, train, val, found: list[str], echo) -> Start:
         )
     notes = _levels_note(subspace, echo)
     notes += scan_notes(scan, held_out=val is not None)
-    begin, stabilised = _stabilised_if_needed(fit_cfg, subspace, train, found, echo)
+    begin, stabilised = _stabilised_if_needed(
+        fit_cfg, subspace, train, val, found, echo
+    )
     notes += stabilised
     fit_checks.model_warnings("subspace start", begin, train, found)
     return Start(subspace, begin, singular_values, seconds, chosen, scan, notes)
@@ -190,9 +192,12 @@ def _levels_note(start, echo) -> list[str]:
     return [line[0].upper() + line[1:] + ".", ""]
 
 
-def _stabilised_if_needed(fit_cfg: dict, start, train, found, echo):
+def _stabilised_if_needed(fit_cfg: dict, start, train, val, found, echo):
     """The subspace start, or when it is unstable while the data look bounded (and
-    `fit.stabilise`), the stabilised start; and a note saying which."""
+    `fit.stabilise`), the stabilised start; and a note saying which. With held-out
+    data the stabilised start is kept only while it validates within
+    `STABLE_MARGIN` points of the unstable one (unless `fit.model = "stable"`):
+    an unstable plant under feedback gives bounded data too."""
     from ..._sysid.stabilise import stabilised_start
 
     rho = fit_checks.spectral_radius(start)
@@ -206,6 +211,11 @@ def _stabilised_if_needed(fit_cfg: dict, start, train, found, echo):
         )
         return start, []
     stable = stabilised_start(start, train)
+    if fit_cfg["model"] != "stable" and val is not None:
+        kept = _unstable_start_kept(start, stable, rho, val)
+        if kept is not None:
+            echo(f"  {kept}")
+            return start, [kept[0].upper() + kept[1:] + ".", ""]
     line = (
         f"the subspace start was unstable (max |eigenvalue| {rho:.4f}) while the "
         "data look bounded: the fit starts from it with the unstable eigenvalues "
@@ -214,3 +224,22 @@ def _stabilised_if_needed(fit_cfg: dict, start, train, found, echo):
     )
     echo(f"  {line}")
     return stable, [line[0].upper() + line[1:] + ".", ""]
+
+
+def _unstable_start_kept(start, stable, rho: float, val) -> str | None:
+    """The note saying why the fit starts from the unstable `start`, when its
+    stabilised copy `stable` validates more than `STABLE_MARGIN` points worse on
+    `val`; else `None`."""
+    from ..._sysid.order import held_out_fit
+
+    unstable_fit = held_out_fit(start, val)[1]
+    stable_fit = held_out_fit(stable, val)[1]
+    if not stable_fit < unstable_fit - fit_checks.STABLE_MARGIN:
+        return None
+    return (
+        f"the subspace start is unstable (max |eigenvalue| {rho:.4f}) while the data "
+        f"look bounded, but its stabilised copy validates {stable_fit:.1f} % against "
+        f"its {unstable_fit:.1f} % on the held-out data: the fit starts from the "
+        "unstable one (an unstable plant under feedback gives bounded data too; "
+        "--model stable forces a stable model)"
+    )

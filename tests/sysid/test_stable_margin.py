@@ -1,0 +1,67 @@
+"""`select_order(stable=True, stable_margin=...)`: a stable candidate is preferred
+only while it validates within the margin of the best; bounded data from an
+unstable plant under feedback must not throw away its only good models."""
+
+import dataclasses
+
+import pytest
+
+import dynsys
+from dynsys._sysid.order import _choose
+
+
+def _row(order, mean_fit, radius):
+    return dynsys.OrderCandidate(
+        order=order,
+        feedthrough=False,
+        parameters=2 * order,
+        fit_percent=(mean_fit,),
+        mean_fit=mean_fit,
+        aic=-mean_fit,
+        bic=-mean_fit,
+        fpe=1.0,
+        spectral_radius=radius,
+        stable=radius < 1.0,
+        refined=True,
+        seconds=0.0,
+    )
+
+
+# The case of the held-out record of issue 44: order 1 stable at 31.7 %, orders 2
+# and 5 unstable (|eigenvalue| 1.03) at 91.1 % and 87.1 %.
+ROWS = [_row(1, 31.7, 0.95), _row(2, 91.1, 1.03), _row(5, 87.1, 1.03)]
+
+
+@pytest.mark.parametrize(
+    "stable, margin, chosen_order",
+    [
+        (False, 5.0, 2),  # no preference: the best
+        (True, 5.0, 2),  # the stable one is 59.4 points worse: not preferred
+        (True, 60.0, 1),  # within a margin that wide: preferred
+        (True, float("inf"), 1),  # an infinite margin: a stable one whenever any
+    ],
+)
+def test_a_stable_candidate_is_preferred_only_within_the_margin(
+    stable, margin, chosen_order
+):
+    chosen = _choose(ROWS, "validation", 0.2, stable, margin)
+    assert ROWS[chosen].order == chosen_order
+
+
+def test_the_margin_does_not_change_the_information_criteria_choice():
+    # AIC knows no fit-% margin: with `stable`, a stable row whenever there is one.
+    chosen = _choose(ROWS, "aic", 0.2, True, 5.0)
+    assert ROWS[chosen].order == 1
+
+
+def test_within_the_margin_the_stable_rows_use_the_usual_rule():
+    rows = [*ROWS, dataclasses.replace(_row(3, 88.0, 0.99), parameters=6)]
+    # The best stable row (order 3, 88.0) is within 5 points of 91.1.
+    assert rows[_choose(rows, "validation", 0.2, True, 5.0)].order == 3
+
+
+@pytest.mark.parametrize("margin", [-1.0, True, "5"])
+def test_stable_margin_must_be_a_number_at_least_zero(margin):
+    data = dynsys.Dataset(ys=[[[0.0], [1.0], [0.5], [0.2]] * 10], us=None)
+    with pytest.raises(ValueError, match=r"select_order\(stable_margin=...\)"):
+        dynsys.select_order(data, orders=[1], stable_margin=margin)
