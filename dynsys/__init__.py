@@ -20,6 +20,13 @@ if TYPE_CHECKING:
     # Compiling once across runs (opt-in: a plain call changes no JAX setting).
     from ._compile.cache import use_compile_cache as use_compile_cache
 
+    # Control on models: observers, output feedback, LQR / LQG baselines.
+    from ._control.lqg import kalman_gain as kalman_gain, lqr_gain as lqr_gain
+    from ._control.observer import (
+        ObservedPlant as ObservedPlant,
+        OutputFeedback as OutputFeedback,
+    )
+
     # Data: datasets, files, simulation.
     from ._data.checks import check_data as check_data
     from ._data.dataset import Dataset as Dataset
