@@ -499,7 +499,7 @@ class _VersionAction(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `dynsys` command's parser: `simulate`, `fit` and `run`."""
+    """The `dynsys` command's parser: `simulate`, `fit`, `run` and `compare`."""
     parser = argparse.ArgumentParser(
         prog="dynsys",
         description="Declarative, differentiable simulation of dynamical systems.",
@@ -509,6 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_simulate_parser(commands)
     _add_fit_parser(commands)
     _add_run_parser(commands)
+    _add_compare_parser(commands)
     return parser
 
 
@@ -695,6 +696,62 @@ def _add_run_parser(commands) -> None:
     run.add_argument("config", help="the experiment's TOML config")
     _add_run_options(run)
     run.set_defaults(handler=_run)
+
+
+def _add_compare_parser(commands) -> None:
+    """`dynsys compare MODEL DATA`: a saved model scored on a record."""
+    compare = commands.add_parser(
+        "compare",
+        help="score a saved model on a record (fit %% and RMS per output)",
+        description="Score MODEL (a model.dynsys or neural_model.dynsys file) on "
+        "DATA (.csv, .dat/.txt, .npz, .mat): a linear model runs freely from the "
+        "initial state that best explains DATA; a neural model starts from the "
+        "state its encoder reads off the first samples. Prints fit %% and RMS per "
+        "output channel; with --out, writes scores.json and comparison.png there.",
+    )
+    compare.add_argument("model", help="the saved model file")
+    compare.add_argument("data", help="the record to score it on")
+    compare.add_argument(
+        "--encoder",
+        help="a neural model's encoder file (default: neural_encoder.dynsys beside "
+        "MODEL)",
+    )
+    compare.add_argument("--dt", type=float, help="sample time in s, if no time column")
+    compare.add_argument("--out", help="a folder for scores.json and comparison.png")
+    _add_column_options(compare)
+    compare.set_defaults(handler=_compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """`dynsys compare MODEL DATA`: print the scores, write the figure if asked."""
+    from ._experiments import compare_model
+
+    out = None if args.out is None else compare_model.checked_out(args.out)
+    import jax
+
+    from ._data.load import load_dataset
+
+    with jax.enable_x64(True):  # as `dynsys fit` wrote the model: float64
+        data = load_dataset(
+            args.data,
+            inputs=args.inputs,
+            outputs=args.outputs,
+            # the defaults: such a column when the file has one (not required)
+            trajectory=None
+            if args.trajectory_column == "trajectory"
+            else args.trajectory_column,
+            time=None if args.time_column == "time" else args.time_column,
+            dt=args.dt,
+        )
+        comparison, scores = compare_model.score(args.model, data, args.encoder)
+    skipped = f" after the encoder's first {scores.skipped}" if scores.skipped else ""
+    print(f"{args.model} on {args.data}: {scores.samples} samples scored{skipped}")
+    print("\n".join(compare_model.table(scores)))
+    if out is not None:
+        sources = {"model": args.model, "data": args.data, "encoder": args.encoder}
+        compare_model.write(out, comparison, scores, sources)
+        print(f"  wrote {out}/: comparison.png, scores.json")
+    return 0
 
 
 def _one_line(error: BaseException) -> str:
