@@ -176,6 +176,7 @@ def use_compile_cache(folder: "str | os.PathLike | None" = None) -> CacheStatus:
     ```
     """
     global _current
+    _not_kept.update(count=0, why=None)  # counted anew for each run
     status = _choose(folder)
     if status.folder is not None and status.source != "jax":
         if _several_cpu_processes():
@@ -330,9 +331,10 @@ def note_written(folder: pathlib.Path, size: int) -> None:
         prune_folder(_tally["folder"])
 
 
-def prune_folder(folder: pathlib.Path, max_bytes: int = _MAX_BYTES) -> int:
+def prune_folder(folder: pathlib.Path, max_bytes: int | None = None) -> int:
     """Remove the least recently used entries of dynsys's subfolders of a cache
-    folder (`programs/`, `jax/`) until they hold at most `max_bytes`. Only files
+    folder (`programs/`, `jax/`) until they hold at most `max_bytes` (default:
+    2 GiB). Only files
     that dynsys wrote are removed (named as its entries, regular files, starting
     with an entry's header: `entry_file.is_ours`); nothing else in the folder is
     touched. A time in the future counts as now. A failure to list or remove one
@@ -340,6 +342,7 @@ def prune_folder(folder: pathlib.Path, max_bytes: int = _MAX_BYTES) -> int:
 
     **Returns:** the number of entries removed.
     """
+    max_bytes = _MAX_BYTES if max_bytes is None else max_bytes
     now = time.time()
     entries, total = [], 0
     for entry in _entries(folder):

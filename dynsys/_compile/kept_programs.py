@@ -28,8 +28,8 @@ import pathlib
 import pickle
 import time
 
-from . import cache, entry_file, read_ahead
-from .program_key import _LIBRARIES, program_key, Unkeyed
+from . import cache, entry_file, program_key as _program_key, read_ahead
+from .program_key import program_key, Unkeyed
 
 
 # A `jax.monitoring` duration event per program read from its file (the stages'
@@ -92,10 +92,11 @@ class _Hole:
     """Where an output array goes in a kept program's output skeleton."""
 
 
-# What a kept program's pickle may name: anything of dynsys and of the libraries in
-# the key, and these builtin types (no function of `builtins`, `os` or another
-# module: a crafted pickle names one to run it).
-_ROOTS = frozenset(("dynsys", *_LIBRARIES))
+# What a kept program's pickle may name: anything of dynsys and of the libraries a
+# key may name (`program_key._NAMED_ROOTS`), less the standard modules among them,
+# and these builtin types (no function of `builtins`, `os` or another module: a
+# crafted pickle names one to run it).
+_STANDARD = frozenset(("builtins", "functools", "operator", "math"))
 _BUILTIN_TYPES = frozenset(
     ("bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int")
     + ("list", "range", "set", "slice", "str", "tuple")
@@ -103,12 +104,14 @@ _BUILTIN_TYPES = frozenset(
 
 
 class _Unpickler(pickle.Unpickler):
-    """`pickle.Unpickler` that finds only the names `_ROOTS` and `_BUILTIN_TYPES`
-    allow."""
+    """`pickle.Unpickler` that finds only the names a kept program may hold (see
+    `_STANDARD`)."""
 
     def find_class(self, module: str, name: str):
         root = module.partition(".")[0]
-        if root in _ROOTS or (module == "builtins" and name in _BUILTIN_TYPES):
+        ours = root in _program_key._NAMED_ROOTS and root not in _STANDARD
+        builtin = module == "builtins" and name in _BUILTIN_TYPES
+        if ours or builtin or (module, name) == ("functools", "partial"):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"it names {module}.{name}")
 
