@@ -306,7 +306,7 @@ def _apply(status: CacheStatus) -> None:
         # JAX's entries go through dynsys's checked files (`jax_entries`); where
         # this JAX has no place for them, JAX's cache stays off: it would read its
         # entries unchecked.
-        if not jax_entries.install(folder / JAX_SUBFOLDER):
+        if not _install_checked_entries(folder / JAX_SUBFOLDER):
             jax.config.update("jax_compilation_cache_dir", None)
             compilation_cache.reset_cache()
         # Every program, however quick to compile or small: dynsys's chunks are
@@ -319,6 +319,36 @@ def _apply(status: CacheStatus) -> None:
         _tally["folder"] = folder
         _tally["bytes"] = 0
         prune_folder(folder)
+
+
+def _install_checked_entries(folder: pathlib.Path) -> bool:
+    """`jax_entries.install` in `folder`, saying and counting as the kept programs
+    do."""
+    from . import jax_entries
+
+    def not_written(why: str) -> None:
+        note_not_kept(why)
+        say(
+            f"dynsys: compiled programs are not kept in {folder} ({why}); "
+            "compiling as usual."
+        )
+
+    return jax_entries.install(
+        folder,
+        JAX_SUFFIX,
+        refused=say_refused,
+        not_written=not_written,
+        written=lambda size: note_written(folder, size),
+    )
+
+
+def say_refused(why: str) -> None:
+    """Say (once per process) that an entry was refused and is compiled again."""
+    say(
+        f"dynsys: a compile-cache entry was ignored ({why}); it is compiled again "
+        "and written over.",
+        topic=REFUSED_TOPIC,
+    )
 
 
 def note_written(folder: pathlib.Path, size: int) -> None:

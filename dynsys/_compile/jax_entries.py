@@ -15,8 +15,9 @@ let it read entries unchecked.
 """
 
 import pathlib
+from collections.abc import Callable
 
-from . import cache, entry_file
+from . import entry_file
 
 
 
@@ -32,14 +33,24 @@ def _internals():
     return module, CacheInterface
 
 
-def install(folder: pathlib.Path) -> bool:
+def install(
+    folder: pathlib.Path,
+    suffix: str,
+    refused: Callable[[str], None],
+    not_written: Callable[[str], None],
+    written: Callable[[int], None],
+) -> bool:
     """Make JAX read and write its persistent cache entries in `folder` through
-    `CheckedEntries`. **Returns:** whether it could (see the module docstring)."""
+    `CheckedEntries`, as `<key><suffix>` files; `refused(why)` is called for an
+    entry that is not handed over, `not_written(why)` for one that could not be
+    written, `written(size)` for one that was (`cache` says and counts them).
+
+    **Returns:** whether it could (see the module docstring)."""
     found = _internals()
     if found is None:
         return False
     module, interface = found
-    checked = _checked_class(interface)(folder)
+    checked = _checked_class(interface)(folder, suffix, refused, not_written, written)
     with module._cache_initialized_mutex:
         module._cache = checked
         module._cache_initialized = True
@@ -60,13 +71,17 @@ def _checked_class(interface):
     class CheckedEntries(interface):
         """JAX's `CacheInterface` over dynsys's checked entry files in `_path`."""
 
-        def __init__(self, folder: pathlib.Path):
+        def __init__(self, folder, suffix, refused, not_written, written):
             self._path = folder
+            self._suffix = suffix
+            self._refused = refused
+            self._not_written = not_written
+            self._written = written
 
         def _file(self, key: str) -> pathlib.Path | None:
             if not key or "/" in key or "\\" in key or key.startswith("."):
                 return None
-            return self._path / (key + cache.JAX_SUFFIX)
+            return self._path / (key + self._suffix)
 
         def get(self, key: str) -> bytes | None:
             path = self._file(key)
@@ -75,11 +90,7 @@ def _checked_class(interface):
             try:
                 return entry_file.read(path, key)
             except entry_file.Refused as refused:
-                cache.say(
-                    f"dynsys: a compile-cache entry was ignored ({refused}); "
-                    "it is compiled again and written over.",
-                    topic=cache.REFUSED_TOPIC,
-                )
+                self._refused(str(refused))
                 return None
 
         def put(self, key: str, value: bytes) -> None:
@@ -89,14 +100,9 @@ def _checked_class(interface):
             try:
                 size = entry_file.write(path, key, value)
             except OSError as error:
-                why = error.strerror or type(error).__name__
-                cache.note_not_kept(why)
-                cache.say(
-                    f"dynsys: compiled programs are not kept in {self._path} "
-                    f"({why}); compiling as usual."
-                )
+                self._not_written(error.strerror or type(error).__name__)
                 return
-            cache.note_written(self._path, size)
+            self._written(size)
 
         def clear(self) -> None:
             pass  # dynsys's files are pruned by `cache.prune_folder`

@@ -121,11 +121,7 @@ def _unpickle(content: bytes):
 
 
 def _refused(why: str) -> None:
-    cache.say(
-        f"dynsys: a compile-cache entry was ignored ({why}); it is compiled again "
-        "and written over.",
-        topic=cache.REFUSED_TOPIC,
-    )
+    cache.say_refused(why)
 
 
 def load(path: pathlib.Path, key: str, clocked: bool = True) -> _Program | None:

@@ -89,7 +89,9 @@ def _flip(data: bytes, seed: int, flips: int) -> bytes:
     `flip.py`), or anywhere in it for odd seeds (its header and digest too)."""
     rng = random.Random(seed)
     damaged = bytearray(data)
-    low, high = (len(data) // 10, len(data) * 9 // 10) if seed % 2 == 0 else (0, len(data))
+    low, high = (0, len(data))
+    if seed % 2 == 0:
+        low, high = len(data) // 10, len(data) * 9 // 10
     for _ in range(flips):
         damaged[rng.randrange(low, high)] ^= 1 << rng.randrange(8)
     return bytes(damaged)
@@ -345,7 +347,8 @@ def test_a_failed_write_after_the_first_is_said_and_in_the_status(
         "(No space left on device); compiling as usual."
     ]
     now = _cache.current_status()
-    assert now.not_kept == "2 programs that could not be written (No space left on device)"
+    full = "No space left on device"
+    assert now.not_kept == f"2 programs that could not be written ({full})"
     assert now.describe().endswith(", except " + now.not_kept)
     assert _cache.CacheStatus(**now.as_dict()) == now  # as metrics.json holds it
     # A new run counts anew.

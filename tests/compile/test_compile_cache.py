@@ -63,7 +63,8 @@ def _entries(cache: pathlib.Path) -> set[str]:
     folder = cache / _compile_cache.JAX_SUBFOLDER
     if not folder.is_dir():
         return set()
-    return {p.name for p in folder.iterdir() if p.name.endswith(_compile_cache.JAX_SUFFIX)}
+    suffix = _compile_cache.JAX_SUFFIX
+    return {p.name for p in folder.iterdir() if p.name.endswith(suffix)}
 
 
 def _metrics(tmp_path: pathlib.Path, out: str) -> dict:
