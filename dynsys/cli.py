@@ -805,13 +805,14 @@ def _main(args: argparse.Namespace, distributed: bool) -> int:
     import signal
     import zipfile
 
+    from ._compile.cache import lines_printed
     from ._experiments.runtime.interrupt import catch_interrupts
 
     prefix = f"dynsys {args.command}"
     # A process of several: JAX's runtime errors (a failed collective) too.
     runtime = (RuntimeError,) if distributed else ()
     try:
-        with catch_interrupts():
+        with catch_interrupts(), lines_printed():  # the cache's lines: one each
             return args.handler(args)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, *runtime) as error:
         message = _one_line(error)

@@ -13,40 +13,53 @@ match wins:
 4. `$XDG_CACHE_HOME/dynsys/jax` (default `~/.cache/dynsys/jax`).
 
 A folder dynsys chooses gets every compiled program (no minimum compile time or
-size), so that a second run of the same shapes compiles nothing; dynsys's own
-programs are kept there too, in `programs/` (`kept_programs`: a second run does not
-even trace them). The folder is kept under 2 GiB by `prune_folder` (at most once a
-day; JAX's own size limit would scan the whole folder on every write). The cache
-never makes a run fail: a folder that cannot be written, or a disk with almost no
-space left, turns it off with one warning; JAX itself ignores (with a warning) an
-entry it cannot read, and entries of another JAX version never match (the version
+size), so that a second run of the same shapes compiles nothing. Everything dynsys
+keeps there lives in two subfolders of its own, as `entry_file`s (a header and a
+SHA-256 digest checked before anything is deserialised): JAX's entries in `jax/`
+(`jax_entries`, which stands in for JAX's own file cache) and dynsys's kept programs
+in `programs/` (`kept_programs`: a second run does not even trace them). Nothing
+else in the folder is read, written or removed. The folder is refused (the cache
+turned off, one line) when another user owns it or group or others may write it:
+whoever can write it can make this process run code of theirs. Its two subfolders
+are kept under 2 GiB by `prune_folder`, on every run and whenever this process's
+writes take them over. The cache never makes a run fail: a folder that cannot be
+written, or a disk with almost no space left, turns it off with one line; an entry
+that is damaged, foreign or not a regular file is compiled again and written over
+(one line per process); entries of another JAX version never match (the version
 is part of the key). The processes of a `jax.distributed` run on CPU keep no
 programs (`_several_cpu_processes`; said in their `CacheStatus`).
 """
 
+import contextlib
 import dataclasses
 import os
 import pathlib
 import shutil
+import stat
+import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Iterator
 
 from .. import _config
+from . import entry_file
 
 
 ENVIRONMENT_VARIABLE = _config.CACHE_DIR
 # Below this much free space the cache is not used: its entries would fail to write.
 _MIN_FREE_BYTES = 64 * 2**20
-# The most a folder dynsys chose may hold (`prune_folder`), and how often it is checked.
+# The most dynsys's subfolders of a cache folder may hold (`prune_folder`).
 _MAX_BYTES = 2 * 2**30
-_PRUNE_EVERY_SECONDS = 24 * 3600
-_PRUNED_STAMP = ".dynsys-pruned"
 # Where `kept_programs` keeps its compiled programs in a folder dynsys chose.
 KEPT_SUBFOLDER = "programs"
 KEPT_SUFFIX = ".program"
 NEXT_SUFFIX = ".next"  # `read_ahead`'s list beside a kept program
+# Where `jax_entries` keeps JAX's compiled programs in a folder dynsys chose.
+JAX_SUBFOLDER = "jax"
+JAX_SUFFIX = ".entry"
+# Each subfolder of dynsys's, and the names of its entries.
+_OURS = {KEPT_SUBFOLDER: (KEPT_SUFFIX, NEXT_SUFFIX), JAX_SUBFOLDER: (JAX_SUFFIX,)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,26 +72,42 @@ class CacheStatus:
     - `source`: what chose it: `"config"`, `"DYNSYS_CACHE_DIR"`, `"jax"` (the
         user's own `jax_compilation_cache_dir`) or `"default"`.
     - `reason`: why there is no cache (`None` when there is one).
+    - `not_kept`: how many compiled programs of this process could not be written
+        to the folder, and why (`None` when every one was).
     """
 
     folder: str | None
     source: str
     reason: str | None = None
+    not_kept: str | None = None
 
     def as_dict(self) -> dict:
-        """For `metrics.json["compile_cache"]`."""
-        return dataclasses.asdict(self)
+        """For `metrics.json["compile_cache"]` (`not_kept` only when there is one)."""
+        record = dataclasses.asdict(self)
+        if self.not_kept is None:
+            del record["not_kept"]
+        return record
 
     def describe(self) -> str:
         """One line for a summary: the folder, or why there is none."""
         if self.folder is not None:
-            return f"compiled programs are kept in {self.folder} ({self.source})"
+            kept = f"compiled programs are kept in {self.folder} ({self.source})"
+            return kept if self.not_kept is None else f"{kept}, except {self.not_kept}"
         return f"compiled programs are not kept: {self.reason}"
 
 
 # What dynsys set in this process (`None`: nothing yet), and the warnings given.
 _current: CacheStatus | None = None
 _said: set[str] = set()
+# Programs this process could not write to the folder: how many, the first reason.
+_not_kept: dict = {"count": 0, "why": None}
+# `say`'s topic for an entry refused (damaged, foreign, not a regular file): one
+# line per process, whichever entry it is.
+REFUSED_TOPIC = "an entry refused"
+# Whether `say` prints its line (the `dynsys` command) rather than warning.
+_prints = {"on": False}
+# The bytes in dynsys's subfolders of the folder in use, as last counted plus written.
+_tally: dict = {"folder": None, "bytes": 0}
 
 
 def default_folder() -> pathlib.Path:
@@ -88,8 +117,21 @@ def default_folder() -> pathlib.Path:
 
 
 def current_status() -> CacheStatus | None:
-    """What the last `use_compile_cache` set (`None` if it was never called)."""
-    return _current
+    """What the last `use_compile_cache` set (`None` if it was never called), with
+    the programs that could not be written since (`not_kept`)."""
+    if _current is None or _current.folder is None or not _not_kept["count"]:
+        return _current
+    count, why = _not_kept["count"], _not_kept["why"]
+    programs = "program" if count == 1 else "programs"
+    return dataclasses.replace(
+        _current, not_kept=f"{count} {programs} that could not be written ({why})"
+    )
+
+
+def note_not_kept(why: str) -> None:
+    """Count a compiled program that could not be written to the folder."""
+    _not_kept["count"] += 1
+    _not_kept["why"] = _not_kept["why"] or why
 
 
 def use_compile_cache(folder: "str | os.PathLike | None" = None) -> CacheStatus:
@@ -100,11 +142,12 @@ def use_compile_cache(folder: "str | os.PathLike | None" = None) -> CacheStatus:
     first fit, in a program of your own that wants the cache (the `dynsys` command
     and `run_experiment` call it). It sets `jax_compilation_cache_dir` to the
     folder, writes every program there (no minimum compile time or size, no JAX
-    size limit: the folder is kept under 2 GiB by dynsys, pruned at most once a
-    day) and keeps dynsys's own compiled programs in its `programs/` subfolder,
-    which a later process loads without tracing them (`docs/performance.md`,
-    "Compile once across runs"). These settings affect every later `jax.jit` of the
-    process, yours included.
+    size limit: dynsys's subfolders are kept under 2 GiB, checked on every run) and
+    keeps dynsys's own compiled programs in its `programs/` subfolder, which a
+    later process loads without tracing them (`docs/performance.md`, "Compile once
+    across runs"). Every entry is checked against its SHA-256 digest before it is
+    deserialised. These settings affect every later `jax.jit` of the process,
+    yours included.
 
     **Arguments:**
 
@@ -119,8 +162,9 @@ def use_compile_cache(folder: "str | os.PathLike | None" = None) -> CacheStatus:
     A `CacheStatus`: `folder` (`None` when there is no cache), `source` (what chose
     it: `"config"` for the `folder` argument, `"DYNSYS_CACHE_DIR"`, `"jax"` or
     `"default"`) and `reason` (why there is no cache). A folder that cannot be
-    written, or a disk with less than 64 MiB free, gives a status without a folder
-    and one warning (once per reason and process); nothing is raised. The processes
+    written, that another user owns or that group or others may write, or a disk
+    with less than 64 MiB free, gives a status without a folder and one warning
+    (once per reason and process); nothing is raised. The processes
     of a `jax.distributed` run on CPU get no cache (said in `reason`).
 
     **Example:**
@@ -132,6 +176,7 @@ def use_compile_cache(folder: "str | os.PathLike | None" = None) -> CacheStatus:
     ```
     """
     global _current
+    _not_kept.update(count=0, why=None)  # counted anew for each run
     status = _choose(folder)
     if status.folder is not None and status.source != "jax":
         if _several_cpu_processes():
@@ -194,9 +239,16 @@ def _several_cpu_processes() -> bool:
 
 def _unusable(folder: pathlib.Path) -> str | None:
     """Why `folder` cannot hold the cache (`None` if it can): it cannot be created
-    or written, or its disk is (nearly) full."""
+    or written, another user owns it or group or others may write it (it or one of
+    dynsys's subfolders), or its disk is (nearly) full."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if (reason := _not_private(folder)) is not None:
+            return reason
+        for name in _OURS:
+            (folder / name).mkdir(mode=0o700, exist_ok=True)
+            if (reason := _not_private(folder / name)) is not None:
+                return reason
         handle, probe = tempfile.mkstemp(dir=folder, prefix=".dynsys-probe-")
         os.close(handle)
         os.unlink(probe)
@@ -209,6 +261,33 @@ def _unusable(folder: pathlib.Path) -> str | None:
     return None
 
 
+def _not_private(folder: pathlib.Path) -> str | None:
+    """Why `folder` may hold programs planted by someone else (`None`: only this
+    user can write it). Whoever can write the cache can make this process run code
+    of theirs (a kept program is unpickled, an executable is run)."""
+    info = os.stat(folder)
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{folder} is not a folder"
+    uid = _user_id()
+    if uid is not None and info.st_uid != uid:
+        return (
+            f"{folder} belongs to another user (uid {info.st_uid}, not {uid}), "
+            "who could plant programs in it"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        mode = oct(stat.S_IMODE(info.st_mode))
+        return (
+            f"{folder} can be written by group or others (mode {mode}); "
+            f"'chmod go-w {folder}' to use it"
+        )
+    return None
+
+
+def _user_id() -> int | None:
+    """This process's user id (`None` where the system has none: Windows)."""
+    return os.getuid() if hasattr(os, "getuid") else None
+
+
 def _apply(status: CacheStatus) -> None:
     """Set JAX's cache options for `status` (nothing for the user's own folder)."""
     if status.source == "jax":
@@ -216,96 +295,165 @@ def _apply(status: CacheStatus) -> None:
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
+    from . import jax_entries
+
+    jax_entries.uninstall()
     if jax.config.jax_compilation_cache_dir != status.folder:
         jax.config.update("jax_compilation_cache_dir", status.folder)
         compilation_cache.reset_cache()  # the next compilation opens the new folder
     if status.folder is not None:
+        folder = pathlib.Path(status.folder)
+        # JAX's entries go through dynsys's checked files (`jax_entries`); where
+        # this JAX has no place for them, JAX's cache stays off: it would read its
+        # entries unchecked.
+        if not _install_checked_entries(folder / JAX_SUBFOLDER):
+            jax.config.update("jax_compilation_cache_dir", None)
+            compilation_cache.reset_cache()
         # Every program, however quick to compile or small: dynsys's chunks are
         # what a second run should not compile again.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-        # No size limit of JAX's: with one (and `filelock` installed) JAX lists and
-        # reads every entry's access time on each write, 0.4 s per program in a
-        # folder of 7,000 entries. `prune_folder` bounds the folder instead.
+        # No size limit of JAX's (its file cache is not used): `prune_folder`
+        # bounds dynsys's subfolders instead.
         jax.config.update("jax_compilation_cache_max_size", -1)
-        prune_folder(pathlib.Path(status.folder))
+        _tally["folder"] = folder
+        _tally["bytes"] = 0
+        prune_folder(folder)
 
 
-def prune_folder(
-    folder: pathlib.Path,
-    max_bytes: int = _MAX_BYTES,
-    every_seconds: float = _PRUNE_EVERY_SECONDS,
-) -> int:
-    """Remove the least recently used compiled programs of a cache folder until
-    it holds at most `max_bytes`; at most once per `every_seconds` (a stamp file in
-    the folder says when it last ran). Only compiled programs are touched (JAX's
-    `*-cache` entries with their `*-atime` companions, and dynsys's kept programs);
-    a failure to list or remove one is ignored.
+def _install_checked_entries(folder: pathlib.Path) -> bool:
+    """`jax_entries.install` in `folder`, saying and counting as the kept programs
+    do."""
+    from . import jax_entries
 
-    **Returns:** the number of programs removed.
+    def not_written(why: str) -> None:
+        note_not_kept(why)
+        say(
+            f"dynsys: compiled programs are not kept in {folder} ({why}); "
+            "compiling as usual."
+        )
+
+    return jax_entries.install(
+        folder,
+        JAX_SUFFIX,
+        refused=say_refused,
+        not_written=not_written,
+        written=lambda size: note_written(folder, size),
+    )
+
+
+def say_refused(why: str) -> None:
+    """Say (once per process) that an entry was refused and is compiled again."""
+    say(
+        f"dynsys: a compile-cache entry was ignored ({why}); it is compiled again "
+        "and written over.",
+        topic=REFUSED_TOPIC,
+    )
+
+
+def note_written(folder: pathlib.Path, size: int) -> None:
+    """Count `size` bytes written to `folder` (a subfolder of the cache folder in
+    use), and prune it when this takes it over the size limit."""
+    if _tally["folder"] is None or folder.parent != _tally["folder"]:
+        return
+    _tally["bytes"] += size
+    if _tally["bytes"] > _MAX_BYTES:
+        prune_folder(_tally["folder"])
+
+
+def prune_folder(folder: pathlib.Path, max_bytes: int | None = None) -> int:
+    """Remove the least recently used entries of dynsys's subfolders of a cache
+    folder (`programs/`, `jax/`) until they hold at most `max_bytes` (default:
+    2 GiB). Only files
+    that dynsys wrote are removed (named as its entries, regular files, starting
+    with an entry's header: `entry_file.is_ours`); nothing else in the folder is
+    touched. A time in the future counts as now. A failure to list or remove one
+    is ignored.
+
+    **Returns:** the number of entries removed.
     """
-    stamp = folder / _PRUNED_STAMP
-    try:
-        if time.time() - stamp.stat().st_mtime < every_seconds:
-            return 0
-    except OSError:
-        pass  # never pruned
+    max_bytes = _MAX_BYTES if max_bytes is None else max_bytes
+    now = time.time()
     entries, total = [], 0
-    try:
-        for entry in _entries(folder):
-            info = entry.stat()
-            used = max(info.st_atime, info.st_mtime)
-            entries.append((used, entry.path, info.st_size))
-            total += info.st_size
-        stamp.touch()
-    except OSError:
-        return 0
+    for entry in _entries(folder):
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        used = min(max(info.st_atime, info.st_mtime), now)
+        entries.append((used, entry.path, info.st_size))
+        total += info.st_size
     removed = 0
     for _, path, size in sorted(entries):
         if total <= max_bytes:
             break
-        if path.endswith("-cache"):
-            companion = path[: -len("-cache")] + "-atime"
-        else:  # a kept program's list of the programs that followed it
-            companion = path[: -len(KEPT_SUFFIX)] + NEXT_SUFFIX
-        for name in (path, companion):
-            try:
-                os.unlink(name)
-            except OSError:
-                pass
+        if not entry_file.is_ours(pathlib.Path(path)):
+            continue
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
         total -= size
         removed += 1
+    if _tally["folder"] == folder:
+        _tally["bytes"] = total
     return removed
 
 
 def _entries(folder: pathlib.Path) -> Iterator[os.DirEntry]:
-    """The compiled programs of a cache folder: JAX's (`*-cache`) and dynsys's kept
-    ones (`programs/*.program`, `kept_programs`)."""
-    for entry in os.scandir(folder):
-        if entry.name.endswith("-cache") and entry.is_file():
-            yield entry
-    kept = folder / KEPT_SUBFOLDER
-    if kept.is_dir():
-        for entry in os.scandir(kept):
-            if entry.name.endswith(KEPT_SUFFIX) and entry.is_file():
+    """The files named as dynsys's entries in its subfolders of a cache folder (a
+    subfolder that is a link is not followed)."""
+    for name, suffixes in _OURS.items():
+        try:
+            if not stat.S_ISDIR(os.lstat(folder / name).st_mode):
+                continue
+            listed = list(os.scandir(folder / name))
+        except OSError:
+            continue
+        for entry in listed:
+            if entry.name.endswith(suffixes) and entry.is_file(follow_symlinks=False):
                 yield entry
 
 
-def _say_once(message: str) -> None:
-    if message not in _said:
-        _said.add(message)
+@contextlib.contextmanager
+def lines_printed():
+    """Inside, the cache's lines (`say`) are printed on stderr, one line each,
+    instead of given as Python warnings (two lines, with a source line): for the
+    `dynsys` command, whose output they are."""
+    before = _prints["on"]
+    _prints["on"] = True
+    try:
+        yield
+    finally:
+        _prints["on"] = before
+
+
+def say(message: str, said: set[str] | None = None, topic: str | None = None) -> None:
+    """Tell the user `message` (one line, starting `dynsys: `) once per `topic`
+    (default: the message) and process: printed on stderr in the `dynsys` command
+    (`lines_printed`), else a `RuntimeWarning` at the user's call."""
+    said = _said if said is None else said
+    topic = message if topic is None else topic
+    if topic in said:
+        return
+    said.add(topic)
+    if _prints["on"]:
+        print(message, file=sys.stderr, flush=True)
+    else:
         warnings.warn(message, RuntimeWarning, stacklevel=_first_caller_outside())
 
 
+def _say_once(message: str) -> None:
+    say(message)
+
+
 def _first_caller_outside() -> int:
-    """The `stacklevel`, for a warning of `_say_once`, of the first caller outside
+    """The `stacklevel`, for a warning of `say`, of the first caller outside
     the dynsys package: the user's call of `use_compile_cache` or of
     `run_experiment`."""
-    import sys
-
     # The package's folder as its modules' code names it (unresolved, like theirs).
     package = os.path.dirname(os.path.dirname(__file__)) + os.sep
-    frame, level = sys._getframe(1), 1  # `_say_once`, level 1
+    frame, level = sys._getframe(1), 1  # `warnings.warn`'s caller, level 1
     while frame is not None and frame.f_code.co_filename.startswith(package):
         frame, level = frame.f_back, level + 1
     return level

@@ -11,20 +11,24 @@ loads and runs it directly.
 
 Anything else runs as `equinox.filter_jit` would: no cache folder (or the user's own
 JAX folder), `jax.disable_jit`, a call that cannot be keyed, a program that calls
-back into Python or that JAX cannot serialise. An entry that cannot be read, loaded
-or run (written by another jaxlib, cut short) is compiled again and written over; a
-folder that cannot be written is said once and the run goes on.
+back into Python or that JAX cannot serialise. Each program is an `entry_file`: its
+SHA-256 digest (of the key and content) is checked before it is unpickled, and the
+unpickler builds only classes of dynsys and the libraries in the key (and numpy's
+array helpers), never `os.system` or `eval`. An entry that is damaged, foreign, not
+a regular file, or cannot be loaded or run (written by another jaxlib) is compiled
+again and written over, with one line per process for a damaged or foreign one; a
+program that cannot be written is said once, and counted in the cache's status
+(`CacheStatus.not_kept`, which the run's summary shows); the run goes on.
 """
 
 import contextlib
+import io
 import math
 import pathlib
 import pickle
 import time
-import warnings
 
-from .._atomic_write import write_atomic
-from . import cache, read_ahead
+from . import cache, entry_file, program_key as _program_key, read_ahead
 from .program_key import program_key, Unkeyed
 
 
@@ -88,21 +92,62 @@ class _Hole:
     """Where an output array goes in a kept program's output skeleton."""
 
 
+# What a kept program's pickle may name: anything of dynsys and of the libraries a
+# key may name (`program_key._NAMED_ROOTS`), less the standard modules among them,
+# and these builtin types (no function of `builtins`, `os` or another module: a
+# crafted pickle names one to run it).
+_STANDARD = frozenset(("builtins", "functools", "operator", "math"))
+_BUILTIN_TYPES = frozenset(
+    ("bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int")
+    + ("list", "range", "set", "slice", "str", "tuple")
+)
+
+
+class _Unpickler(pickle.Unpickler):
+    """`pickle.Unpickler` that finds only the names a kept program may hold (see
+    `_STANDARD`)."""
+
+    def find_class(self, module: str, name: str):
+        root = module.partition(".")[0]
+        ours = root in _program_key._NAMED_ROOTS and root not in _STANDARD
+        builtin = module == "builtins" and name in _BUILTIN_TYPES
+        if ours or builtin or (module, name) == ("functools", "partial"):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it names {module}.{name}")
+
+
+def _unpickle(content: bytes):
+    return _Unpickler(io.BytesIO(content)).load()
+
+
+def _refused(why: str) -> None:
+    cache.say_refused(why)
+
+
 def load(path: pathlib.Path, key: str, clocked: bool = True) -> _Program | None:
     """The program kept at `path` under `key`, or `None` (no entry, or one that
     cannot be loaded here). `clocked`: record its loading time as a `LOAD_EVENT`
     (not for one read ahead on another thread: its caller records its wait)."""
     started = time.perf_counter()
     try:
-        content = path.read_bytes()
-    except OSError:
+        content = entry_file.read(path, key)
+    except entry_file.Refused as refused:
+        _refused(str(refused))
+        return None
+    if content is None:
         return None
     import jax
     from jax.experimental.serialize_executable import deserialize_and_load
 
     try:
+        entry = _unpickle(content)
+    except pickle.UnpicklingError as error:
+        _refused(f"{path}: {error}")
+        return None
+    except Exception:  # another dynsys's entry
+        return None
+    try:
         _initialise_kernels()
-        entry = pickle.loads(content)
         if entry["format"] != _FORMAT or entry["key"] != key:
             return None
         in_tree = jax.tree.structure((tuple(range(entry["inputs"])), {}))
@@ -187,15 +232,17 @@ def _keep(program: _Program, path: pathlib.Path, key: str) -> None:
     except Exception:  # host callbacks, constants: JAX cannot serialise it
         return
     try:
-        write_atomic(path, content)
+        size = entry_file.write(path, key, content)
     except OSError as error:
+        why = error.strerror or type(error).__name__
+        cache.note_not_kept(why)
         message = (
-            f"dynsys: compiled programs are not kept in {path.parent} "
-            f"({error.strerror or type(error).__name__}); compiling as usual."
+            f"dynsys: compiled programs are not kept in {path.parent} ({why}); "
+            "compiling as usual."
         )
-        if message not in _said:
-            _said.add(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
+        cache.say(message, _said)
+        return
+    cache.note_written(path.parent, size)
 
 
 class KeptProgram:

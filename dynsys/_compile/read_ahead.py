@@ -12,7 +12,8 @@ programs in the order they were used, and `take` hands each over when it is call
 releases Python's GIL while it deserialises, so the run's own work goes on.
 
 A list that no longer fits (other options, new code) only costs the thread's work:
-a program is used only under its own key. At the end of the process the list is
+a program is used only under its own key. A list is an `entry_file` too: one that
+is damaged or not a regular file is not read. At the end of the process the list is
 written again when this run's keys differ. Only processes that ask for it
 (`enable_for_process`, the `dynsys` command) read or write lists.
 """
@@ -22,7 +23,7 @@ import pathlib
 import threading
 from collections.abc import Callable
 
-from .._atomic_write import write_atomic
+from . import entry_file
 from .cache import NEXT_SUFFIX
 
 
@@ -98,15 +99,19 @@ class _Run:
         if self.keys[1:] != self.listed:
             try:
                 content = "".join(key + "\n" for key in self.keys[1:]).encode()
-                write_atomic(self.folder / (self.keys[0] + NEXT_SUFFIX), content)
+                name = self.keys[0] + NEXT_SUFFIX
+                entry_file.write(self.folder / name, name, content)
             except OSError:
                 pass
 
 
 def _listed(path: pathlib.Path) -> list[str]:
+    """The keys listed in `path` (an `entry_file`); none where it is missing,
+    damaged or not a regular file (each program read ahead is checked anyway)."""
     try:
-        lines = path.read_text().split()
-    except (OSError, UnicodeDecodeError):
+        content = entry_file.read(path, path.name, max_bytes=_MOST * 256)
+        lines = [] if content is None else content.decode().split()
+    except (entry_file.Refused, UnicodeDecodeError):
         return []
     return [line for line in dict.fromkeys(lines) if line.isalnum()][:_MOST]
 

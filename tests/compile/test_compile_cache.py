@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import dynsys
-from dynsys._compile import cache as _compile_cache, jit as _jit
+from dynsys._compile import cache as _compile_cache, entry_file as _entry_file
+from dynsys._compile import jit as _jit
 
 
 # `dynsys fit` through `dynsys.cli.main`, counting JAX's compilation events: each
@@ -58,8 +59,12 @@ def _fit(tmp_path: pathlib.Path, cache: str, out: str, **env) -> tuple[dict, str
 
 
 def _entries(cache: pathlib.Path) -> set[str]:
-    """The compiled programs in a cache folder (not JAX's access-time files)."""
-    return {p.name for p in cache.iterdir() if p.name.endswith("-cache")}
+    """JAX's compiled programs in a cache folder (in dynsys's subfolder for them)."""
+    folder = cache / _compile_cache.JAX_SUBFOLDER
+    if not folder.is_dir():
+        return set()
+    suffix = _compile_cache.JAX_SUFFIX
+    return {p.name for p in folder.iterdir() if p.name.endswith(suffix)}
 
 
 def _metrics(tmp_path: pathlib.Path, out: str) -> dict:
@@ -149,19 +154,28 @@ def test_a_second_identical_fit_compiles_nothing(tmp_path):
     summary = (tmp_path / "second" / "summary.md").read_text()
     assert f"compiled programs are kept in {cache}" in summary
 
-    # An entry JAX cannot read (as one written by another version would be, were
-    # its key the same) is compiled again, with JAX's warning; a kept program that
-    # cannot be loaded is compiled again and written over; the run succeeds.
+    # An entry that is not a whole entry of dynsys's (damaged, cut short, written
+    # by someone else) is refused before JAX sees it and compiled again, with one
+    # line for the whole run; a kept program likewise, written over; the run
+    # succeeds with the same results.
     for name in written:
-        (cache / name).write_bytes(b"not a compiled program")
+        (cache / _compile_cache.JAX_SUBFOLDER / name).write_bytes(b"not a program")
     for name in kept:
         (cache / _compile_cache.KEPT_SUBFOLDER / name).write_bytes(b"cut short")
     third, stderr = _fit(tmp_path, str(cache), "third")
-    assert third.get("cache_hits", 0) == 0
-    assert "Error reading persistent compilation cache entry" in stderr
+    # Each refused entry compiled and written again (a program the run asks for
+    # twice is read back from the entry it wrote over).
+    assert third.get("cache_misses", 0) == first.get("cache_misses", 0) > 0
+    assert third.get("cache_hits", 0) == first.get("cache_hits", 0)
+    assert stderr.count("dynsys: a compile-cache entry was ignored") == 1, stderr
+    assert "Error reading persistent compilation cache entry" not in stderr
     assert _metrics(tmp_path, "third")["summary"] == metrics["summary"]
     assert _kept(cache).keys() == kept.keys()
     assert all(content != b"cut short" for content in _kept(cache).values())
+    assert all(
+        (cache / _compile_cache.JAX_SUBFOLDER / name).read_bytes() != b"not a program"
+        for name in written
+    )
 
 
 @pytest.mark.slow
@@ -296,45 +310,46 @@ def test_a_full_disk_turns_the_cache_off(tmp_path, monkeypatch, pristine_cache):
     assert status.folder is None and jax.config.jax_compilation_cache_dir is None
 
 
+def _entry(path: pathlib.Path, size: int, used: float) -> None:
+    path.parent.mkdir(exist_ok=True)
+    _entry_file.write(path, path.name, b"x" * size)
+    os.utime(path, (used, used))
+
+
 def test_a_folder_over_its_size_loses_its_least_recently_used_programs(tmp_path):
-    """`prune_folder` keeps the most recently used programs within the size, leaves
-    other files alone, and runs at most once per period (a stamp file)."""
-    for k in range(6):
-        entry = tmp_path / f"jit_f-{k}-cache"
-        entry.write_bytes(b"x" * 1000)
-        (tmp_path / f"jit_f-{k}-atime").write_bytes(b"12345678")
-        os.utime(entry, (1_000_000 + k, 1_000_000 + k))  # entry k used at time k
+    """`prune_folder` keeps the most recently used entries of dynsys's subfolders
+    (JAX's and the kept programs, counted together) within the size, and leaves
+    every other file alone; it runs each time it is called (no stamp)."""
+    jax_folder = tmp_path / _compile_cache.JAX_SUBFOLDER
+    for k in range(6):  # entry k used at time k
+        _entry(jax_folder / f"jit_f-{k}{_compile_cache.JAX_SUFFIX}", 1000, 1e6 + k)
     (tmp_path / "notes.txt").write_text("not the cache's")
-    removed = _compile_cache.prune_folder(tmp_path, max_bytes=3500)
+    (jax_folder / "notes.txt").write_text("not the cache's")
+    size = (jax_folder / f"jit_f-0{_compile_cache.JAX_SUFFIX}").stat().st_size
+    removed = _compile_cache.prune_folder(tmp_path, max_bytes=3 * size)
     assert removed == 3
-    assert _entries(tmp_path) == {f"jit_f-{k}-cache" for k in (3, 4, 5)}
-    atimes = {p.name for p in tmp_path.iterdir() if p.name.endswith("-atime")}
-    assert atimes == {f"jit_f-{k}-atime" for k in (3, 4, 5)}
+    assert _entries(tmp_path) == {f"jit_f-{k}.entry" for k in (3, 4, 5)}
     assert (tmp_path / "notes.txt").read_text() == "not the cache's"
-    # Within the period nothing is checked again, however full the folder.
-    (tmp_path / "jit_g-0-cache").write_bytes(b"y" * 5000)
-    assert _compile_cache.prune_folder(tmp_path, max_bytes=3500) == 0
-    assert _compile_cache.prune_folder(tmp_path, max_bytes=5000, every_seconds=0) == 3
-    assert _entries(tmp_path) == {"jit_g-0-cache"}  # the newest, alone at the limit
-    # dynsys's kept programs are counted and pruned with JAX's entries, by use.
+    assert (jax_folder / "notes.txt").read_text() == "not the cache's"
+    # Called again at once: checked again.
+    _entry(jax_folder / "jit_g-0.entry", 5000, 2e6)
+    assert _compile_cache.prune_folder(tmp_path, max_bytes=5100) == 3
+    assert _entries(tmp_path) == {"jit_g-0.entry"}  # the newest, alone at the limit
+    # dynsys's kept programs (and read-ahead lists) are counted and pruned with
+    # JAX's entries, by use.
     kept = tmp_path / _compile_cache.KEPT_SUBFOLDER
-    kept.mkdir()
     for k in range(2):
-        program = kept / f"{k}{_compile_cache.KEPT_SUFFIX}"
-        program.write_bytes(b"z" * 1000)
-        os.utime(program, (3_000_000_000 + k, 3_000_000_000 + k))  # the newest
+        _entry(kept / f"{k}{_compile_cache.KEPT_SUFFIX}", 1000, 3e9 + k)  # newest
     (kept / "notes.txt").write_text("not the cache's")
-    assert _compile_cache.prune_folder(tmp_path, max_bytes=2000, every_seconds=0) == 1
+    assert _compile_cache.prune_folder(tmp_path, max_bytes=2 * size) == 1
     assert _entries(tmp_path) == set()
     assert sorted(p.name for p in kept.iterdir()) == [
         "0.program",
         "1.program",
         "notes.txt",
     ]
-    # A kept program's list of the programs read ahead after it goes with it.
-    for k in range(2):
-        (kept / f"{k}{_compile_cache.NEXT_SUFFIX}").write_text("1\n")
-    assert _compile_cache.prune_folder(tmp_path, max_bytes=1000, every_seconds=0) == 1
+    _entry(kept / f"1{_compile_cache.NEXT_SUFFIX}", 10, 3e9 + 2)
+    assert _compile_cache.prune_folder(tmp_path, max_bytes=size + 100) == 1
     assert sorted(p.name for p in kept.iterdir()) == [
         "1.next",
         "1.program",

@@ -13,7 +13,8 @@ import threading
 
 import pytest
 
-from dynsys._compile import jit as _jit, read_ahead as _read_ahead
+from dynsys._compile import entry_file as _entry_file, jit as _jit
+from dynsys._compile import read_ahead as _read_ahead
 
 
 # The helper's folder, and the dynsys this process imported (not another install).
@@ -31,7 +32,8 @@ def _loader(calls: list, fail: str = ""):
 
 
 def _listed_run(folder: pathlib.Path, keys: list[str]) -> _read_ahead._Run:
-    (folder / ("first" + _read_ahead.NEXT_SUFFIX)).write_text("\n".join(keys) + "\n")
+    name = "first" + _read_ahead.NEXT_SUFFIX  # a checked entry, as dynsys writes it
+    _entry_file.write(folder / name, name, ("\n".join(keys) + "\n").encode())
     return _read_ahead._Run(folder, "first", ".program")
 
 
@@ -72,7 +74,7 @@ def test_the_list_is_written_again_only_when_the_keys_differ(tmp_path):
     assert not listing.exists()  # the same keys: nothing written
     run.note("z")
     run.write()
-    assert listing.read_text() == "b\nc\nz\n"
+    assert _entry_file.read(listing, listing.name) == b"b\nc\nz\n"
     assert _read_ahead._Run(tmp_path, "first", ".program").listed == ["b", "c", "z"]
 
 
@@ -82,6 +84,15 @@ def test_an_unreadable_list_reads_nothing_ahead(tmp_path):
     assert run.listed == []
     run.start(_loader([]))
     assert run.thread is None
+
+
+def test_a_list_that_is_not_a_checked_regular_file_reads_nothing_ahead(tmp_path):
+    listing = tmp_path / ("first" + _read_ahead.NEXT_SUFFIX)
+    listing.write_text("b\nc\n")  # no header and digest: damaged or foreign
+    assert _read_ahead._Run(tmp_path, "first", ".program").listed == []
+    listing.unlink()
+    os.mkfifo(listing)  # never waited on
+    assert _read_ahead._Run(tmp_path, "first", ".program").listed == []
 
 
 def test_a_process_that_did_not_ask_reads_nothing_ahead(tmp_path, monkeypatch):
