@@ -173,7 +173,8 @@ def main():
     for k, mine in enumerate(programs["dynsys"]):
         row = {"size": mine["size"], "jacobian_entries": mine["jacobian_entries"]}
         for name, rows in programs.items():
-            row[name] = {key: rows[k][key] for key in ("compile_s", "steps", "ms_per_step")}
+            keys = ("compile_s", "steps", "ms_per_step")
+            row[name] = {key: rows[k][key] for key in keys}
         row["break_even_steps"] = {
             f"level {level}": _break_even(row["dynsys"], row[f"level {level}"])
             for level in levels

@@ -4,8 +4,8 @@ Each reader runs in its own child process on the same file (a plain measured
 record: `t,u0,y0,y1`, full-precision numbers), which reports the seconds of the
 read and the peak resident memory above what the imports took
 (`resource.getrusage`). dynsys's built-in reader is the one it uses where pandas is
-not installed: its child process runs as if pandas were not. The figures go to stdout; `benchmarks/benchmark.py --csv-only`
-runs the same.
+not installed: its child process runs as if pandas were not. The figures go to
+stdout; `benchmarks/benchmark.py --csv-only` runs the same.
 
     python benchmarks/benchmark_csv.py                 # 1e6 rows
     python benchmarks/benchmark_csv.py --rows 10000000
