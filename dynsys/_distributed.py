@@ -21,6 +21,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from . import _config
 from ._data.dataset import Dataset
 from ._rollout.sharding import batch_sharding
+from ._type_checks import checks_own_arguments
 
 
 ENVIRONMENT = (_config.COORDINATOR, _config.NUM_PROCESSES, _config.PROCESS_ID)
@@ -295,6 +296,7 @@ def _layout(data: Dataset) -> np.ndarray:
     return np.asarray(sizes, np.int64)
 
 
+@checks_own_arguments
 def global_dataset(
     local_data: Dataset, *, sharding: NamedSharding | None = None
 ) -> Dataset:

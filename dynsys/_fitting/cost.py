@@ -4,6 +4,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Scalar
 
 from .._rollout.rollout import Trajectory
+from .._type_checks import checks_own_arguments
 
 
 def _weighted_square(
@@ -66,6 +67,7 @@ def _mean_over_batch(per_time: Array) -> Scalar:
     return jnp.mean(jnp.sum(per_time, axis=-1))
 
 
+@checks_own_arguments
 def quadratic_cost(
     traj: Trajectory,
     Q: Float[ArrayLike, "..."],
@@ -122,6 +124,7 @@ def _cost(traj, errors, Q, R, Q_final, where) -> Array:
     return total
 
 
+@checks_own_arguments
 def tracking_cost(
     traj: Trajectory,
     reference: Float[ArrayLike, "... n"],

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, PyTree
 
+from .._type_checks import checks_own_arguments
 from .gauge import masked_step_basis, step_basis
 from .secant import update_secant
 from .solver_base import AbstractSolver, tolerances
@@ -265,6 +266,7 @@ def _directions(point, basis):
     return jnp.eye(point.size, dtype=point.dtype) if basis is None else basis.T
 
 
+@checks_own_arguments  # (__check_init__)
 class LevenbergMarquardt(AbstractSolver):
     """Levenberg–Marquardt on the objective's residual vector: what `fit(solver=
     None)` picks for problems of up to some hundred parameters. Needs no learning

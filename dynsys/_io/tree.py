@@ -221,6 +221,8 @@ def check_rebuilt(model: Any, fail: Callable) -> None:
     """Trace one call of a rebuilt model (shapes only): a header whose fields do
     not fit together fails here, in one line, not at the user's first call."""
     name = class_name(model)
+    if isinstance(model, StateEncoder):
+        _check_past(model, name, fail)
     try:
         if isinstance(model, NeuralStateSpace):
             x = jnp.zeros(model.state_size, model.state_mean.dtype)
@@ -244,3 +246,15 @@ def check_rebuilt(model: Any, fail: Callable) -> None:
         ) from None
     if tuple(s.shape for s in shapes) != wanted:
         raise fail(f"the header's tree does not make a working {name} (shapes).")
+
+
+def _check_past(encoder: StateEncoder, name: str, fail: Callable) -> None:
+    """An encoder reads `past` samples of each channel: `past` a positive int that
+    divides its number of features (`past * channels`)."""
+    past, features = encoder.past, encoder.feature_mean.shape[-1]
+    if type(past) is not int or past < 1 or features % past:
+        raise fail(
+            f"the header's tree does not make a working {name} (past = {past!r} "
+            f"samples: expected a positive int dividing its {features} features, "
+            "past times the channels it reads)."
+        )

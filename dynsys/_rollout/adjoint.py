@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from .._systems.controller import AbstractController, LinearFeedback
 from .._systems.system import AbstractSystem, LinearSystem
+from .._type_checks import checks_own_arguments
 
 
 def is_linear_case(
@@ -94,6 +95,7 @@ class Autodiff(AbstractAdjoint):
         return jax.lax.scan(body, init, xs)
 
 
+@checks_own_arguments  # (__check_init__)
 class Checkpointed(AbstractAdjoint):
     """Recompute instead of store: memory $O(\\sqrt{T})$ steps instead of $O(T)$.
 

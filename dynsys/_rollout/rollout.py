@@ -11,6 +11,7 @@ from jaxtyping import Array, ArrayLike, Float, Real
 
 from .._systems.controller import AbstractController
 from .._systems.system import AbstractSystem
+from .._type_checks import checks_own_arguments
 from .adjoint import AbstractAdjoint, Autodiff
 from .method import AbstractMethod, default_method
 
@@ -163,6 +164,7 @@ def _flatten_batch(x0, inputs, batch_shape):
     return x0, inputs
 
 
+@checks_own_arguments
 def rollout(
     system: AbstractSystem,
     x0: Real[ArrayLike, "... n"],
@@ -256,6 +258,7 @@ def _is_eager(args) -> bool:
     return True
 
 
+@checks_own_arguments
 def _rollout(
     system: AbstractSystem,
     x0,

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .._type_checks import checks_own_arguments
+from .._systems.neural_state_space import NeuralStateSpace
 from .._systems.system import AbstractSystem, LinearSystem
 from .signals import arrays_only, check_model_matches, linear_of, Signals, signals
 
@@ -132,6 +133,13 @@ def check_initial_states(call: str, model: AbstractSystem, s: Signals) -> None:
     states on the data `s`: a model that is not linear needs the data's states."""
     if linear_of(model) is not None:
         return
+    if s.xs is None and isinstance(model, NeuralStateSpace):
+        raise ValueError(
+            f"{call}(model=...): a NeuralStateSpace starts from the state its encoder "
+            "(the StateEncoder that fit_neural returns and saves beside the model) "
+            "reads from the first encoder.past samples: "
+            f"{_neural_start(call)}."
+        )
     if s.xs is None:
         raise ValueError(
             f"{call}(model=...): the initial state is estimated in closed form "
@@ -145,6 +153,14 @@ def check_initial_states(call: str, model: AbstractSystem, s: Signals) -> None:
             f"{s.xs.shape[-1]} columns and the model's state_size is "
             f"{model.state_size}."
         )
+
+
+def _neural_start(call: str) -> str:
+    """The call that starts a neural model from its encoder, for `call`'s error."""
+    x0 = "x0=dynsys.neural_initial_state(encoder, data)"
+    if call == "compare":
+        return f"compare(model, data.window(encoder.past, None), {x0})"
+    return f"{x0}, the state at sample encoder.past"
 
 
 def initial_states_of(model: AbstractSystem, s: Signals) -> Float[Array, "N n"]:

@@ -7,7 +7,9 @@ import jax
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
+from .._fitting.encoder import StateEncoder
 from .._systems.system import AbstractSystem, LinearSystem
+from .._type_checks import checks_own_arguments
 
 
 class Signals(NamedTuple):
@@ -75,9 +77,33 @@ def linear_of(model: object) -> LinearSystem | None:
     return None
 
 
+def kind_of(obj: object) -> str:
+    """What `obj` is, as a user who loaded it from a file knows it: `"a StateEncoder
+    (an initial-state encoder)"`, `"a NeuralStateSpace (a model)"`, `"a dict"`."""
+    name = type(obj).__name__
+    if isinstance(obj, StateEncoder):
+        return f"a {name} (an initial-state encoder)"
+    if isinstance(obj, AbstractSystem):
+        return f"a {name} (a model)"
+    return f"a {name}"
+
+
+def check_is_system(call: str, model: object) -> None:
+    """One-line `TypeError` when `model` is not a system: an encoder (the other
+    file `fit_neural` saves) or any other object."""
+    if not isinstance(model, AbstractSystem):
+        raise TypeError(
+            f"{call}(model=...): expected a model (a dynsys.AbstractSystem, such as "
+            f"a NeuralStateSpace or a LinearSystem), got {kind_of(model)}."
+        )
+
+
+@checks_own_arguments
 def check_model_matches(call: str, model: AbstractSystem, s: Signals) -> None:
-    """One-line `ValueError` when `model`'s outputs (or states) or inputs do not match
-    the data's columns."""
+    """One-line `TypeError` when `model` is not a system (`check_is_system`), and
+    `ValueError` when its outputs (or states) or inputs do not match the data's
+    columns."""
+    check_is_system(call, model)
     p = s.ys.shape[-1]
     m = 0 if s.us is None else s.us.shape[-1]
     if s.from_states:

@@ -161,8 +161,9 @@ class NeuralStateSpace(AbstractSystem):
         """The base system's sampling period, if it has one."""
         return getattr(self.base, "dt", None)
 
-    def features(self, x: State, u: Input) -> Float[Array, " n+m"]:
-        """$z = [(x - \\mu_x) / s_x; (u - \\mu_u) / s_u]$, shape `(n + m,)`."""
+    def features(self, x: State, u: Input) -> Float[Array, " z"]:
+        """$z = [(x - \\mu_x) / s_x; (u - \\mu_u) / s_u]$, shape `(n + m,)` (`(n,)`
+        without inputs: `u` is then `None`, and `m` has no size to check against)."""
         stop = jax.lax.stop_gradient
         parts = [(x - stop(self.state_mean)) / stop(self.state_scale)]
         if u is not None and self.input_size:

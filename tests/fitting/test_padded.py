@@ -180,7 +180,8 @@ def test_fits_padded_to_one_size_trace_their_step_once(monkeypatch):
 
     monkeypatch.setattr(levenberg_marquardt.LevenbergMarquardt, "step", counted)
     data, val = _record(seed=2)
-    starts = [dynsys.fit_subspace(data, n, feedthrough=d) for n, d in [(1, 0), (2, 1)]]
+    structures = [(1, False), (2, True)]
+    starts = [dynsys.fit_subspace(data, n, feedthrough=d) for n, d in structures]
     _fit(fit_padded, starts[0], data, 3, True, val_data=val)
     first = len(traces)
     assert first > 0

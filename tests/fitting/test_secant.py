@@ -46,7 +46,7 @@ def test_secant_update_meets_the_secant_equation_with_a_rank_two_change():
     jtj = jtj @ jtj.T
     y = jtj @ s + 0.3 * rng.normal(size=P)
     assert y @ s > 0
-    new = np.asarray(update_secant(jnp.asarray(S), s, y, jtj @ s))
+    new = np.asarray(update_secant(*map(jnp.asarray, (S, s, y, jtj @ s))))
     target = y - jtj @ s
     np.testing.assert_allclose(new, new.T, atol=1e-12)
     np.testing.assert_allclose(new @ s, target, rtol=1e-10, atol=1e-12)
@@ -67,7 +67,7 @@ def test_secant_update_only_sizes_without_curvature_along_the_step():
     s = rng.normal(size=P)
     y = -s  # y^T s < 0: no curvature information
     jtj_s = 0.1 * rng.normal(size=P)
-    new = np.asarray(update_secant(jnp.asarray(S), s, y, jtj_s))
+    new = np.asarray(update_secant(*map(jnp.asarray, (S, s, y, jtj_s))))
     sizing = min(1.0, abs(s @ (y - jtj_s)) / abs(s @ S @ s))
     np.testing.assert_allclose(new, sizing * S, rtol=1e-12)
 
@@ -114,7 +114,7 @@ def test_model_factorisation_of_j_t_j_is_gauss_newtons():
         jnp.asarray(J.T @ J), jnp.asarray(J.T @ r), None, jnp.zeros(P)
     )
     model = factorise_model(jnp.asarray(J.T @ J), jnp.asarray(J.T @ r), None, scale)
-    for lam in (1e-4, 1e-1):
+    for lam in map(jnp.asarray, (1e-4, 1e-1)):
         np.testing.assert_allclose(
             model.step(lam), gauss_newton.step(lam), rtol=1e-8, atol=1e-12
         )

@@ -325,3 +325,83 @@ def test_cli_simulate_refuses_a_missing_file_or_an_encoder(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "holds a StateEncoder, not a system" in err
     assert not out.exists()
+
+
+def _edit_past(path, past):
+    """The encoder file with `past` changed in its tree and its static values."""
+
+    def change(header):
+        header["tree"]["fields"]["past"] = {"static": past}
+        header["static"]["past"] = past
+
+    _rewrite_header(path, change)
+
+
+@pytest.mark.parametrize("past", [0, -5, 2.5, True, 10**9, 4, 5])
+def test_an_encoder_with_an_impossible_past_is_refused_at_load(tmp_path, past):
+    # 18 features: past 6 of 3 channels. A past that is not a positive int dividing
+    # 18 cannot be what the encoder reads (it loaded, and failed at first use with a
+    # 37-line JAX error).
+    encoder, _, _ = _encoder()
+    path = tmp_path / "encoder.dynsys"
+    dynsys.save(path, encoder)
+    _edit_past(path, past)
+    _one_line_error(
+        path,
+        rf"StateEncoder \(past = {re.escape(repr(past))} samples: expected a "
+        r"positive int dividing its 18 features",
+    )
+
+
+def test_an_encoder_of_other_channels_is_refused_at_first_use_in_one_line(tmp_path):
+    encoder, past_us, past_ys = _encoder()
+    data = dynsys.Dataset(
+        us=jnp.concatenate([past_us[:2], past_us[:2]], axis=1),
+        ys=jnp.concatenate([past_ys[:2], past_ys[:2]], axis=1),
+    )  # 2 experiments of 12 samples, 2 inputs and 1 output
+    # The encoder as saved: the state its affine map and net give the first 6 samples.
+    np.testing.assert_allclose(
+        dynsys.neural_initial_state(encoder, data),
+        jax.vmap(encoder)(past_us[:2], past_ys[:2]),
+        rtol=1e-6,
+    )
+    # past 9 divides its 18 features (9 samples of 2 channels), but this data has 3.
+    path = tmp_path / "encoder.dynsys"
+    dynsys.save(path, encoder)
+    _edit_past(path, 9)
+    edited = dynsys.load(path)
+    with pytest.raises(ValueError) as error:
+        dynsys.neural_initial_state(edited, data)
+    assert str(error.value) == (
+        "neural_initial_state(encoder=..., data=...): the encoder reads 18 values, "
+        "which are not its past = 9 samples of the data's 3 channels (inputs and "
+        "outputs, 27 values): an encoder of other data, or an edited one."
+    )
+
+
+def test_swapped_model_and_encoder_files_are_named_in_one_line(tmp_path):
+    model, encoder = _neural(), _encoder()[0]
+    dynsys.save(tmp_path / "neural_model.dynsys", model)
+    dynsys.save(tmp_path / "neural_encoder.dynsys", encoder)
+    # The files swapped: the encoder's file read as the model, and the other way.
+    as_model = dynsys.load(tmp_path / "neural_encoder.dynsys")
+    as_encoder = dynsys.load(tmp_path / "neural_model.dynsys")
+    data = dynsys.Dataset(
+        us=jnp.ones((1, 20, 2)), ys=jnp.ones((1, 20, 2))
+    )  # the model's 2 inputs and 2 outputs
+    with pytest.raises(TypeError) as error:
+        dynsys.neural_initial_state(as_encoder, data)
+    assert str(error.value) == (
+        "neural_initial_state(encoder=...): expected a StateEncoder (the "
+        "initial-state encoder that fit_neural returns and saves beside its model), "
+        "got a NeuralStateSpace (a model)."
+    )
+    with pytest.raises(TypeError) as error:
+        dynsys.compare(as_model, data)
+    assert str(error.value) == (
+        "compare(model=...): expected a model (a dynsys.AbstractSystem, such as a "
+        "NeuralStateSpace or a LinearSystem), got a StateEncoder (an initial-state "
+        "encoder)."
+    )
+    with pytest.raises(TypeError, match=r"^estimate_x0\(model=\.\.\.\): .* got a "):
+        dynsys.estimate_x0(as_model, data)

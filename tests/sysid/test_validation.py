@@ -131,6 +131,41 @@ def test_nonlinear_model_on_states_data():
     np.testing.assert_allclose(result.predicted[..., 0], expected, rtol=1e-10)
 
 
+
+def test_compare_of_a_neural_model_names_its_encoder_and_the_call_works(getkey):
+    true = _system(getkey)
+    data, x0s = _data(true, (40, 40), getkey)  # noise-free
+    model = dynsys.NeuralStateSpace(true, width_size=4, depth=2, key=getkey())
+    with pytest.raises(ValueError) as error:
+        dynsys.compare(model, data)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("compare(model=...): ")
+    call = (
+        "compare(model, data.window(encoder.past, None), "
+        "x0=dynsys.neural_initial_state(encoder, data))."
+    )
+    assert message.endswith(call)
+    # The call it names, with an encoder of the true states after 6 samples: the
+    # model (still equal to its linear base) fits its own noise-free data.
+    past = 6
+    xs = np.asarray(dynsys.rollout(true, x0s, 40, inputs=data.us).xs)
+    us, ys = np.asarray(data.us), np.asarray(data.ys)
+    starts = range(0, 40 - past)
+    encoder = dynsys.StateEncoder.from_states(
+        jnp.asarray(np.concatenate([us[:, t : t + past] for t in starts])),
+        jnp.asarray(np.concatenate([ys[:, t : t + past] for t in starts])),
+        jnp.asarray(np.concatenate([xs[:, t + past] for t in starts])),
+        width_size=4,
+        key=getkey(),
+    )
+    result = dynsys.compare(
+        model,
+        data.window(encoder.past, None),
+        x0=dynsys.neural_initial_state(encoder, data),
+    )
+    np.testing.assert_allclose(result.x0, xs[:, past], atol=1e-3)
+    assert np.all(result.fit_percent > 99.9)
+
 def test_residual_analysis_against_numpy(getkey):
     true = _system(getkey)
     data, _ = _data(true, (80, 50, 64), getkey, noise=0.1)
