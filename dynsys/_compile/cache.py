@@ -440,20 +440,29 @@ def say(message: str, said: set[str] | None = None, topic: str | None = None) ->
     if _prints["on"]:
         print(message, file=sys.stderr, flush=True)
     else:
-        warnings.warn(message, RuntimeWarning, stacklevel=_first_caller_outside())
+        level = _first_caller_outside(sys._getframe())
+        warnings.warn(message, RuntimeWarning, stacklevel=level)
 
 
 def _say_once(message: str) -> None:
     say(message)
 
 
-def _first_caller_outside() -> int:
-    """The `stacklevel`, for a warning of `say`, of the first caller outside
-    the dynsys package: the user's call of `use_compile_cache` or of
-    `run_experiment`."""
+def _first_caller_outside(frame) -> int:
+    """The `stacklevel`, for a warning of `say` (whose frame is `frame`), of the
+    first caller outside the dynsys package: the user's call of
+    `use_compile_cache` or of `run_experiment`."""
     # The package's folder as its modules' code names it (unresolved, like theirs).
     package = os.path.dirname(os.path.dirname(__file__)) + os.sep
-    frame, level = sys._getframe(1), 1  # `warnings.warn`'s caller, level 1
-    while frame is not None and frame.f_code.co_filename.startswith(package):
+    checker = os.path.join("jaxtyping", "_decorator.py")
+
+    def ours(code) -> bool:
+        # The package's code, or the run-time type checks that the test suite wraps
+        # around each of its functions (jaxtyping's wrapper and beartype's).
+        name = code.co_filename
+        return name.startswith((package, "<@beartype(")) or name.endswith(checker)
+
+    level = 1  # `say`, level 1
+    while frame is not None and ours(frame.f_code):
         frame, level = frame.f_back, level + 1
     return level
