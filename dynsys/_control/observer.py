@@ -86,7 +86,7 @@ class ObservedPlant(AbstractSystem):
     def dt(self) -> float | None:
         return getattr(self.plant, "dt", None)
 
-    def split(self, z: State) -> tuple[State, State]:
+    def split(self, z: Array) -> tuple[Array, Array]:
         """`(x, x_hat)` of a state `z` of shape `(..., n_p + n)`."""
         n_p = self.plant.state_size
         return z[..., :n_p], z[..., n_p:]

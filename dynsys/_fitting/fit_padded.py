@@ -7,12 +7,12 @@ import dataclasses
 import jax
 import numpy as np
 
-from .._systems.system import LinearSystem
+from .._systems.system import AbstractSystem, LinearSystem
 from .fit import fit
 from .padded import frozen_padding, NotPaddable, pad, unpad
 
 
-def fit_padded(start: LinearSystem, data, size: int, feedthrough: bool, **options):
+def fit_padded(start: AbstractSystem, data, size: int, feedthrough: bool, **options):
     """`fit(start, data, **options)` (output data, the default optimiser) in a model
     padded to order `size` (with a feedthrough when `feedthrough`), so that fits of
     every structure up to that size share one compiled program. Returns `fit`'s

@@ -413,7 +413,8 @@ def test_cli_horizon_longer_than_the_records_is_a_one_line_error(tmp_path, capsy
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    assert "fit.neural_horizon" in err and "longer than the longest record" in err
+    # the command names its flag, not the config key (issue 48 item 10)
+    assert "--neural-horizon (5000)" in err and "longer than the longest" in err
     assert not out.exists()  # refused before the linear stage: nothing written
 
 
@@ -425,4 +426,4 @@ def test_cli_neural_model_needs_output_data(tmp_path, capsys):
     assert cli.main([*argv, "--no-progress", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    assert "'fit.model': 'neural' needs data with outputs" in err
+    assert "--model: 'neural' needs data with outputs" in err
