@@ -26,7 +26,7 @@ def test_the_architecture_page_names_every_module():
 def test_the_module_table_is_current():
     table = _module_table()
     page = table.PAGE.read_text(encoding="utf-8")
-    assert table.rewritten(page) == page, "run docs/docs/scripts/module_table.py"
+    assert table.rewritten(page) == page, "run docs/scripts/module_table.py"
 
 
 def test_a_table_missing_a_module_is_stale():

@@ -1,4 +1,4 @@
-"""The scripts in `benchmarks/` and `examples/` use dynsys's public API only: no
+"""The scripts in `benchmarks/`, `examples/` and `docs/scripts/` (the doc figures) use dynsys's public API only: no
 import of a private module (`dynsys._x`, `from dynsys import _x`), no attribute
 `dynsys._x`, and no assignment to an attribute of dynsys (monkey-patching), in the
 script or in the code it runs in a child process (a string of Python source holding
@@ -13,7 +13,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(
     path.relative_to(ROOT).as_posix()
-    for folder in ("benchmarks", "examples")
+    for folder in ("benchmarks", "examples", "docs/scripts")
     for path in (ROOT / folder).rglob("*.py")
 )
 
@@ -96,3 +96,9 @@ from dynsys._compile.jit import compiler_options
 def test_scripts_use_the_public_api_only(script):
     uses = private_uses((ROOT / script).read_text(encoding="utf-8"))
     assert not uses, f"{script} uses private dynsys modules: {uses}"
+
+
+def test_every_script_folder_is_checked():
+    folders = {script.rsplit("/", 1)[0].split("/")[0] for script in SCRIPTS}
+    assert {"benchmarks", "examples", "docs"} <= folders
+    assert any(script.startswith("docs/scripts/") for script in SCRIPTS)
