@@ -623,11 +623,10 @@ def _warn_untrusted(stop_reason: str | None):
         warnings.warn(f"fit: {stop_reason}.", stacklevel=3)
 
 
-def _fit_result(
-    result, objective, batch, evaluator, stop_reason, filter_spec
-) -> FitResult:
+def _fit_result(result, problem, evaluator, stop_reason, filter_spec) -> FitResult:
     """The `FitResult` of `optimise`'s `result`: the best model, its initial states
     and its metrics on the training (and validation) data."""
+    objective, batch = problem.objective, problem.batch
     best_model, best_x0s = result.model
     width = (batch["ys"] if "ys" in batch else batch["xs"]).shape[-1]
     # The covariance of every parameter: B, D and the level are not eliminated.
@@ -727,6 +726,63 @@ def _separable(objective, strategy, params, batch, filter_spec):
     return objective, strategy, eqx.combine(completed, static)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Problem:
+    """What the solver minimises.
+
+    - `objective`: the `FitObjective` (loss, outputs or states, how the initial
+        states are found, rollout method and adjoint, channel weights).
+    - `batch`: the arrays the loss reads, experiments on the leading axis: `index`
+        `(N,)`, `mask` `(N, T)`, `ys` `(N, T, p)` or `xs` `(N, T(+1), n)`, and `us`
+        `(N, T, m)` when there are inputs.
+    - `params`: the start, `(model, x0s)`: `x0s` the trained initial states'
+        starting values, `(N, n)` (`(N, W, n)` for `MultipleShooting`), or `None`.
+    """
+
+    objective: FitObjective
+    batch: dict
+    params: tuple
+
+
+def _problem(model, data, loss, fit_x0, method, adjoint) -> _Problem:
+    """`fit`'s checked arguments as a `_Problem`: objective, batch and start."""
+    objective = _objective(loss, data, model, fit_x0, method, adjoint)
+    batch = _batch(data, _model_dtype(model))
+    params = (model, _initial_x0s(objective, loss, data, model))
+    return _Problem(objective, batch, params)
+
+
+def _solver_for(problem, solver, batch_size, adjoint, rtol, atol, filter_spec):
+    """The solver that runs (`fit(solver=...)`, or the default's choice), with the
+    parameters frozen by `filter_spec` and the separable variant where it applies;
+    returns `(problem, solver, default number of steps)`, the problem's objective
+    and start changed by the separable variant only."""
+    objective, batch, params = problem.objective, problem.batch, problem.params
+    strategy, default_steps = _strategy(
+        solver, objective, params, batch, batch_size, adjoint, rtol, atol
+    )
+    strategy = with_free_parameters(strategy, objective, params, filter_spec)
+    objective, strategy, params = _separable(
+        objective, strategy, params, batch, filter_spec
+    )
+    return _Problem(objective, batch, params), strategy, default_steps
+
+
+def _stopping(strategy, problem: _Problem) -> dict:
+    """`optimise`'s options for when the solver stops and how many steps each
+    dispatch runs: dynsys's solvers (`_manages_stopping`) stop on a flat loss or
+    a held-out loss that stopped improving (evaluated at every step with
+    Levenberg–Marquardt); an optax transform runs its steps."""
+    managed = _manages_stopping(strategy)
+    each_step = managed and isinstance(strategy, LevenbergMarquardt)
+    return {
+        "chunk": _chunk(strategy, problem.params, problem.batch),
+        "flat_steps": FLAT_STEPS if managed else None,
+        "patience": _held_out_patience(managed, each_step),
+        "evaluate_each_step": each_step,
+    }
+
+
 @checks_own_arguments
 def fit(
     model: AbstractSystem,
@@ -817,25 +873,17 @@ def fit(
     result.optimizer, result.metrics["train"]["fit_percent"]  # LM, close to 100
     ```
     """
-    checked = _checked(model, data, loss, val_data, fit_x0, num_steps)
-    data, loss, val_data = checked
-    objective = _objective(loss, data, model, fit_x0, method, adjoint)
-    batch = _batch(data, _model_dtype(model))
-    params = (model, _initial_x0s(objective, loss, data, model))
-    strategy, default_steps = _strategy(
-        solver, objective, params, batch, batch_size, adjoint, rtol, atol
+    data, loss, val_data = _checked(model, data, loss, val_data, fit_x0, num_steps)
+    problem = _problem(model, data, loss, fit_x0, method, adjoint)
+    problem, strategy, default_steps = _solver_for(
+        problem, solver, batch_size, adjoint, rtol, atol, filter_spec
     )
-    strategy = with_free_parameters(strategy, objective, params, filter_spec)
-    separable = _separable(objective, strategy, params, batch, filter_spec)
-    objective, strategy, params = separable
     evaluator = _validation_loss(loss, val_data, model, method, adjoint, data)
-    managed = _manages_stopping(strategy)
-    each_step = managed and isinstance(strategy, LevenbergMarquardt)
     result = _optimised(
-        objective,
+        problem.objective,
         strategy,
-        params,
-        batch,
+        problem.params,
+        problem.batch,
         evaluator,
         num_steps=default_steps if num_steps is None else num_steps,
         batch_size=batch_size,
@@ -843,13 +891,11 @@ def fit(
         progress=progress,
         callback=None if callback is None else _ModelCallback(callback),
         filter_spec=(filter_spec, True),
-        chunk=_chunk(strategy, params, batch),
-        flat_steps=FLAT_STEPS if managed else None,
-        patience=_held_out_patience(managed, each_step),
-        evaluate_each_step=each_step,
         resume=None if resume is None else _continuation_of(resume),
+        **_stopping(strategy, problem),
     )
-    stop_reason = _honest_stop_reason(result, managed, _exact_loss(batch))
-    _warn_untrusted(stop_reason)
-    warn_after_fit(model, result.model[0], loss, objective.outputs)
-    return _fit_result(result, objective, batch, evaluator, stop_reason, filter_spec)
+    exact = _exact_loss(problem.batch)
+    stop_reason = _honest_stop_reason(result, _manages_stopping(strategy), exact)
+    _warn_untrusted(stop_reason)  # the warnings point at fit's caller: called here
+    warn_after_fit(model, result.model[0], loss, problem.objective.outputs)
+    return _fit_result(result, problem, evaluator, stop_reason, filter_spec)
