@@ -1,6 +1,7 @@
 """Sweeps: one run per value of a config key, each in a sub-folder, and the
 sweep's figure and table. A signal stops the sweep after the run it hit."""
 
+import dataclasses
 import pathlib
 import shutil
 
@@ -18,6 +19,85 @@ from .run_folder import (
 )
 from .runtime.interrupt import Interrupts
 from .single import _run_single
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+    """The `[sweep]` table as a typed, frozen config, each field one argument of the
+    call it feeds:
+
+    - each run is the config with `overrides()`, as `run_experiment(config,
+        overrides=...)` takes them: `key` set to each of `values`, and `seed` to
+        each of `seeds` (`None`: the config's own seed);
+    - the sweep's figure is `plot.sweep(**figure_arguments(...))`: `key`, the
+        values run, their metrics, `xlabel` (the quantity swept, with its unit),
+        `ylabel` (the kind's headline metric) and `title` (the config's
+        `description`, or `None`).
+
+    The TOML a user writes is unchanged (`config.py` validates it); this is built
+    from the resolved config.
+    """
+
+    key: str
+    values: tuple
+    seeds: tuple | None
+    xlabel: str
+    ylabel: str
+    title: str | None
+
+    @classmethod
+    def from_config(cls, config: dict) -> "SweepConfig":
+        """From a resolved config with a `[sweep]` table."""
+        table = config["sweep"]
+        seeds = table.get("seeds")
+        return cls(
+            key=table["key"],
+            values=tuple(table["values"]),
+            seeds=None if seeds is None else tuple(seeds),
+            xlabel=sweep_label(config, table["key"]),
+            ylabel=SUMMARY_LABELS[config["kind"]],
+            title=config["description"] or None,
+        )
+
+    @property
+    def per_value(self) -> int:
+        """The number of runs of each value (one per seed)."""
+        return len(self.seeds) if self.seeds else 1
+
+    def overrides(self) -> list[dict]:
+        """`run_experiment`'s `overrides` of each run, value by value (and seed by
+        seed within a value): `{key: value}`, with `"seed"` when the sweep lists
+        seeds."""
+        seeds = self.seeds or (None,)
+        return [
+            {self.key: value} | ({} if seed is None else {"seed": seed})
+            for value in self.values
+            for seed in seeds
+        ]
+
+    def figure_arguments(self, runs: list) -> dict:
+        """`plot.sweep`'s arguments for the finished `runs` (`ExperimentResult`s,
+        in order): the values whose every seed has run, and each headline metric
+        per value, shape `(V,)`, or `(seeds, V)` with seeds (error bars)."""
+        complete = len(runs) // self.per_value  # values whose every seed has run
+        table = {}
+        for label in runs[0].metrics["summary"]:
+            done = runs[: complete * self.per_value]
+            column = [run.metrics["summary"][label] for run in done]
+            table[label] = (
+                np.asarray(column).reshape(complete, self.per_value).T
+                if self.seeds
+                else column
+            )
+        return dict(
+            key=self.key,
+            values=list(self.values[:complete]),
+            metrics=table,
+            xlabel=self.xlabel,
+            ylabel=self.ylabel,
+            roles=ROLES,
+            title=self.title,
+        )
 
 
 def _folder_label(label: str, taken: set[str]) -> str:
@@ -47,16 +127,16 @@ def _run_sweep(
     The values not run are listed in the sweep's `metrics.json` and table.
     """
     interrupts = Interrupts() if interrupts is None else interrupts
-    key = config["sweep"]["key"]
+    sweep = SweepConfig.from_config(config)
+    key = sweep.key
     runs: list[ExperimentResult] = []
     taken: set[str] = set()
-    for label, single in expand_sweep(config):
+    for (label, single), overrides in zip(expand_sweep(config), sweep.overrides()):
         sub = None
         try:
             label = _folder_label(label, taken)
-            value = _swept_value(single, key)
-            seed = f" (seed {single['seed']})" if "seeds" in config["sweep"] else ""
-            echo(f"sweep {key} = {value!r}{seed} -> {label}/")
+            seed = f" (seed {overrides['seed']})" if sweep.seeds else ""
+            echo(f"sweep {key} = {overrides[key]!r}{seed} -> {label}/")
             sub = folder / label
             sub.mkdir()
             write_marker(sub, "a sweep's sub-run")
@@ -70,53 +150,26 @@ def _run_sweep(
             echo(f"sweep {key}: interrupted ({interrupts.name}); stopping the sweep")
             break
     with interrupts.deferred():
-        return _write_sweep(config, folder, runs, interrupts)
-
-
-def _swept_value(single: dict, key: str):
-    section, name = key.split(".", 1)
-    return single[section][name]
+        return _write_sweep(config, sweep, folder, runs, interrupts)
 
 
 def _write_sweep(
-    config: dict, folder: pathlib.Path, runs: list, interrupts: Interrupts
+    config: dict,
+    sweep: SweepConfig,
+    folder: pathlib.Path,
+    runs: list,
+    interrupts: Interrupts,
 ) -> ExperimentResult:
     from .. import plot
     from ..plot._save import save_png
 
-    key, values = config["sweep"]["key"], config["sweep"]["values"]
-    seeds = config["sweep"].get("seeds")
-    per_value = len(seeds) if seeds else 1
-    complete = len(runs) // per_value  # values whose every seed has run
-    done = values[:complete]
-    labels = list(runs[0].metrics["summary"])
-    table = {}
-    for label in labels:
-        column = [r.metrics["summary"][label] for r in runs[: complete * per_value]]
-        # (seeds, values) when several seeds are run: plot.sweep draws error bars.
-        table[label] = (
-            np.asarray(column).reshape(complete, per_value).T if seeds else column
-        )
-
-    figure = plot.sweep(
-        key,
-        done,
-        table,
-        xlabel=sweep_label(config, key),
-        ylabel=_summary_label(config),
-        roles=ROLES,
-        title=config["description"] or None,
-    )
+    figure = plot.sweep(**sweep.figure_arguments(runs))
     save_png(figure, folder / "sweep.png", dpi=100)
     metrics = sweep_metrics(config, runs, interrupts)
     recorded = _recorded(config)
     (folder / "config.toml").write_text(dump_toml(recorded), encoding="utf-8")
+    labels = list(runs[0].metrics["summary"])
     write_report(folder, metrics, sweep_summary(config, runs, labels, interrupts))
     return ExperimentResult(
         folder, recorded, metrics, (folder / "sweep.png",), tuple(runs)
     )
-
-
-def _summary_label(config: dict) -> str:
-
-    return SUMMARY_LABELS[config["kind"]]
