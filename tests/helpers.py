@@ -32,3 +32,52 @@ def finite_difference_gradient(f, x, eps=1e-6):
         step[index] = eps
         grad[index] = (float(f(x + step)) - float(f(x - step))) / (2 * eps)
     return grad
+
+
+_LOAD_IN_CHILD = r"""
+import json, resource, sys
+import dynsys
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    data = dynsys.load_dataset(sys.argv[1], **json.loads(sys.argv[2]))
+    outcome = {"steps": data.num_steps, "error": None}
+except ValueError as error:
+    outcome = {"steps": None, "error": str(error)}
+outcome["peak_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(json.dumps(outcome))
+"""
+
+
+def load_in_child(path, **columns) -> dict:
+    """`dynsys.load_dataset(path, **columns)` in a fresh Python process, to measure
+    its memory: `{"steps": num_steps or None, "error": the ValueError's message or
+    None, "peak_kib": the growth of the peak resident set size, in KiB}`."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _LOAD_IN_CHILD, str(path), json.dumps(columns)],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def randomised(model, key, scale=0.3):
+    """`model` with every floating array moved by normal noise of standard
+    deviation `scale` (trained-like: a neural model's zero last layers are no
+    longer zero, so it is truly nonlinear)."""
+    import equinox as eqx
+    import jax
+
+    leaves, tree = jax.tree.flatten(model)
+    keys = jax.random.split(key, len(leaves))
+    return jax.tree.unflatten(
+        tree,
+        [
+            leaf + scale * jax.random.normal(k, leaf.shape, leaf.dtype)
+            if eqx.is_inexact_array(leaf)
+            else leaf
+            for leaf, k in zip(leaves, keys)
+        ],
+    )

@@ -1,36 +1,13 @@
 """Memory of ragged data: padding that would multiply memory is refused before any
 padded array is allocated (peak RSS measured in a child process)."""
 
-import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import dynsys
 
-
-_CHILD = r"""
-import json, resource, sys
-import dynsys
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-try:
-    dynsys.load_dataset(sys.argv[1])
-    message = None
-except ValueError as error:
-    message = str(error)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-print(json.dumps({"peak_kib": peak, "error": message}))
-"""
-
-
-def _load_in_child(path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path)],
-        capture_output=True, text=True, check=True, timeout=300,
-    )  # fmt: skip
-    return json.loads(out.stdout.strip().splitlines()[-1])
+from ..helpers import load_in_child
 
 
 def _write(path, lengths):
@@ -46,7 +23,7 @@ def test_padding_blow_up_is_refused_before_allocating(tmp_path):
     ragged, plain = tmp_path / "ragged.csv", tmp_path / "plain.csv"
     _write(ragged, [100_000] + [2] * 4_000)  # ~1 MB; padded: 4001 x 100000 x 2
     _write(plain, [108_000])  # as many rows in one experiment
-    refused, normal = _load_in_child(ragged), _load_in_child(plain)
+    refused, normal = load_in_child(ragged), load_in_child(plain)
     assert normal["error"] is None
     assert refused["error"] is not None and "\n" not in refused["error"]
     assert (

@@ -4,16 +4,15 @@ their compressed data streamed to measure it, and only they are read and convert
 (peak RSS measured in a child process); complex, 3-D and other variables that give no
 column are named in one line."""
 
-import json
 import struct
-import subprocess
-import sys
 import zlib
 
 import numpy as np
 import pytest
 
 import dynsys
+
+from ..helpers import load_in_child
 
 
 scipy_io = pytest.importorskip("scipy.io")
@@ -80,28 +79,6 @@ def test_the_hand_written_file_is_a_valid_mat_file(tmp_path):
     assert data.ys.shape == (1, 2**20, 1)
 
 
-_CHILD = r"""
-import json, resource, sys
-import dynsys
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-try:
-    data = dynsys.load_dataset(sys.argv[1], inputs=["u"], outputs=["y"])
-    outcome = {"steps": data.num_steps, "error": None}
-except ValueError as error:
-    outcome = {"steps": None, "error": str(error)}
-outcome["peak_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-print(json.dumps(outcome))
-"""
-
-
-def _load_in_child(path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path)],
-        capture_output=True, text=True, check=True, timeout=300,
-    )  # fmt: skip
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.slow  # three child processes that import JAX
 def test_a_compressed_mat_bomb_is_refused_before_reading(tmp_path):
     # The probe's file: u and y of 10**8 uint8 zeros, 5.1 GB once read as float64.
@@ -124,7 +101,8 @@ def test_a_compressed_mat_bomb_is_refused_before_reading(tmp_path):
     plain = tmp_path / "plain.mat"
     scipy_io.savemat(plain, {"u": np.ones((2000, 1)), "y": np.arange(2000.0)[:, None]})
 
-    refused, lying, normal = (_load_in_child(p) for p in (bomb, liar, plain))
+    columns = {"inputs": ["u"], "outputs": ["y"]}
+    refused, lying, normal = (load_in_child(p, **columns) for p in (bomb, liar, plain))
     assert normal["error"] is None and normal["steps"] == 2000
     assert refused["error"] == (
         f"load_dataset(path={str(bomb)!r}): its variables ['u', 'y'] would take "

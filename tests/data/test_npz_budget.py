@@ -2,9 +2,6 @@
 data is read (peak RSS measured in a child process), and data arrays of numbers only."""
 
 import io
-import json
-import subprocess
-import sys
 import zipfile
 import zlib
 
@@ -12,6 +9,8 @@ import numpy as np
 import pytest
 
 import dynsys
+
+from ..helpers import load_in_child
 
 
 def _zeros_member(name: str, shape: tuple[int, ...]) -> tuple:
@@ -57,28 +56,6 @@ def _write_zip(path, members) -> None:
     path.write_bytes(out.getvalue())
 
 
-_CHILD = r"""
-import json, resource, sys
-import dynsys
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-try:
-    data = dynsys.load_dataset(sys.argv[1])
-    outcome = {"steps": data.num_steps, "error": None}
-except ValueError as error:
-    outcome = {"steps": None, "error": str(error)}
-outcome["peak_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-print(json.dumps(outcome))
-"""
-
-
-def _load_in_child(path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path)],
-        capture_output=True, text=True, check=True, timeout=300,
-    )  # fmt: skip
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 # Each member 96 MiB of float64 zeros: under the 256 MiB a member may take alone,
 # 384 MiB (xs, us, ys, ts) together: over the budget for the whole file.
 _STEPS = 96 * 2**20 // 8
@@ -104,7 +81,7 @@ def test_npz_members_share_one_budget_checked_before_reading(tmp_path):
     normal = tmp_path / "normal.npz"
     np.savez(normal, ys=np.random.default_rng(0).normal(size=(4, 2000, 2)))
 
-    refused, plain = _load_in_child(hostile), _load_in_child(normal)
+    refused, plain = load_in_child(hostile), load_in_child(normal)
     assert plain["error"] is None and plain["steps"] == 2000
     message = refused["error"]
     assert message is not None and "\n" not in message

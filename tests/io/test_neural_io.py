@@ -3,34 +3,36 @@ template: bitwise round trips (leaves, static settings, simulations), activation
 stored by name, files that only a template rebuilds, damaged or unknown trees
 refused in one line, and the `dynsys fit --model neural` run folder's files."""
 
+import hashlib
 import json
 import re
 import struct
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import dynsys
-from dynsys._io import _header_digest
+
+from ..helpers import randomised
 
 
-def _randomised(model, key, scale=0.3):
-    """The model with every array moved by random noise (trained-like: the last
-    layers are no longer zero)."""
-    leaves, tree = jax.tree.flatten(model)
-    keys = jax.random.split(key, len(leaves))
-    return jax.tree.unflatten(
-        tree,
-        [
-            leaf + scale * jax.random.normal(k, leaf.shape, leaf.dtype)
-            if eqx.is_inexact_array(leaf)
-            else leaf
-            for leaf, k in zip(leaves, keys)
-        ],
-    )
+def _digest(header: dict) -> str:
+    """A model file's `header_sha256`, computed here as the format defines it: the
+    SHA-256 of every other header entry as canonical JSON (sorted keys, no
+    spaces)."""
+    covered = {key: value for key, value in header.items() if key != "header_sha256"}
+    canonical = json.dumps(covered, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _refusal(error_type, function, *args) -> str:
+    """The message of the `error_type` that `function(*args)` raises (the test
+    fails if it raises nothing)."""
+    with pytest.raises(error_type) as error:
+        function(*args)
+    return str(error.value)
 
 
 def _base(kind, key):
@@ -58,7 +60,7 @@ def _neural(kind="linear", activation=jax.nn.tanh, output_correction=True, seed=
         state_scale=jnp.array([1.0, 2.0, 0.5]), output_scale=jnp.array([2.0, 1.0]),
         output_correction=output_correction, activation=activation, key=keys[1],
     )  # fmt: skip
-    return _randomised(model, keys[2])
+    return randomised(model, keys[2])
 
 
 def _assert_same_bits(a, b):
@@ -110,7 +112,7 @@ def _encoder(seed=0):
     encoder = dynsys.StateEncoder.from_states(
         past_us, past_ys, states, width_size=4, depth=2, key=keys[3]
     )
-    return _randomised(encoder, keys[4]), past_us, past_ys
+    return randomised(encoder, keys[4]), past_us, past_ys
 
 
 def test_encoder_round_trip_bitwise_without_template(tmp_path):
@@ -143,10 +145,20 @@ def _rewrite_header(path, change):
     (length,) = struct.unpack("<Q", raw[start : start + 8])
     header = json.loads(raw[start + 8 : start + 8 + length])
     change(header)
-    header["header_sha256"] = _header_digest(header)
+    header["header_sha256"] = _digest(header)
     encoded = json.dumps(header).encode()
     payload = raw[start + 8 + length :]
     path.write_bytes(raw[:start] + struct.pack("<Q", len(encoded)) + encoded + payload)
+
+
+def test_the_header_digest_is_the_sha256_of_the_canonical_header(tmp_path):
+    path = tmp_path / "model.dynsys"
+    dynsys.save(path, _neural())
+    raw = path.read_bytes()
+    start = len(b"DYNSYS-MODEL\n")
+    (length,) = struct.unpack("<Q", raw[start : start + 8])
+    header = json.loads(raw[start + 8 : start + 8 + length])
+    assert header["header_sha256"] == _digest(header)
 
 
 def _one_line_error(path, match):
@@ -370,9 +382,7 @@ def test_an_encoder_of_other_channels_is_refused_at_first_use_in_one_line(tmp_pa
     dynsys.save(path, encoder)
     _edit_past(path, 9)
     edited = dynsys.load(path)
-    with pytest.raises(ValueError) as error:
-        dynsys.neural_initial_state(edited, data)
-    assert str(error.value) == (
+    assert _refusal(ValueError, dynsys.neural_initial_state, edited, data) == (
         "neural_initial_state(encoder=..., data=...): the encoder reads 18 values, "
         "which are not its past = 9 samples of the data's 3 channels (inputs and "
         "outputs, 27 values): an encoder of other data, or an edited one."
@@ -389,16 +399,12 @@ def test_swapped_model_and_encoder_files_are_named_in_one_line(tmp_path):
     data = dynsys.Dataset(
         us=jnp.ones((1, 20, 2)), ys=jnp.ones((1, 20, 2))
     )  # the model's 2 inputs and 2 outputs
-    with pytest.raises(TypeError) as error:
-        dynsys.neural_initial_state(as_encoder, data)
-    assert str(error.value) == (
+    assert _refusal(TypeError, dynsys.neural_initial_state, as_encoder, data) == (
         "neural_initial_state(encoder=...): expected a StateEncoder (the "
         "initial-state encoder that fit_neural returns and saves beside its model), "
         "got a NeuralStateSpace (a model)."
     )
-    with pytest.raises(TypeError) as error:
-        dynsys.compare(as_model, data)
-    assert str(error.value) == (
+    assert _refusal(TypeError, dynsys.compare, as_model, data) == (
         "compare(model=...): expected a model (a dynsys.AbstractSystem, such as a "
         "NeuralStateSpace or a LinearSystem), got a StateEncoder (an initial-state "
         "encoder)."

@@ -12,9 +12,15 @@ import pytest
 import scipy.linalg
 
 import dynsys
-from dynsys._systems.innovation import kalman_predictions
 
 from ..helpers import finite_difference_gradient
+
+
+def _predictions(model, x0, ys, us, horizon):
+    """The `horizon`-step predictions `(N, T, p)` of `model`'s Kalman predictor
+    from `x0` `(N, n)` on the outputs `ys` `(N, T, p)` and inputs `us` `(N, T, m)`:
+    `dynsys.predict`."""
+    return dynsys.predict(model, dynsys.Dataset(us=us, ys=ys), horizon=horizon, x0=x0)
 
 
 def _model(dtype=jnp.float64, levels=True):
@@ -71,7 +77,7 @@ def test_predictor_equals_python_loop(horizon):
     x0 = rng.standard_normal((2, 3))
     ys = rng.standard_normal((2, 12, 2))
     us = rng.standard_normal((2, 12, 2))
-    ours = kalman_predictions(model, jnp.asarray(x0), ys, us, horizon)
+    ours = _predictions(model, jnp.asarray(x0), ys, us, horizon)
     np.testing.assert_allclose(
         ours, _loop_predictions(model, x0, ys, us, horizon), rtol=1e-10, atol=1e-10
     )
@@ -94,7 +100,7 @@ def test_predictor_system_and_free_run_agree_with_loops():
     linear = dynsys.rollout(model.to_linear(), jnp.asarray(x0), 10, inputs=us)
     np.testing.assert_allclose(free.ys, linear.ys, rtol=1e-12)
     # a horizon longer than the data is the free run
-    long = kalman_predictions(model, jnp.asarray(x0)[None], ys[None], us[None], 10)
+    long = _predictions(model, jnp.asarray(x0)[None], ys[None], us[None], 10)
     np.testing.assert_allclose(long[0], linear.ys, rtol=1e-10, atol=1e-10)
 
 
@@ -113,7 +119,7 @@ def test_from_linear_round_trip_and_zero_gain_is_free_run():
     x0 = jnp.ones((1, 3))
     free = dynsys.rollout(model.to_linear(), x0, 8, inputs=us).ys
     np.testing.assert_allclose(
-        kalman_predictions(zero, x0, ys, us, 1), free, rtol=1e-10
+        _predictions(zero, x0, ys, us, 1), free, rtol=1e-10
     )
 
 
@@ -177,7 +183,7 @@ def test_prediction_gradient_matches_finite_differences():
 
     def loss(theta):
         m = eqx.combine(unflatten(theta), static)
-        return jnp.sum((kalman_predictions(m, x0, ys, us, 2) - ys) ** 2)
+        return jnp.sum((_predictions(m, x0, ys, us, 2) - ys) ** 2)
 
     loss = jax.jit(loss)
     exact = jax.grad(loss)(flat)

@@ -24,6 +24,8 @@ from dynsys._fitting.windows import (
     windows,
 )
 
+from ..helpers import randomised
+
 
 def _linear(key, n=3, m=2, p=2):
     k1, k2, k3 = jax.random.split(key, 3)
@@ -44,21 +46,6 @@ def _small_model(getkey, width=5):
     return linear, model
 
 
-def _perturbed(model, key, scale=0.3):
-    """The model with random (non-zero) last layers: truly nonlinear."""
-    leaves, tree = jax.tree.flatten(model)
-    keys = jax.random.split(key, len(leaves))
-    return jax.tree.unflatten(
-        tree,
-        [
-            leaf + scale * jax.random.normal(k, leaf.shape, leaf.dtype)
-            if eqx.is_inexact_array(leaf)
-            else leaf
-            for leaf, k in zip(leaves, keys)
-        ],
-    )
-
-
 def test_untrained_model_equals_its_linear_part(getkey):
     linear, model = _small_model(getkey)
     x0 = jax.random.normal(getkey(), (4, 3))
@@ -68,13 +55,13 @@ def test_untrained_model_equals_its_linear_part(getkey):
     np.testing.assert_allclose(neural.xs, reference.xs, rtol=1e-14, atol=1e-14)
     np.testing.assert_allclose(neural.ys, reference.ys, rtol=1e-14, atol=1e-14)
     # Once the corrections are not zero the model is not linear any more.
-    changed = dynsys.rollout(_perturbed(model, getkey()), x0, 30, inputs=us)
+    changed = dynsys.rollout(randomised(model, getkey()), x0, 30, inputs=us)
     assert np.max(np.abs(changed.ys - reference.ys)) > 1e-2
 
 
 def test_corrections_are_scaled_by_the_stored_normalisation(getkey):
     linear, model = _small_model(getkey)
-    model = _perturbed(model, getkey())
+    model = randomised(model, getkey())
     x, u = jnp.array([0.3, -1.0, 2.0]), jnp.array([0.5, -2.0])
     z = jnp.concatenate([(x - model.state_mean) / model.state_scale,
                          (u - model.input_mean) / model.input_scale])  # fmt: skip
@@ -121,12 +108,12 @@ def _encoder(getkey, batch, n=3):
     encoder = dynsys.StateEncoder.from_states(
         batch["past_us"], batch["past_ys"], states, width_size=4, key=getkey()
     )
-    return _perturbed(encoder, getkey(), scale=0.1)
+    return randomised(encoder, getkey(), scale=0.1)
 
 
 def test_truncated_simulation_loss_equals_a_plain_loop(getkey):
     _, model = _small_model(getkey)
-    model = _perturbed(model, getkey())
+    model = randomised(model, getkey())
     batch = _window_batch(getkey, model)
     encoder = _encoder(getkey, batch)
     scale = jnp.array([2.0, 0.5])
@@ -148,7 +135,7 @@ def test_truncated_simulation_loss_equals_a_plain_loop(getkey):
 
 def test_truncated_simulation_gradient_equals_finite_differences(getkey):
     _, model = _small_model(getkey, width=3)
-    model = _perturbed(model, getkey())
+    model = randomised(model, getkey())
     batch = _window_batch(getkey, model, W=3, past=3, horizon=4)
     encoder = _encoder(getkey, batch)
     scale = jnp.array([1.0, 2.0])
