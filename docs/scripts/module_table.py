@@ -2,8 +2,8 @@
 module's docstring (its first sentence), between the markers
 `<!-- modules:begin -->` and `<!-- modules:end -->`.
 
-    python docs/docs/scripts/module_table.py          # rewrite the table in place
-    python docs/docs/scripts/module_table.py --check  # exit 1 if the table is stale
+    python docs/scripts/module_table.py          # rewrite the table in place
+    python docs/scripts/module_table.py --check  # exit 1 if the table is stale
 
 tests/package/test_architecture_doc.py runs the check, so a module added, moved or
 removed without the architecture page following it fails the suite.

@@ -36,3 +36,47 @@ def test_a_table_missing_a_module_is_stale():
     damaged = page.replace(row + "\n", "")
     assert damaged != page
     assert table.rewritten(damaged) == page
+
+
+def _top_level_parts() -> set[str]:
+    """The package's top-level folders and modules (`_fitting`, `cli`, ...), as
+    import-linter names them."""
+    package = ROOT / "dynsys"
+    return {
+        path.stem
+        for path in package.iterdir()
+        if (path.is_dir() and (path / "__init__.py").exists())
+        or (path.suffix == ".py" and path.name != "__init__.py")
+    }
+
+
+def test_every_top_level_folder_and_module_is_a_layer_of_the_contract():
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    package = next(c for c in contracts if c.get("containers") == ["dynsys"])
+    layers = {name.strip() for layer in package["layers"] for name in layer.split("|")}
+    assert _top_level_parts() == layers, "pyproject.toml: the layers contract"
+    below = next(c for c in contracts if c.get("type") == "forbidden")
+    named = {module.removeprefix("dynsys.") for module in below["source_modules"]}
+    assert named == _top_level_parts() - {"cli", "_experiments"}
+
+
+def test_every_folder_has_its_sentence():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = page.split("## One sentence per folder", 1)[1].split("\n## ", 1)[0]
+    package = ROOT / "dynsys"
+    folders = {
+        path.parent.relative_to(package).as_posix() + "/"
+        for path in package.rglob("__init__.py")
+        if path.parent != package
+    }
+    modules = {f"{name}.py" for name in _top_level_parts()} & {
+        path.name for path in package.glob("*.py")
+    }
+    for name in sorted(folders | modules):
+        if name == "models/":  # the zoo: the paragraph below the table
+            assert "`dynsys/models/`" in section
+            continue
+        assert f"| `{name}` |" in section, f"docs/architecture.md: a row for {name}"
