@@ -81,3 +81,28 @@ def randomised(model, key, scale=0.3):
             for leaf, k in zip(leaves, keys)
         ],
     )
+
+
+def json_from_child(code: str, *args, cwd) -> dict:
+    """Run the Python source `code` with the arguments `args` in a fresh process on
+    the CPU, in the folder `cwd` (first on its path, beside dynsys), with a bare
+    environment; the JSON its last printed line holds. The process must succeed."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    import dynsys
+
+    path = os.pathsep.join([".", str(pathlib.Path(dynsys.__file__).parents[1])])
+    result = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": path},
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -4,11 +4,7 @@ are filed under (`dynsys/_compile/program_key.py`): a kept program gives what
 key names one program only (what tracing depends on changes it, what it does not
 leave it alone), and a call that cannot be keyed is compiled as usual."""
 
-import json
-import os
 import pathlib
-import subprocess
-import sys
 import warnings
 
 import equinox as eqx
@@ -25,9 +21,7 @@ from dynsys._compile import (
 )
 from dynsys._fitting.chunk import run_chunk
 
-
-# The helper's folder, and the dynsys this process imported (not another install).
-_PATH = os.pathsep.join([".", str(pathlib.Path(dynsys.__file__).parents[1])])
+from ..helpers import json_from_child
 
 
 # A function and a module of a package the key may name (`_NAMED_ROOTS` is widened
@@ -92,16 +86,7 @@ def _run(
     tmp_path: pathlib.Path, folder: pathlib.Path, *mode: str, code: str = _RUN
 ) -> dict:
     (tmp_path / "kept_helper.py").write_text(_HELPER)
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(folder), *mode],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": _PATH},
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json_from_child(code, folder, *mode, cwd=tmp_path)
 
 
 @_keeps

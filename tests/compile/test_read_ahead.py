@@ -4,11 +4,8 @@ the caller reached first is left to it; the list is written again only when the
 run's keys differ; and in a new process the programs come from the thread, with
 the same results as loading them one by one."""
 
-import json
 import os
 import pathlib
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -16,9 +13,7 @@ import pytest
 from dynsys._compile import entry_file as _entry_file, jit as _jit
 from dynsys._compile import read_ahead as _read_ahead
 
-
-# The helper's folder, and the dynsys this process imported (not another install).
-_PATH = os.pathsep.join([".", str(pathlib.Path(_jit.__file__).parents[2])])
+from ..helpers import json_from_child
 
 
 def _loader(calls: list, fail: str = ""):
@@ -149,16 +144,7 @@ print(json.dumps({
 
 def _run(tmp_path: pathlib.Path, folder: pathlib.Path) -> dict:
     (tmp_path / "ahead_helper.py").write_text(_HELPER)
-    result = subprocess.run(
-        [sys.executable, "-c", _RUN, str(folder)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin", "PYTHONPATH": _PATH},
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json_from_child(_RUN, folder, cwd=tmp_path)
 
 
 @pytest.mark.skipif(
