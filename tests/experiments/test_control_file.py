@@ -266,7 +266,7 @@ def test_an_unstable_model_and_a_set_point_outside_the_data_are_warned_of(tmp_pa
     result = _run(config, tmp_path, echo=lines.append)
     warnings = [line for line in lines if "warning:" in line]
     assert len(warnings) == 2
-    assert "unstable (largest |eigenvalue| 1.02 >= 1); the controller is trained" in (
+    assert "not stable (largest |eigenvalue| 1.02 >= 1); the controller is trained" in (
         warnings[0]
     )
     assert "level 6 not in [4.5, 5.5]" in warnings[1]

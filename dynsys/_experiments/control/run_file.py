@@ -81,7 +81,7 @@ def _warnings(config: dict, plant, task, output_names) -> list[str]:
     lines = []
     if plant.radius >= 1:
         lines.append(
-            f"system.file: the identified model is unstable (largest |eigenvalue| "
+            f"system.file: the identified model is not stable (largest |eigenvalue| "
             f"{plant.radius:.4g} >= 1); the controller is trained on it anyway."
         )
     if plant.output_range is not None:
@@ -187,15 +187,16 @@ def _outcome(config, plant, result, before, scores, warnings, seconds, figures):
         history=loss_history_lines(result.losses, result.full_losses, "full_loss"),
         model=result.model,
         figures=figures,
-        notes=_notes(scores, warnings),
+        notes=_notes(scores, warnings, plant.linear.dt),
     )
 
 
-def _notes(scores: dict, warnings: list[str]) -> list[str]:
+def _notes(scores: dict, warnings: list[str], dt) -> list[str]:
     """summary.md: the comparison table (the step from the operating point)."""
+    unit = "s" if dt is not None else "steps"
     lines = [
-        "| controller | held-out cost | step cost | overshoot | settling time | "
-        "input peak |",
+        "| controller | held-out cost | step cost | overshoot | settling time "
+        f"({unit}) | input peak |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name, s in scores.items():
@@ -204,7 +205,7 @@ def _notes(scores: dict, warnings: list[str]) -> list[str]:
             f"{_numbers(s['overshoot_percent'], ' %')} | "
             f"{_numbers(s['settling_time'])} | {_numbers(s['input_peak'])} |"
         )
-    lines += ["", *(f"- warning: {w}" for w in warnings)]
+    lines += ["", *(f"- warning: {w}" for w in warnings), *([""] if warnings else [])]
     lines += [
         "`model.dynsys` holds the trained controller of the estimate and set point "
         "$[\\hat x; r]$; load it with `dynsys.load(path, like=...)`.",
