@@ -18,7 +18,7 @@ def step_metrics(task, trajectory, cost: float, dt: float | None) -> dict:
     us = np.asarray(trajectory.us)[0]
     targets = task.output_targets  # (T, p)
     first = _first_part(task.references)
-    start = ys[0]
+    start = targets[0] - task.references[0]  # the output at rest before the step
     overshoot, settling = [], []
     for i in range(ys.shape[1]):
         size = targets[0, i] - start[i]
