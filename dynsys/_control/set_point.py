@@ -19,9 +19,9 @@ class SetPointFeedback(AbstractController):
     $c$ the wrapped controller, $\\bar u$ the operating-point input and $r_t$ the
     set point at step $t$ as a deviation from the operating-point output.
 
-    The loop's time must be the step index (a plant without `dt`): $r_t$ is row
-    $t$ of `references` (the last row after the end). `references` is held
-    constant under differentiation, so that training changes only $c$.
+    $r_t$ is row $k$ of `references` at step $k$ (the last row after the end),
+    $k = t$ for a loop without a sample time, $k = t / dt$ with one. `references`
+    is held constant under differentiation, so that training changes only $c$.
 
     **Arguments:**
 
@@ -29,12 +29,14 @@ class SetPointFeedback(AbstractController):
     - `references`: $r$, shape `(T, p)`.
     - `input_level`: $\\bar u$, shape `(m,)`.
     - `plant_state_size`: `n_p`, the size of the plant's part of $z$.
+    - `dt`: the loop's sample time (`ObservedPlant.dt`), or `None`.
     """
 
     controller: AbstractController
     references: Float[Array, "T p"]
     input_level: Float[Array, " m"]
     plant_state_size: int = eqx.field(static=True)
+    dt: float | None = eqx.field(static=True)
 
     def __init__(
         self,
@@ -42,16 +44,19 @@ class SetPointFeedback(AbstractController):
         references: Real[ArrayLike, "T p"],
         input_level: Real[ArrayLike, " m"],
         plant_state_size: int,
+        dt: float | None = None,
     ):
         self.controller = controller
         self.references = jnp.asarray(references, dtype=jnp.result_type(float))
         self.input_level = jnp.asarray(input_level, dtype=jnp.result_type(float))
         self.plant_state_size = plant_state_size
+        self.dt = dt
 
     def __call__(self, t: Time, z: State) -> Float[Array, " m"]:
         references = jax.lax.stop_gradient(self.references)
         last = references.shape[0] - 1
-        step = jnp.clip(jnp.round(jnp.asarray(t)).astype(jnp.int32), 0, last)
+        steps = jnp.asarray(t) if self.dt is None else jnp.asarray(t) / self.dt
+        step = jnp.clip(jnp.round(steps).astype(jnp.int32), 0, last)
         features = jnp.concatenate(
             [z[self.plant_state_size :], references[step].astype(z.dtype)]
         )

@@ -26,6 +26,8 @@ class PlantFile:
         `(p,)`, or `None` when the file's run folder does not name its data.
     - `names`: `{"inputs": [...], "outputs": [...]}`, the data's columns as the
         run folder names them, or `None`.
+    - `truth`: `(name, system)`, the zoo model the data were simulated from when
+        the run folder says so (a `dynsys fit` without a data file), or `None`.
     """
 
     path: pathlib.Path
@@ -35,6 +37,7 @@ class PlantFile:
     radius: float
     output_range: tuple[np.ndarray, np.ndarray] | None
     names: dict | None
+    truth: tuple[str, object] | None
 
 
 def load_plant(config: dict) -> PlantFile:
@@ -57,7 +60,8 @@ def load_plant(config: dict) -> PlantFile:
         gain, observer = _kalman_observer(config, linear)
     radius = float(np.max(np.abs(np.linalg.eigvals(np.asarray(linear.K)))))
     output_range, names = _identification_data(path)
-    return PlantFile(path, linear, gain, observer, radius, output_range, names)
+    truth = _simulated_from(path, linear)
+    return PlantFile(path, linear, gain, observer, radius, output_range, names, truth)
 
 
 def _linear_model(config: dict, path: pathlib.Path, model):
@@ -145,3 +149,25 @@ def _outputs(dataset):
     `(T_i, p)`."""
     ys = np.asarray(dataset.ys if dataset.ys is not None else dataset.xs)
     return [ys[i, :length] for i, length in enumerate(dataset.lengths)]
+
+
+def _simulated_from(path: pathlib.Path, linear):
+    """`(name, system)` of the zoo model that simulated the data, read from the
+    run folder's `config.toml` (a fit without a data file), when it has the
+    model's input and output sizes; else `None`."""
+    import tomllib
+
+    from ..schema import zoo
+
+    try:
+        written = tomllib.loads((path.parent / "config.toml").read_text())
+        if written.get("kind") != "fit" or written.get("data", {}).get("file"):
+            return None
+        system = written["system"]
+        truth = zoo().get(system["model"], **system.get("params", {}))
+    except Exception:  # no run folder, or not one of simulated data
+        return None
+    sizes = (truth.input_size, truth.output_size)
+    if sizes != (linear.input_size, linear.output_size):
+        return None
+    return system["model"], truth

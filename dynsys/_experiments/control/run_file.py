@@ -50,8 +50,15 @@ def run_on_model_file(config: dict, *, progress: bool, echo) -> Outcome:
     scores, nominal = _scores(task, controllers, z_test, linear.dt)
     before = float(cost(start_controller, z_test))
     _echo_scores(echo, before, scores)
+    truth = _on_the_truth(task, plant, controllers, scores, echo)
     figures = _figures(config, task, result, nominal, names, typed.bound, linear.dt)
-    return _outcome(config, plant, result, before, scores, warnings, seconds, figures)
+    outcome = _outcome(
+        config, plant, result, before, scores, warnings, seconds, figures
+    )
+    if truth is not None:
+        outcome.metrics["on_the_true_system"] = truth
+        outcome.notes[:0] = [_truth_line(truth), ""]
+    return outcome
 
 
 def _channel_names(config: dict, plant, p: int, m: int):
@@ -128,6 +135,42 @@ def _scores(task, controllers: dict, z_test, dt):
     return scores, nominal
 
 
+def _on_the_truth(task, plant, controllers: dict, scores: dict, echo):
+    """For a model identified from data simulated by a zoo model: each
+    controller's cost on the step from the operating point with the true system
+    as the plant (the observer still the model's), and its ratio to the cost on
+    the model; `None` when the truth is not known."""
+    import dataclasses
+
+    import jax.numpy as jnp
+
+    from ..._control.observer import ObservedPlant
+
+    if plant.truth is None:
+        return None
+    name, system = plant.truth
+    loop = ObservedPlant(system, task.loop.model, plant.observer_gain)
+    on_truth = dataclasses.replace(task, loop=loop)
+    origin = jnp.zeros((1, loop.state_size))
+    found = {"system": name}
+    for label, controller in controllers.items():
+        cost = float(on_truth.trajectory_cost(on_truth.rollout(controller, origin)))
+        found[label] = {"cost": cost, "ratio_to_model": cost / scores[label]["cost"]}
+    echo("  " + _truth_line(found))
+    return found
+
+
+def _truth_line(found: dict) -> str:
+    """One line: each controller's step cost on the true system against the
+    model."""
+    parts = [
+        f"{label} {v['cost']:.5g} ({v['ratio_to_model']:.3g} × its cost on the model)"
+        for label, v in found.items()
+        if label != "system"
+    ]
+    return f"on the true system ({found['system']}): step cost " + ", ".join(parts)
+
+
 def _echo_scores(echo, before: float, scores: dict) -> None:
     """One line per controller: held-out cost and the step's figures."""
     echo(f"  held-out cost before training: {before:.5g}")
@@ -141,7 +184,9 @@ def _echo_scores(echo, before: float, scores: dict) -> None:
 
 
 def _numbers(values, unit: str = "") -> str:
-    return ", ".join("not settled" if v is None else f"{v:.3g}{unit}" for v in values)
+    """Per channel; `—` where there is no value (no step on that output, or not
+    settled within the first set point's part of the horizon)."""
+    return ", ".join("—" if v is None else f"{v:.3g}{unit}" for v in values)
 
 
 def _figures(config, task, result, nominal, names, bound, dt) -> dict:

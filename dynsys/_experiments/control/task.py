@@ -44,7 +44,11 @@ class SetPointTask:
         from ..._control.set_point import SetPointFeedback
 
         return SetPointFeedback(
-            controller, self.references, self.input_level, self.plant_state_size
+            controller,
+            self.references,
+            self.input_level,
+            self.plant_state_size,
+            self.loop.dt,
         )
 
     def cost(self, controller, z0s):
