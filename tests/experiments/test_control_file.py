@@ -368,3 +368,22 @@ def test_a_controller_trained_on_an_identified_zoo_model_is_checked_on_the_truth
     on_model = runs["identified"]["controllers"]["trained"]["cost"]
     ratio = on_truth["trained"]["ratio_to_model"]
     assert ratio == pytest.approx(on_truth["trained"]["cost"] / on_model)
+
+
+def test_the_command_refuses_a_mismatched_set_point_in_one_line(tmp_path, capsys):
+    """`dynsys run`: the model file's sizes against the config, one line, status 2,
+    nothing written."""
+    from dynsys import cli
+
+    dynsys.save(tmp_path / "model.dynsys", _linear())
+    path = tmp_path / "control.toml"
+    path.write_text(_toml(_config("model.dynsys")))
+    code = cli.main(["run", str(path), "--set", "cost.set_point=[6.0, 1.0]",
+                     "--out-root", str(tmp_path / "runs"), "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err == (
+        "dynsys run: config key 'cost.set_point': expected 1 finite numbers per set "
+        "point (one per output of the model), got [6.0, 1.0]."
+    )
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
