@@ -72,7 +72,8 @@ def test_a_model_file_from_another_folder_is_the_plant_and_lqg_the_baseline(
 ):
     """The config in configs/ names ../models/model.dynsys; run from a third
     folder. Unbounded quadratic cost: the trained output-feedback controller's
-    held-out cost is within 1 % of LQG's (issue 47's first target)."""
+    held-out cost is within 1 % of LQG's (issue 47's first target; measured
+    2.5236 against 2.5240 for the LinearSystem file, 0.017 % below)."""
     jax.config.update("jax_enable_x64", True)
     (tmp_path / "models").mkdir()
     (tmp_path / "configs").mkdir()
