@@ -9,7 +9,13 @@ from .config import ConfigError
 
 
 # The config keys that name a file or folder: (section, key); "" is the top level.
-PATH_KEYS = (("data", "file"), ("data", "validation_file"), ("", "compile_cache"))
+PATH_KEYS = (
+    ("data", "file"),
+    ("data", "validation_file"),
+    ("", "compile_cache"),
+    ("system", "file"),
+    ("system", "encoder"),
+)
 
 # The data files a fit reads (checked to be regular files before anything runs).
 _DATA_FILES = ("file", "validation_file")
@@ -49,7 +55,7 @@ def rebase_paths(raw: dict, folder: pathlib.Path) -> dict:
     return raw
 
 
-def _checked_file(given: str, key: str) -> str:
+def _checked_file(given: str, key: str, what: str = "a .npz or .csv dataset") -> str:
     """The absolute path of the data file `given` at config key `key`, which must
     exist and be a regular file."""
     path = pathlib.Path(given).expanduser()
@@ -64,7 +70,7 @@ def _checked_file(given: str, key: str) -> str:
     if not path.is_file():
         raise ConfigError(
             f"config key '{key}': {given!r} is not a regular file (a folder or a "
-            "device); give a .npz or .csv dataset."
+            f"device); give {what}."
         )
     return str(path)
 
@@ -74,7 +80,7 @@ def resolve_data_file(config: dict) -> dict:
     from anywhere) and check that each is a regular file, before anything runs;
     a sweep over one of them is checked value by value."""
     if config["kind"] != "fit":
-        return config
+        return _resolve_plant_file(config)
     config = copy.deepcopy(config)
     for key in _DATA_FILES:
         if config["data"][key] is not None:
@@ -85,4 +91,16 @@ def resolve_data_file(config: dict) -> dict:
             v if v is None else _checked_file(v, sweep["key"])
             for v in sweep["values"]
         ]
+    return config
+
+
+def _resolve_plant_file(config: dict) -> dict:
+    """A controller experiment's `system.file` and `system.encoder`, absolute and
+    checked to be regular files."""
+    config = copy.deepcopy(config)
+    for key in ("file", "encoder"):
+        if config["system"].get(key) is not None:
+            config["system"][key] = _checked_file(
+                config["system"][key], f"system.{key}", "a model file (.dynsys)"
+            )
     return config

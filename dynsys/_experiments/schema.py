@@ -76,8 +76,22 @@ def _schema(kind: str, models: tuple[str, ...] | None = None) -> Schema:
         schema["data"] = _fit_data_options()
         schema["fit"] = _fit_options()
     else:
+        schema["system"] |= _plant_file_options()
         schema |= _train_options()
     return schema
+
+
+def _plant_file_options() -> dict[str, Option]:
+    """The `[system]` keys of a controller experiment on a model file."""
+    return {
+        "file": Option(
+            (str,), None, help="a model file (dynsys fit's model.dynsys); else the zoo"
+        ),
+        "encoder": Option(
+            (str,), None, help="a neural model's encoder (default: beside the file)"
+        ),
+        "output_names": Option((list,), None, items=str),
+    }
 
 
 def _fit_data_options() -> dict[str, Option]:
@@ -189,6 +203,17 @@ def _train_options() -> Schema:
             "Q": Option((float, list), 1.0, items=float, low=0),
             "R": Option((float, list), 0.01, items=float, low=0),
             "Q_final": Option((float, list), None, items=float, low=0),
+            "set_point": Option(
+                (list,), None, help="model file: output set point(s), output units"
+            ),
+        },
+        "observer": {
+            "process_noise": Option(
+                (float,), 1.0, low=0, help="LinearSystem file: state noise variance"
+            ),
+            "measurement_noise": Option(
+                (float,), 1.0, low=0, above=True, help="output noise variance"
+            ),
         },
         "train": {
             "horizon": Option((int,), 60, low=1, high=MAX_STEPS),
@@ -197,6 +222,9 @@ def _train_options() -> Schema:
             "spread": Option((float, list), 1.0, items=float, low=0),
             "batch_size": Option((int,), None, low=1, high=MAX_STEPS),
             "steps": Option((int,), 400, low=1, high=MAX_STEPS),
+            "optimizer": Option(
+                (str,), "adam", ("adam", "lbfgs"), "lbfgs: no lr, no schedule"
+            ),
             "lr": Option((float,), 1e-2, low=0),
             "schedule": Option((str,), "cosine", ("constant", "cosine")),
             "clip": Option((float,), None, low=0, help="global gradient-norm clip"),
@@ -270,6 +298,7 @@ def resolve_config(
     check_sizes(resolved)
     # A fit of a data file simulates nothing: its zoo model is not built (0.07 s).
     simulated = resolved.get("data", {}).get("file") is None
+    simulated = simulated and resolved["system"].get("file") is None
     _check_params(resolved["system"]["model"], resolved["system"]["params"], simulated)
     return resolved
 

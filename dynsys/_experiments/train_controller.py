@@ -1,9 +1,12 @@
 """The `train_controller` kind of experiment: a controller trained to drive a zoo
-system to a target through batched closed-loop rollouts."""
-
-import time
+system to a target through batched closed-loop rollouts, or (`system.file`) to
+track output set points on an identified model through its observer
+(`control/run_file.py`)."""
 
 from .config import ConfigError
+from .control.run_file import run_on_model_file
+from .control.training import train_timed
+from .control.typed_config import ControllerConfig
 from .outcome import config_vector as _vector, loss_history_lines, Outcome
 from .schema import zoo, zoo_names
 
@@ -29,44 +32,8 @@ def _names(config: dict, which: str, count: int, default=None):
 
 
 def _controller(config: dict, n: int, m: int, key):
-    from .._systems.controller import MLPController
-    from .._systems.layered import StackedController
-
-    c = config["controller"]
-    kind, width, depth = c["type"], c["width"], c["depth"]
-    if kind == "linear":
-        # An affine state feedback u = W x + b (+ w t), saturated if bounded.
-        return MLPController(
-            n, m, width, 0, use_time=c["use_time"], bound=c["bound"], key=key
-        )
-    if kind == "mlp":
-        return MLPController(
-            n, m, width, depth, use_time=c["use_time"], bound=c["bound"], key=key
-        )
-    if depth < 2:
-        raise ConfigError(
-            f"config key 'controller.depth': a stacked controller needs depth >= 2 "
-            f"(first and last layer), got {depth}."
-        )
-    return StackedController.mlp(
-        n, m, width_size=width, depth=depth, use_time=c["use_time"],
-        bound=c["bound"], key=key,
-    )  # fmt: skip
-
-
-def _train_optimizer(train_cfg: dict):
-    """Adam with the configured rate (constant or cosine decay) and optional
-    gradient clipping."""
-    import optax
-
-    lr = train_cfg["lr"]
-    schedule = lr
-    if train_cfg["schedule"] == "cosine":
-        schedule = optax.cosine_decay_schedule(lr, train_cfg["steps"])
-    optimizer = optax.adam(schedule)
-    if train_cfg["clip"] is not None:
-        optimizer = optax.chain(optax.clip_by_global_norm(train_cfg["clip"]), optimizer)
-    return optimizer
+    """The controller of `[controller]` for `n` states and `m` inputs."""
+    return ControllerConfig.from_section(config["controller"]).build(n, m, key)
 
 
 def _controller_figures(
@@ -107,9 +74,13 @@ def _controller_figures(
 
 
 def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
-    """Train a controller to drive a zoo system to a target state."""
+    """Train a controller to drive a zoo system to a target state, or one that
+    tracks output set points on the model in `system.file`."""
     import jax
 
+    _check_task_keys(config)
+    if config["system"]["file"] is not None:
+        return run_on_model_file(config, progress=progress, echo=echo)
     system = _controlled_system(config)
     n, m = system.state_size, system.input_size
     target, spread, cost = _tracking_problem(config, system)
@@ -132,6 +103,20 @@ def run_train_controller(config: dict, *, progress: bool, echo) -> Outcome:
         config, system, result, trajectories, target, state_names, input_names
     )
     return _outcome(config, result, costs, distances, train_seconds, figures)
+
+
+def _check_task_keys(config: dict) -> None:
+    """A zoo plant's task is a target state; a model file's, output set points."""
+    on_file = config["system"]["file"] is not None
+    keys = ("target", "Q_final") if on_file else ("set_point",)
+    for key in keys:
+        if config["cost"][key] is not None:
+            needs = "without" if on_file else "with"
+            raise ConfigError(
+                f"config key 'cost.{key}': only for a plant {needs} system.file "
+                f"(a model file tracks cost.set_point; a zoo model, cost.target); "
+                f"got {config['cost'][key]!r}."
+            )
 
 
 def _controlled_system(config: dict):
@@ -180,28 +165,8 @@ def _initial_states(key, count: int, target, spread):
 
 def _train_timed(config, cost, controller, x0_train, key, progress, echo):
     """Say what is trained, then train it: `(TrainResult, seconds)`."""
-    from .._fitting.train import train
-
-    train_cfg, c = config["train"], config["controller"]
-    steps, lr = train_cfg["steps"], train_cfg["lr"]
-    optimizer = _train_optimizer(train_cfg)
-    echo(
-        f"{config['name']}: {c['type']} controller on {config['system']['model']}, "
-        f"{len(x0_train)} initial states, horizon {train_cfg['horizon']}, {steps} "
-        f"Adam steps (lr {lr:g}, {train_cfg['schedule']})"
-    )
-    start = time.perf_counter()
-    result = train(
-        cost,
-        controller,
-        data=x0_train,
-        batch_size=train_cfg["batch_size"],
-        solver=optimizer,
-        num_steps=steps,
-        key=key,
-        progress=progress,
-    )
-    return result, time.perf_counter() - start
+    label = f"{config['controller']['type']} controller on {config['system']['model']}"
+    return train_timed(config, label, cost, controller, x0_train, key, progress, echo)
 
 
 def _held_out(config, system, cost, target, controllers, x0_test):

@@ -1,0 +1,173 @@
+"""A model file as the plant of a controller experiment: loaded, checked against
+the config (one line each, before training), with its observer gain."""
+
+import dataclasses
+import pathlib
+
+import numpy as np
+
+from ..config import ConfigError
+from .typed_config import ObserverConfig
+
+
+# What `dynsys fit --model neural` writes beside a neural model.
+ENCODER_NAME = "neural_encoder.dynsys"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantFile:
+    """The model read from `system.file` and what the run needs of it.
+
+    - `linear`: the noise-free model as a `LinearSystem` (levels kept).
+    - `observer_gain`: the predictor gain $L$, shape `(n, p)`.
+    - `observer`: the observer in words.
+    - `radius`: the spectral radius of `linear.K`.
+    - `output_range`: `(low, high)` of the identification data's outputs, each
+        `(p,)`, or `None` when the file's run folder does not name its data.
+    - `names`: `{"inputs": [...], "outputs": [...]}`, the data's columns as the
+        run folder names them, or `None`.
+    - `truth`: `(name, system)`, the zoo model the data were simulated from when
+        the run folder says so (a `dynsys fit` without a data file), or `None`.
+    """
+
+    path: pathlib.Path
+    linear: object
+    observer_gain: np.ndarray
+    observer: str
+    radius: float
+    output_range: tuple[np.ndarray, np.ndarray] | None
+    names: dict | None
+    truth: tuple[str, object] | None
+
+
+def load_plant(config: dict) -> PlantFile:
+    """Read and check `system.file` (`ConfigError`, one line, for a file that is
+    not a linear or innovation model with inputs)."""
+    from ..._io import load
+    from ..._systems.innovation import InnovationSystem
+
+    path = pathlib.Path(config["system"]["file"])
+    try:
+        model = load(path)
+    except (ValueError, TypeError, OSError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ConfigError(f"config key 'system.file': {reason}") from None
+    linear = _linear_model(config, path, model)
+    if isinstance(model, InnovationSystem):
+        gain = np.asarray(model.kalman_gain, np.float64)
+        observer = "the model's own Kalman predictor (InnovationSystem)"
+    else:
+        gain, observer = _kalman_observer(config, linear)
+    radius = float(np.max(np.abs(np.linalg.eigvals(np.asarray(linear.K)))))
+    output_range, names = _identification_data(path)
+    truth = _simulated_from(path, linear)
+    return PlantFile(path, linear, gain, observer, radius, output_range, names, truth)
+
+
+def _linear_model(config: dict, path: pathlib.Path, model):
+    """The file's model as a `LinearSystem`, or a one-line `ConfigError`."""
+    from ..._systems.neural_state_space import NeuralStateSpace
+    from ..._systems.system import LinearSystem
+
+    key = "config key 'system.file'"
+    if isinstance(model, NeuralStateSpace):
+        _check_encoder(config, path)
+        raise ConfigError(
+            f"{key}: {path.name} is a neural model; a neural plant is not supported "
+            "yet: give the linear model.dynsys that `dynsys fit` writes beside it."
+        )
+    linear = model.to_linear() if hasattr(model, "to_linear") else model
+    if not isinstance(linear, LinearSystem):
+        raise ConfigError(
+            f"{key}: expected a linear or innovation model (LinearSystem, "
+            f"InnovationSystem), got {type(model).__name__} in {path.name}."
+        )
+    if linear.input_size == 0:
+        raise ConfigError(
+            f"{key}: the model in {path.name} takes no input, so there is nothing "
+            "to control."
+        )
+    if linear.offset is not None:
+        raise ConfigError(
+            f"{key}: the model in {path.name} has an offset; give a model with an "
+            "operating point (input_level, output_level), as `dynsys fit` writes."
+        )
+    return linear
+
+
+def _check_encoder(config: dict, path: pathlib.Path) -> None:
+    """A neural model needs its encoder: `system.encoder` or the one beside it."""
+    given = config["system"]["encoder"]
+    if given is None and not (path.parent / ENCODER_NAME).is_file():
+        raise ConfigError(
+            f"config key 'system.encoder': {path.name} is a neural model, which "
+            f"starts from its encoder; no {ENCODER_NAME} beside it; give "
+            "system.encoder."
+        )
+
+
+def _kalman_observer(config: dict, linear):
+    """The steady-state Kalman predictor gain of a `LinearSystem` from the noise
+    levels in `[observer]`."""
+    from ..._control.lqg import kalman_gain
+
+    observer = ObserverConfig.from_section(config["observer"])
+    try:
+        gain = kalman_gain(linear, **observer.arguments())
+    except ValueError as error:
+        raise ConfigError(f"config key 'observer.process_noise': {error}") from None
+    words = (
+        f"a steady-state Kalman predictor (process noise {observer.process_noise:g}, "
+        f"measurement noise {observer.measurement_noise:g})"
+    )
+    return gain, words
+
+
+def _identification_data(path: pathlib.Path):
+    """`(output range, names)` of the data the model was identified from, read
+    from the `config.toml` of the run folder it was written in (`(None, None)` if
+    there is none, or it names no data file that still reads)."""
+    import tomllib
+
+    from ..._data.load import load_dataset
+
+    try:
+        written = tomllib.loads((path.parent / "config.toml").read_text())
+        data = written["data"]
+        names = {"inputs": data.get("inputs"), "outputs": data.get("outputs")}
+        dataset = load_dataset(
+            data["file"], inputs=names["inputs"], outputs=names["outputs"]
+        )
+        ys = np.concatenate(_outputs(dataset), axis=0)
+    except Exception:  # no run folder, or one that names no readable data
+        return None, None
+    return (ys.min(axis=0), ys.max(axis=0)), names
+
+
+def _outputs(dataset):
+    """The dataset's output samples per experiment (padding left out), each
+    `(T_i, p)`."""
+    ys = np.asarray(dataset.ys if dataset.ys is not None else dataset.xs)
+    return [ys[i, :length] for i, length in enumerate(dataset.lengths)]
+
+
+def _simulated_from(path: pathlib.Path, linear):
+    """`(name, system)` of the zoo model that simulated the data, read from the
+    run folder's `config.toml` (a fit without a data file), when it has the
+    model's input and output sizes; else `None`."""
+    import tomllib
+
+    from ..schema import zoo
+
+    try:
+        written = tomllib.loads((path.parent / "config.toml").read_text())
+        if written.get("kind") != "fit" or written.get("data", {}).get("file"):
+            return None
+        system = written["system"]
+        truth = zoo().get(system["model"], **system.get("params", {}))
+    except Exception:  # no run folder, or not one of simulated data
+        return None
+    sizes = (truth.input_size, truth.output_size)
+    if sizes != (linear.input_size, linear.output_size):
+        return None
+    return system["model"], truth
