@@ -48,15 +48,19 @@ def _plain_figures(report, singular_values, order, residuals, result) -> dict:
     }
 
 
-def _output_figures(report, comparisons, models, truth, which, plain, extras=None):
+def _output_figures(
+    report, comparisons, models, truth, which, plain, extras=None, caveat=None
+):
     """Every figure of input-output data, in the run folder's order: those that
     show the model's uncertainty, drawn here, with the `plain` ones
     (`_plain_figures`, and the structure scan's last). `extras`: figure file → more
     keyword arguments of its plot function (the data's spectral estimate, the fitted
-    model's confidence bands)."""
+    model's confidence bands); `caveat`: a line under the title of each figure that
+    draws a band (`band_caveat`: the residual tests failed), or `None`."""
     from ... import plot
 
     extras = extras or {}
+    flag = _band_flag(extras, caveat)
     estimated = {k: v for k, v in models.items() if k != "true"}
     true_system = models.get("true")
     T0 = report.lengths[0]
@@ -89,14 +93,23 @@ def _output_figures(report, comparisons, models, truth, which, plain, extras=Non
             roles=ROLES,
             channels=page,
             dt=dt,
-            title=f"{where}: free run from the estimated initial state{of}",
+            title=f"{where}: free run from the estimated initial state{of}"
+            + flag("comparison.png", "bands"),
             **extras.get("comparison.png", {}),
         )
     figures |= {
         "singular_values.png": plain["singular_values.png"],
-        "bode.png": plot.bode(estimated, **responses, **extras.get("bode.png", {})),
+        "bode.png": plot.bode(
+            estimated,
+            **responses,
+            title=flag("bode.png", "confidence").strip() or None,
+            **extras.get("bode.png", {}),
+        ),
         "step_response.png": plot.step_response(
-            estimated, **responses, **extras.get("step_response.png", {})
+            estimated,
+            **responses,
+            title=flag("step_response.png", "confidence").strip() or None,
+            **extras.get("step_response.png", {}),
         ),
         "residuals.png": plain["residuals.png"],
         "eigenvalues.png": plot.eigenvalues(
@@ -104,12 +117,24 @@ def _output_figures(report, comparisons, models, truth, which, plain, extras=Non
             truth=true_system,
             roles=ROLES,
             dt=dt,
-            title="eigenvalues of K",
+            title="eigenvalues of K" + flag("eigenvalues.png", "confidence"),
             **extras.get("eigenvalues.png", {}),
         ),
         "loss.png": plain["loss.png"],
     }
     return figures | plain  # the rest of `plain` (the structure scan's) last
+
+
+def _band_flag(extras: dict, caveat):
+    """`flag(file, key)`: a new title line with the caveat for a figure whose
+    `extras` hold a band (`key`), else `""`."""
+    from .uncertainty import FIGURE_CAVEAT
+
+    def flag(file: str, key: str) -> str:
+        drawn = caveat is not None and extras.get(file, {}).get(key)
+        return f"\n{FIGURE_CAVEAT}" if drawn else ""
+
+    return flag
 
 
 def _loss_figure(result, title, ylabel):
@@ -204,6 +229,8 @@ def submit_plain_figures(data, start, validation, estimate) -> dict:
 def output_figures(data, validation, uncertainty, plain) -> dict:
     """Every figure of input–output data, `plain` (`submit_plain_figures`) among
     them, by file name."""
+    from .uncertainty import band_caveat
+
     truth = None if data.clean_val is None else np.asarray(data.clean_val.ys[0])
     with stage("figures"), earlier_objects_frozen():
         return _output_figures(
@@ -214,6 +241,7 @@ def output_figures(data, validation, uncertainty, plain) -> dict:
             data.which,
             plain,
             uncertainty.references,
+            band_caveat(validation.residuals),
         )
 
 

@@ -98,11 +98,21 @@ def echo_outputs(start, estimate, validation, channels, echo) -> dict:
     echo("")
     _fit_table(validation.rows, channels, echo)
     echo("")
+    _echo_caveat(validation.residuals, echo)
     echo(
         f"  time: subspace {start.seconds:.2f} s, fit {estimate.seconds:.1f} s, "
         f"validation {validation.seconds:.2f} s"
     )
     return eigenvalues
+
+
+def _echo_caveat(residuals, echo) -> None:
+    """One line when the residual tests fail: the bands are too narrow."""
+    from .uncertainty import band_caveat
+
+    caveat = band_caveat(residuals)
+    if caveat is not None:
+        echo(f"  bands: {caveat}.")
 
 
 def echo_states(estimate, models, rows, runs, echo) -> dict:
