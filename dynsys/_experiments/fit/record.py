@@ -6,6 +6,7 @@ The run folder's files are written from it by `_experiments/report.py`."""
 import numpy as np
 
 from ..outcome import loss_history_lines, Outcome
+from .assumptions import assumption_lines
 from .data import _columns
 from .order import scan_metrics
 from .tables import mean_fit_percent
@@ -163,6 +164,8 @@ def output_outcome(
     )
     notes = _head_notes(data, described, start.notes, result)
     notes += [f"Warning: {line}" for line in found] + [""] * bool(found)
+    assumed = assumption_lines(start, estimate, validation)
+    notes += [f"Note: {line}." for line in assumed] + [""] * bool(assumed)
     notes += with_caveat(uncertainty.notes, metrics, validation.residuals)
     summary = _output_summary(validation.rows, data.which, data.clean_val)
     metrics = _with_data_checks(metrics, checks)

@@ -3,6 +3,7 @@ side by side, the fit % tables and the times."""
 
 import numpy as np
 
+from .assumptions import assumption_lines
 from .estimate import as_linear
 
 
@@ -99,6 +100,8 @@ def echo_outputs(start, estimate, validation, channels, echo) -> dict:
     _fit_table(validation.rows, channels, echo)
     echo("")
     _echo_caveat(validation.residuals, echo)
+    for line in assumption_lines(start, estimate, validation):
+        echo(f"  note: {line}.")
     echo(
         f"  time: subspace {start.seconds:.2f} s, fit {estimate.seconds:.1f} s, "
         f"validation {validation.seconds:.2f} s"
