@@ -12,7 +12,7 @@ from .order import scan_figure
 
 
 def _time_label(data) -> str:
-    return "time (s)" if data.dt is not None else "time (steps)"
+    return "t (s)" if data.dt is not None else "t (steps)"  # as plot's time axes
 
 
 def _times(data) -> np.ndarray:
@@ -97,6 +97,9 @@ def _output_figures(
             + flag("comparison.png", "bands"),
             **extras.get("comparison.png", {}),
         )
+    figures |= _zoomed_comparison(
+        report, shown, ROLES, where, extras.get("comparison.png", {})
+    )
     figures |= {
         "singular_values.png": plain["singular_values.png"],
         "bode.png": plot.bode(
@@ -123,6 +126,54 @@ def _output_figures(
         "loss.png": plain["loss.png"],
     }
     return figures | plain  # the rest of `plain` (the structure scan's) last
+
+
+# A drawn record longer than this also gets comparison_zoom.png: `_ZOOM_STEPS`
+# samples where the fitted model's error is largest, so that errors can be read.
+_ZOOM_AFTER, _ZOOM_STEPS = 600, 200
+
+
+def _zoomed_comparison(report, comparisons, roles, where, band) -> dict:
+    """`{"comparison_zoom.png": figure}` for a long first experiment (one page of
+    at most 4 channels), else `{}`: `_ZOOM_STEPS` samples centred on the fitted
+    model's largest error, each model's fit % over those samples in the legend."""
+    from ... import plot
+    from ..._fitting.metrics import channel_fit_percent
+
+    first = next(iter(comparisons.values()))
+    T = int(first.lengths[0])
+    if T <= _ZOOM_AFTER:
+        return {}
+    measured = np.asarray(first.measured)[0, :T]
+    error = np.abs(measured - np.asarray(comparisons["fitted"].predicted)[0, :T])
+    scale = np.maximum(np.std(measured, axis=0), 1e-300)
+    centre = int(np.argmax(np.max(error / scale, axis=1)))
+    start = int(np.clip(centre - _ZOOM_STEPS // 2, 0, T - _ZOOM_STEPS))
+    window = slice(start, start + _ZOOM_STEPS)
+    predictions = {
+        k: np.asarray(c.predicted)[0, :T][window] for k, c in comparisons.items()
+    }
+    fits = {
+        k: np.asarray(channel_fit_percent(measured[window], v, xp=np))
+        for k, v in predictions.items()
+    }
+    times = np.arange(T)[window] * (report.dt or 1.0)  # as comparison.png's axis
+    bands = {k: np.asarray(v)[:T][window] for k, v in band.get("bands", {}).items()}
+    p = measured.shape[1]
+    figure = plot.comparison(
+        times,
+        measured[window],
+        predictions,
+        fit_percent=fits,
+        roles=roles,
+        names=list(report.output_names),
+        channels=None if p <= 4 else range(4),
+        time_label=_time_label(report),
+        title=f"{where}, samples {start}–{start + _ZOOM_STEPS - 1} (zoom on the "
+        "largest error): fit % over these samples",
+        **({"bands": bands, "level": band["level"]} if bands else {}),
+    )
+    return {"comparison_zoom.png": figure}
 
 
 def _band_flag(extras: dict, caveat):

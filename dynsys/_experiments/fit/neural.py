@@ -111,7 +111,7 @@ def _figure(report, linear_c, neural_c, past, scores, which):
         },
         fit_percent={"linear": scores["linear"][0], "neural": scores["neural"][0]},
         names=list(report.output_names),
-        time_label="time (s)" if dt is not None else "sample",
+        time_label="t (s)" if dt is not None else "t (steps)",
         title=f"{which} data: free run from sample {past} (the first {past} start it)",
     )
 
