@@ -131,7 +131,10 @@ def to_control(
 def _say_levels_dropped(call: str, system) -> None:
     """Warn (once per call) when `system` has a non-zero operating point, which
     the python-control system cannot hold."""
+    import sys
     import warnings
+
+    from .._compile.cache import _first_caller_outside
 
     levels = {
         name: np.asarray(level, np.float64)
@@ -149,7 +152,7 @@ def _say_levels_dropped(call: str, system) -> None:
         "has no levels, so the StateSpace maps u - input_level to y - output_level; "
         "add the levels back to its responses for physical values.",
         UserWarning,
-        stacklevel=3,
+        stacklevel=_first_caller_outside(sys._getframe()),  # the user's call
     )
 
 

@@ -102,3 +102,12 @@ def test_names_through_to_control_and_the_operating_point_said():
     with pytest.warns(UserWarning, match="operating point .* is left out"):
         leveled = dynsys.to_control(_model(levels=True))
     np.testing.assert_allclose(control.dcgain(leveled), control.dcgain(plain))
+
+
+def test_the_operating_point_warning_points_at_the_callers_line():
+    pytest.importorskip("control")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dynsys.to_control(_model(levels=True))
+    (warning,) = caught
+    assert warning.filename == __file__

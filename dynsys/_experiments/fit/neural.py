@@ -142,7 +142,10 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
     stop_reason = _stop_reason(result, options)
     if stop_reason is not None:
         echo(f"  note: {stop_reason}")
-    echo(f"  {which} data, free run from sample {past} (the first {past} start it):")
+    echo(
+        f"  {which} data, free run from sample {past} (the first {past} start it; "
+        "the linear fit % here is over these samples, not the whole record):"
+    )
     channels = list(report.output_names)
     _table(channels, scores["linear"], scores["neural"], echo)
     said = worse_neural_lines(channels, scores["linear"], scores["neural"])
