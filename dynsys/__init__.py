@@ -123,6 +123,7 @@ if TYPE_CHECKING:
         monte_carlo as monte_carlo,
         propagate_std as propagate_std,
     )
+    from ._sysid.present import present as present
     from ._sysid.python_control import (
         from_control as from_control,
         to_control as to_control,

@@ -262,14 +262,18 @@ def _fit(args: argparse.Namespace) -> int:
 
     import dynsys
 
+    from ._cli_warnings import said_once, say
+
     start = time.perf_counter()
-    result = dynsys.run_experiment(
-        config,
-        out=args.out,
-        progress=not args.no_progress,
-        echo=lambda line: print(_option_names(line)),
-    )
+    with said_once() as caught:
+        result = dynsys.run_experiment(
+            config,
+            out=args.out,
+            progress=not args.no_progress,
+            echo=lambda line: print(_option_names(line)),
+        )
     _print_warnings("dynsys fit", result.metrics, _option_names)
+    say("dynsys fit", caught, _said_by(result.metrics), _option_names)
     written = sorted(p.name for p in result.path.iterdir() if p.name != ".dynsys-run")
     print(f"  wrote {result.path}/: {', '.join(written)}")
     print(f"  total time {time.perf_counter() - start:.1f} s")
@@ -318,6 +322,11 @@ def _print_warnings(prefix: str, metrics: dict, named=lambda line: line) -> None
     fit` names its options rather than the config keys they set)."""
     for line in metrics.get("warnings") or []:
         print(f"{prefix}: warning: {named(line)}", file=sys.stderr)
+
+
+def _said_by(metrics: dict) -> list[str]:
+    """The lines a run's own report already says (its warnings, its stop reason)."""
+    return [*(metrics.get("warnings") or []), metrics.get("stop_reason") or ""]
 
 
 def _exit_status(result) -> int:
@@ -405,7 +414,10 @@ def _run(args: argparse.Namespace) -> int:
     """`dynsys run CONFIG.toml`: one experiment (or sweep) into a run folder."""
     import dynsys
 
-    result = _run_experiment(args)
+    from ._cli_warnings import said_once, say
+
+    with said_once() as caught:
+        result = _run_experiment(args)
     if not dynsys.is_main_process():  # process 0 reports
         return 0
     for run in result.runs:
@@ -418,6 +430,8 @@ def _run(args: argparse.Namespace) -> int:
             )
             + (" (interrupted)" if run.metrics.get("status") == "interrupted" else "")
         )
+    said = [line for run in result.runs for line in _said_by(run.metrics)]
+    say("dynsys run", caught, said)
     return _exit_status(result)
 
 

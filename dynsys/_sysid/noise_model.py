@@ -112,8 +112,9 @@ def _state_regression(
     W = xs.shape[1]
     t = horizon + np.arange(W - 1)
     pair = valid[:, :-1] & valid[:, 1:]
-    state_lhs = xs[:, 1:] - xs[:, :-1] @ K.T  # (N, W-1, n)
-    output_lhs = np.asarray(s.ys, np.float64)[:, t] - xs[:, :-1] @ C.T  # (N, W-1, p)
+    with np.errstate(over="ignore", invalid="ignore"):  # diverged estimates: inf
+        state_lhs = xs[:, 1:] - xs[:, :-1] @ K.T  # (N, W-1, n)
+        output_lhs = np.asarray(s.ys, np.float64)[:, t] - xs[:, :-1] @ C.T
     columns = []
     if s.us is not None:
         columns.append(np.asarray(s.us, np.float64)[:, t])
@@ -141,15 +142,16 @@ def _residuals(K, B, C, D, c, xs, valid, s: Signals, horizon: int):
     W = xs.shape[1]
     t = horizon + np.arange(W - 1)
     pair = valid[:, :-1] & valid[:, 1:]
-    w = xs[:, 1:] - xs[:, :-1] @ K.T
-    v = np.asarray(s.ys, np.float64)[:, t] - xs[:, :-1] @ C.T
-    if s.us is not None and B is not None:
-        u = np.asarray(s.us, np.float64)[:, t]
-        w = w - u @ B.T
-        if D is not None:
-            v = v - u @ D.T
-    if c is not None:
-        v = v - np.asarray(c, np.float64)[None, None]
+    with np.errstate(over="ignore", invalid="ignore"):  # diverged estimates: inf
+        w = xs[:, 1:] - xs[:, :-1] @ K.T
+        v = np.asarray(s.ys, np.float64)[:, t] - xs[:, :-1] @ C.T
+        if s.us is not None and B is not None:
+            u = np.asarray(s.us, np.float64)[:, t]
+            w = w - u @ B.T
+            if D is not None:
+                v = v - u @ D.T
+        if c is not None:
+            v = v - np.asarray(c, np.float64)[None, None]
     return w[pair], v[pair]
 
 
@@ -164,7 +166,8 @@ def kalman_gain_from_residuals(K, C, w, v) -> tuple[np.ndarray, np.ndarray]:
     K, C = np.asarray(K, np.float64), np.asarray(C, np.float64)
     w, v = np.asarray(w, np.float64), np.asarray(v, np.float64)
     k = max(w.shape[0], 1)
-    Q, S, R = w.T @ w / k, w.T @ v / k, v.T @ v / k
+    with np.errstate(over="ignore", invalid="ignore"):  # diverged residuals: inf
+        Q, S, R = w.T @ w / k, w.T @ v / k, v.T @ v / k
     Q, R = (Q + Q.T) / 2, (R + R.T) / 2
     R = R + 1e-12 * max(np.trace(R), 1e-300) * np.eye(R.shape[0])
     try:
@@ -191,9 +194,10 @@ def _filtered_outputs(A, L, C, ys) -> np.ndarray:
     N, T, p = ys.shape
     out = np.empty((N, T, p))
     x = np.zeros((N, A.shape[0]))
-    for t in range(T):
-        out[:, t] = x @ C.T
-        x = x @ A.T + ys[:, t] @ L.T
+    with np.errstate(over="ignore", invalid="ignore"):  # an unstable A: inf, scored
+        for t in range(T):
+            out[:, t] = x @ C.T
+            x = x @ A.T + ys[:, t] @ L.T
     return out
 
 

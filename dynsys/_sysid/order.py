@@ -224,9 +224,10 @@ def information_criteria(model, data, parameters: int) -> tuple[float, float, fl
     s = signals(data, "information_criteria")
     model = linear_of(model) or model
     mask = np.asarray(s.mask)
-    residuals = (np.asarray(s.ys, dtype=np.float64) - free_run(model, s))[mask]
-    count, p = residuals.shape
-    sigma = residuals.T @ residuals / count
+    with np.errstate(over="ignore", invalid="ignore"):  # a diverged run: inf, said
+        residuals = (np.asarray(s.ys, dtype=np.float64) - free_run(model, s))[mask]
+        count, p = residuals.shape
+        sigma = residuals.T @ residuals / count
     sign, logdet = np.linalg.slogdet(sigma)
     if not np.isfinite(logdet) or sign <= 0:
         logdet = -np.inf if np.all(np.isfinite(sigma)) else np.inf

@@ -51,7 +51,9 @@ def to_control(
     A model identified from data carries its operating point (`input_level`
     $\\bar u$, `output_level` $\\bar y$): the python-control system is the model of
     the deviations, $u - \\bar u \\mapsto y - \\bar y$ (python-control has no
-    levels); add the levels back to its responses to get physical values.
+    levels); add the levels back to its responses to get physical values. A model
+    with a non-zero operating point gets a `UserWarning` saying so, since the
+    `StateSpace` alone cannot show it.
 
     A discrete-time system (`LinearSystem`, or one with `to_linear()` such as
     `StableLinearSystem` and `Discretized`) becomes `control.ss(K, B, C, D, dt)` with
@@ -111,6 +113,7 @@ def to_control(
             "python-control state-space system cannot hold; remove it (offset=None) "
             "or shift the state or outputs first."
         )
+    _say_levels_dropped(call, linear_of(system) or system)
     A = np.asarray(square, dtype=np.float64)
     n = A.shape[0]
     B = np.zeros((n, 0)) if B is None else np.asarray(B, dtype=np.float64)
@@ -123,6 +126,34 @@ def to_control(
     labels = _labels(call, "input_names", input_names, B.shape[1])
     labels |= _labels(call, "output_names", output_names, C.shape[0])
     return control.ss(A, B, C, D, dt, **labels)
+
+
+def _say_levels_dropped(call: str, system) -> None:
+    """Warn (once per call) when `system` has a non-zero operating point, which
+    the python-control system cannot hold."""
+    import sys
+    import warnings
+
+    from .._compile.cache import _first_caller_outside
+
+    levels = {
+        name: np.asarray(level, np.float64)
+        for name in ("input_level", "output_level")
+        if (level := getattr(system, name, None)) is not None
+    }
+    if not any(np.any(level != 0) for level in levels.values()):
+        return
+    said = ", ".join(
+        f"{name.replace('_', ' ')} {np.array2string(v, precision=4, separator=', ')}"
+        for name, v in levels.items()
+    )
+    warnings.warn(
+        f"{call}: the model's operating point ({said}) is left out: python-control "
+        "has no levels, so the StateSpace maps u - input_level to y - output_level; "
+        "add the levels back to its responses for physical values.",
+        UserWarning,
+        stacklevel=_first_caller_outside(sys._getframe()),  # the user's call
+    )
 
 
 def _augmented_control(control, system, input_names, output_names):

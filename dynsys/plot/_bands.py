@@ -103,16 +103,32 @@ def draw_pole_ellipses(a, poles, level: float, color, label: str):
                label=label if k == 0 else "_")  # fmt: skip
 
 
+def physical_bars(value, spread, low: float, high: float) -> np.ndarray:
+    """`(2, k)` lower and upper bar lengths of `value ± spread`, cut to the
+    physical range `[low, high]` (a natural frequency is at least 0, a damping
+    ratio in [-1, 1])."""
+    value, spread = np.asarray(value, float), np.asarray(spread, float)
+    lower = np.minimum(spread, np.maximum(value - low, 0.0))
+    upper = np.minimum(spread, np.maximum(high - value, 0.0))
+    return np.stack([lower, upper])
+
+
 def draw_mode_bars(a, poles, z: float, color, scale: float):
     """Natural frequency and damping ± `z` standard deviations of each mode (one
-    of each conjugate pair)."""
+    of each conjugate pair), cut to their physical ranges (frequency >= 0,
+    damping ratio in [-1, 1])."""
     eig = np.asarray(poles.eigenvalues)
     keep = (eig.imag >= 0) & np.isfinite(np.asarray(poles.natural_frequency))
+    frequency = scale * np.asarray(poles.natural_frequency)[keep]
+    damping = np.asarray(poles.damping_ratio)[keep]
     a.errorbar(
-        scale * np.asarray(poles.natural_frequency)[keep],
-        np.asarray(poles.damping_ratio)[keep],
-        xerr=z * scale * np.asarray(poles.natural_frequency_std)[keep],
-        yerr=z * np.asarray(poles.damping_std)[keep],
+        frequency,
+        damping,
+        xerr=physical_bars(
+            frequency, z * scale * np.asarray(poles.natural_frequency_std)[keep],
+            0.0, np.inf,
+        ),
+        yerr=physical_bars(damping, z * np.asarray(poles.damping_std)[keep], -1, 1),
         fmt="none",
         ecolor=color,
         elinewidth=1.0,

@@ -216,12 +216,21 @@ def _shown_bands(bands, predictions, T: int, p: int, shown_steps: int) -> dict:
 
 def _draw_bands(a, i, p, times, shown, predictions, styles, z, level) -> None:
     """Channel `i` (of `p`): a shaded band of ± `z` standard deviations around each
-    prediction in `shown`, in its model's colour."""
+    prediction in `shown`, in its model's colour; listed in the legend only when
+    it can be seen (somewhere wider than `_VISIBLE` of the prediction's range)."""
     for label, std in shown.items():
         centre = np.asarray(predictions[label], dtype=float).reshape(-1, p)[:, i]
+        visible = _VISIBLE * np.ptp(centre) if centre.size else 0.0
+        seen = centre.size and np.max(2 * z * std[:, i]) > visible
+        text = _bands.level_label(label, level) if seen else "_"
+        color = styles[label]["color"]
         a.fill_between(times, centre - z * std[:, i], centre + z * std[:, i],
-                       color=styles[label]["color"], alpha=0.2, lw=0,
-                       label=_bands.level_label(label, level))  # fmt: skip
+                       color=color, alpha=0.2, lw=0, label=text)  # fmt: skip
+
+
+# The band width (as a share of the prediction's range) below which a band cannot
+# be seen at figure size, and is left out of the legend.
+_VISIBLE = 0.01
 
 
 def comparison(
@@ -280,7 +289,8 @@ def comparison(
 
     - `bands`: optional label → standard deviation `(T, p)` of that label's
         prediction (e.g. from `dynsys.simulation_band`, one experiment): a shaded
-        band of ± the `level` quantile around it, its level in the legend.
+        band of ± the `level` quantile around it, its level in the legend (when
+        the band is wide enough to be seen: 1 % of the prediction's range).
     - `level`: the bands' confidence level (default 0.99).
 
     **Returns:**

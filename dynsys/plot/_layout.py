@@ -204,10 +204,11 @@ def pair_title(pair, output_names, input_names) -> str:
 
 
 def suptitle(fig, title: str | None):
-    """The figure title, wrapped to the figure's width."""
+    """The figure title, each of its lines wrapped to the figure's width."""
     if not title:
         return
     import textwrap
 
     width = fig.get_figwidth() if hasattr(fig, "get_figwidth") else 7.0
-    fig.suptitle(textwrap.fill(title, max(30, int(11 * width))))
+    columns = max(30, int(11 * width))
+    fig.suptitle("\n".join(textwrap.fill(line, columns) for line in title.split("\n")))

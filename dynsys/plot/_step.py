@@ -13,10 +13,34 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+# The default number of steps: enough for the slowest stable pole to settle (its
+# mode down to 1 % of its start), at least `_FEWEST_STEPS`, at most `_MOST_STEPS`.
+_FEWEST_STEPS, _MOST_STEPS = 50, 5000
+
+
 def _default_num_steps(series) -> int:
-    """The length of the first precomputed response, else 50."""
+    """The length of the first precomputed response, else the steps the systems'
+    slowest stable pole takes to settle (`settling_steps`)."""
     arrays = [v for v in series.values() if hasattr(v, "shape")]
-    return np.shape(arrays[0])[0] if arrays else 50
+    if arrays:
+        return np.shape(arrays[0])[0]
+    return max(settling_steps(s) for s in series.values())
+
+
+def settling_steps(system) -> int:
+    """Steps until the slowest stable eigenvalue's mode falls to 1 %
+    ($|\\lambda|^k \\le 0.01$), within [50, 5000]; 50 for what has no `K` or no
+    eigenvalue inside the unit circle."""
+    linear = system.to_linear() if hasattr(system, "to_linear") else system
+    K = getattr(linear, "K", None)
+    if K is None or np.size(K) == 0:
+        return _FEWEST_STEPS
+    radius = np.abs(np.linalg.eigvals(np.asarray(K, np.float64)))
+    stable = radius[(radius < 1.0) & (radius > 0.0)]
+    if stable.size == 0:
+        return _FEWEST_STEPS
+    steps = int(np.ceil(np.log(0.01) / np.log(np.max(stable))))
+    return int(np.clip(steps, _FEWEST_STEPS, _MOST_STEPS))
 
 
 def _response(series, num_steps: int, call: str, label: str) -> np.ndarray:
@@ -81,7 +105,8 @@ def step_response(
     - `systems`: a system (any `AbstractSystem` with inputs), or a mapping label →
         system or precomputed response `(num_steps, p, m)` (e.g. from
         `dynsys.step_response`).
-    - `num_steps`: the number of steps (default 50, or the arrays' length).
+    - `num_steps`: the number of steps (default: the arrays' length, else enough
+        for the slowest stable pole to settle to 1 %, between 50 and 5000).
     - `dt`: the sample time (s); default a system's `dt`.
     - `truth`: optional known true system (simulated data only), drawn black.
     - `roles`: optional label → `"fit"` / `"estimate"` (see `plot.STYLES`).

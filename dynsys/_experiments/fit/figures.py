@@ -12,7 +12,7 @@ from .order import scan_figure
 
 
 def _time_label(data) -> str:
-    return "time (s)" if data.dt is not None else "time (steps)"
+    return "t (s)" if data.dt is not None else "t (steps)"  # as plot's time axes
 
 
 def _times(data) -> np.ndarray:
@@ -48,15 +48,19 @@ def _plain_figures(report, singular_values, order, residuals, result) -> dict:
     }
 
 
-def _output_figures(report, comparisons, models, truth, which, plain, extras=None):
+def _output_figures(
+    report, comparisons, models, truth, which, plain, extras=None, caveat=None
+):
     """Every figure of input-output data, in the run folder's order: those that
     show the model's uncertainty, drawn here, with the `plain` ones
     (`_plain_figures`, and the structure scan's last). `extras`: figure file → more
     keyword arguments of its plot function (the data's spectral estimate, the fitted
-    model's confidence bands)."""
+    model's confidence bands); `caveat`: a line under the title of each figure that
+    draws a band (`band_caveat`: the residual tests failed), or `None`."""
     from ... import plot
 
     extras = extras or {}
+    flag = _band_flag(extras, caveat)
     estimated = {k: v for k, v in models.items() if k != "true"}
     true_system = models.get("true")
     T0 = report.lengths[0]
@@ -89,14 +93,26 @@ def _output_figures(report, comparisons, models, truth, which, plain, extras=Non
             roles=ROLES,
             channels=page,
             dt=dt,
-            title=f"{where}: free run from the estimated initial state{of}",
+            title=f"{where}: free run from the estimated initial state{of}"
+            + flag("comparison.png", "bands"),
             **extras.get("comparison.png", {}),
         )
+    figures |= _zoomed_comparison(
+        report, shown, ROLES, where, extras.get("comparison.png", {})
+    )
     figures |= {
         "singular_values.png": plain["singular_values.png"],
-        "bode.png": plot.bode(estimated, **responses, **extras.get("bode.png", {})),
+        "bode.png": plot.bode(
+            estimated,
+            **responses,
+            title=flag("bode.png", "confidence").strip() or None,
+            **extras.get("bode.png", {}),
+        ),
         "step_response.png": plot.step_response(
-            estimated, **responses, **extras.get("step_response.png", {})
+            estimated,
+            **responses,
+            title=flag("step_response.png", "confidence").strip() or None,
+            **extras.get("step_response.png", {}),
         ),
         "residuals.png": plain["residuals.png"],
         "eigenvalues.png": plot.eigenvalues(
@@ -104,12 +120,72 @@ def _output_figures(report, comparisons, models, truth, which, plain, extras=Non
             truth=true_system,
             roles=ROLES,
             dt=dt,
-            title="eigenvalues of K",
+            title="eigenvalues of K" + flag("eigenvalues.png", "confidence"),
             **extras.get("eigenvalues.png", {}),
         ),
         "loss.png": plain["loss.png"],
     }
     return figures | plain  # the rest of `plain` (the structure scan's) last
+
+
+# A drawn record longer than this also gets comparison_zoom.png: `_ZOOM_STEPS`
+# samples where the fitted model's error is largest, so that errors can be read.
+_ZOOM_AFTER, _ZOOM_STEPS = 600, 200
+
+
+def _zoomed_comparison(report, comparisons, roles, where, band) -> dict:
+    """`{"comparison_zoom.png": figure}` for a long first experiment (one page of
+    at most 4 channels), else `{}`: `_ZOOM_STEPS` samples centred on the fitted
+    model's largest error, each model's fit % over those samples in the legend."""
+    from ... import plot
+    from ..._fitting.metrics import channel_fit_percent
+
+    first = next(iter(comparisons.values()))
+    T = int(first.lengths[0])
+    if T <= _ZOOM_AFTER:
+        return {}
+    measured = np.asarray(first.measured)[0, :T]
+    error = np.abs(measured - np.asarray(comparisons["fitted"].predicted)[0, :T])
+    scale = np.maximum(np.std(measured, axis=0), 1e-300)
+    centre = int(np.argmax(np.max(error / scale, axis=1)))
+    start = int(np.clip(centre - _ZOOM_STEPS // 2, 0, T - _ZOOM_STEPS))
+    window = slice(start, start + _ZOOM_STEPS)
+    predictions = {
+        k: np.asarray(c.predicted)[0, :T][window] for k, c in comparisons.items()
+    }
+    fits = {
+        k: np.asarray(channel_fit_percent(measured[window], v, xp=np))
+        for k, v in predictions.items()
+    }
+    times = np.arange(T)[window] * (report.dt or 1.0)  # as comparison.png's axis
+    bands = {k: np.asarray(v)[:T][window] for k, v in band.get("bands", {}).items()}
+    p = measured.shape[1]
+    figure = plot.comparison(
+        times,
+        measured[window],
+        predictions,
+        fit_percent=fits,
+        roles=roles,
+        names=list(report.output_names),
+        channels=None if p <= 4 else range(4),
+        time_label=_time_label(report),
+        title=f"{where}, samples {start}–{start + _ZOOM_STEPS - 1} (zoom on the "
+        "largest error): fit % over these samples",
+        **({"bands": bands, "level": band["level"]} if bands else {}),
+    )
+    return {"comparison_zoom.png": figure}
+
+
+def _band_flag(extras: dict, caveat):
+    """`flag(file, key)`: a new title line with the caveat for a figure whose
+    `extras` hold a band (`key`), else `""`."""
+    from .uncertainty import FIGURE_CAVEAT
+
+    def flag(file: str, key: str) -> str:
+        drawn = caveat is not None and extras.get(file, {}).get(key)
+        return f"\n{FIGURE_CAVEAT}" if drawn else ""
+
+    return flag
 
 
 def _loss_figure(result, title, ylabel):
@@ -204,6 +280,8 @@ def submit_plain_figures(data, start, validation, estimate) -> dict:
 def output_figures(data, validation, uncertainty, plain) -> dict:
     """Every figure of input–output data, `plain` (`submit_plain_figures`) among
     them, by file name."""
+    from .uncertainty import band_caveat
+
     truth = None if data.clean_val is None else np.asarray(data.clean_val.ys[0])
     with stage("figures"), earlier_objects_frozen():
         return _output_figures(
@@ -214,6 +292,7 @@ def output_figures(data, validation, uncertainty, plain) -> dict:
             data.which,
             plain,
             uncertainty.references,
+            band_caveat(validation.residuals),
         )
 
 

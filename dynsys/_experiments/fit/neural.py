@@ -9,6 +9,7 @@ import numpy as np
 
 from ..config import ConfigError
 from ..sizes import check_neural_memory
+from .assumptions import worse_neural_lines
 from .typed_config import NeuralConfig
 
 
@@ -110,7 +111,7 @@ def _figure(report, linear_c, neural_c, past, scores, which):
         },
         fit_percent={"linear": scores["linear"][0], "neural": scores["neural"][0]},
         names=list(report.output_names),
-        time_label="time (s)" if dt is not None else "sample",
+        time_label="t (s)" if dt is not None else "t (steps)",
         title=f"{which} data: free run from sample {past} (the first {past} start it)",
     )
 
@@ -138,11 +139,18 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
         f"width {options['width_size']}, depth {options['depth']}, Adam): "
         f"{result.steps_run} steps, best step {result.best_step}, {seconds:.1f} s"
     )
-    if result.stop_reason is not None:
-        echo(f"  note: {result.stop_reason}")
-    echo(f"  {which} data, free run from sample {past} (the first {past} start it):")
+    stop_reason = _stop_reason(result, options)
+    if stop_reason is not None:
+        echo(f"  note: {stop_reason}")
+    echo(
+        f"  {which} data, free run from sample {past} (the first {past} start it; "
+        "the linear fit % here is over these samples, not the whole record):"
+    )
     channels = list(report.output_names)
     _table(channels, scores["linear"], scores["neural"], echo)
+    said = worse_neural_lines(channels, scores["linear"], scores["neural"])
+    for line in said:
+        echo(f"  note: {line}.")
     notes = (
         [
             f"Neural state-space model on the fitted linear model: {result.steps_run} "
@@ -159,7 +167,8 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
             for j, name in enumerate(channels)
         ]
         + [""]
-        + ([f"Note: {result.stop_reason}.", ""] if result.stop_reason else [])
+        + ([f"Note: {stop_reason}.", ""] if stop_reason else [])
+        + [f"Note: {line}." for line in said] + [""] * bool(said)
         + [
             "Neural model files: `neural_model.dynsys` (the `NeuralStateSpace`) and "
             "`neural_encoder.dynsys` (its `StateEncoder`, which reads the first "
@@ -173,7 +182,8 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
         "past": past,
         "steps_run": int(result.steps_run),
         "best_step": int(result.best_step),
-        "stop_reason": result.stop_reason,
+        "stop_reason": stop_reason,
+        "worse_than_linear": bool(said),
         "seconds": seconds,
         "fit_percent": {k: v[0] for k, v in scores.items()},
         "rms": {k: v[1] for k, v in scores.items()},
@@ -183,6 +193,17 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
     return NeuralStage(
         metrics, {"neural_comparison.png": figure}, notes, _model_files(result)
     )
+
+
+def _stop_reason(result, options) -> str | None:
+    """The neural fit's stop reason, or "maximum steps reached" when it ran its
+    whole step cap (so `None` never hides a fit cut short)."""
+    if result.stop_reason is not None:
+        return result.stop_reason
+    cap = options.get("num_steps")
+    if cap is not None and result.steps_run >= cap:
+        return f"maximum steps reached ({cap}, config key 'fit.neural_steps')"
+    return None
 
 
 def _model_files(result) -> dict:

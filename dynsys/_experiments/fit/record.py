@@ -6,9 +6,11 @@ The run folder's files are written from it by `_experiments/report.py`."""
 import numpy as np
 
 from ..outcome import loss_history_lines, Outcome
+from .assumptions import assumption_lines
 from .data import _columns
 from .order import scan_metrics
 from .tables import mean_fit_percent
+from .uncertainty import with_caveat
 from .validation import residual_metrics
 
 
@@ -162,7 +164,9 @@ def output_outcome(
     )
     notes = _head_notes(data, described, start.notes, result)
     notes += [f"Warning: {line}" for line in found] + [""] * bool(found)
-    notes += uncertainty.notes
+    assumed = assumption_lines(start, estimate, validation)
+    notes += [f"Note: {line}." for line in assumed] + [""] * bool(assumed)
+    notes += with_caveat(uncertainty.notes, metrics, validation.residuals)
     summary = _output_summary(validation.rows, data.which, data.clean_val)
     metrics = _with_data_checks(metrics, checks)
     return _outcome(data, estimate, metrics, summary, figures, notes, neural)

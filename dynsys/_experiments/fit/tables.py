@@ -3,6 +3,7 @@ side by side, the fit % tables and the times."""
 
 import numpy as np
 
+from .assumptions import assumption_lines
 from .estimate import as_linear
 
 
@@ -98,11 +99,23 @@ def echo_outputs(start, estimate, validation, channels, echo) -> dict:
     echo("")
     _fit_table(validation.rows, channels, echo)
     echo("")
+    _echo_caveat(validation.residuals, echo)
+    for line in assumption_lines(start, estimate, validation):
+        echo(f"  note: {line}.")
     echo(
         f"  time: subspace {start.seconds:.2f} s, fit {estimate.seconds:.1f} s, "
         f"validation {validation.seconds:.2f} s"
     )
     return eigenvalues
+
+
+def _echo_caveat(residuals, echo) -> None:
+    """One line when the residual tests fail: the bands are too narrow."""
+    from .uncertainty import band_caveat
+
+    caveat = band_caveat(residuals)
+    if caveat is not None:
+        echo(f"  bands: {caveat}.")
 
 
 def echo_states(estimate, models, rows, runs, echo) -> dict:

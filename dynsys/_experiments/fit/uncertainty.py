@@ -177,3 +177,88 @@ def bode_references(data, covariance) -> dict:
     if covariance is not None:
         extras["confidence"] = {"fitted": covariance}
     return extras
+
+
+# The figures' one line when the residual tests fail (`band_caveat`).
+FIGURE_CAVEAT = "bands too narrow: the residual tests fail (see summary.md)"
+
+
+def band_caveat(residuals) -> str | None:
+    """One line when the fitted model's residuals (a `Residuals`) fail the
+    whiteness test (an auto-correlation past lag 0 beyond the bound) or the
+    independence test (a cross-correlation with an input beyond it), else `None`:
+    the bands and ± assume white residuals independent of the inputs, and are then
+    too narrow (docs/uncertainty.md). The bound is `residuals.bound` widened for
+    the number of lags and channels tested (Bonferroni: white residuals cross it
+    at any of them with probability at most 1 %), so a good model is not flagged
+    for the one lag in a hundred that white residuals cross."""
+    found = []
+    auto = np.abs(np.asarray(residuals.autocorrelation)[1:])
+    cross = residuals.cross_correlation
+    tested = auto.size + (0 if cross is None else np.asarray(cross).size)
+    bound = _family_bound(float(residuals.bound), tested)
+    if auto.size and np.max(auto) > bound:
+        lag, i = np.unravel_index(np.argmax(auto), auto.shape)
+        found.append(
+            f"not white (auto-correlation {auto[lag, i]:.2f} at lag {lag + 1}"
+            f"{_of(residuals.names, i)}, bound {bound:.2f})"
+        )
+    if cross is not None:
+        cross = np.abs(np.asarray(cross))
+        outside = cross > bound
+        if np.any(outside):
+            lags = np.asarray(residuals.cross_lags)[np.any(outside, axis=(1, 2))]
+            j = int(np.argmax(np.max(cross, axis=(0, 1))))
+            name = residuals.input_names[j] if residuals.input_names else f"u{j}"
+            found.append(
+                f"correlated with input {name} (beyond the bound at lags "
+                f"{_lag_ranges(lags)})"
+            )
+    if not found:
+        return None
+    return (
+        f"the residuals are {' and '.join(found)}: the model misses part of the "
+        f"dynamics or the noise is coloured, so the {100 * LEVEL:g} % bands and the "
+        "± values assume what the data do not show and are too narrow"
+    )
+
+
+def _family_bound(bound: float, tested: int) -> float:
+    """The 99 % bound of one lag (`Residuals.bound`, $2.58/\\sqrt{N_s}$) widened
+    so that `tested` lags together stay within it with probability 99 %."""
+    import statistics
+
+    normal = statistics.NormalDist()
+    one = normal.inv_cdf(1 - 0.01 / 2)
+    every = normal.inv_cdf(1 - 0.01 / (2 * max(tested, 1)))
+    return bound * every / one
+
+
+def _of(names, i) -> str:
+    return f" of {names[i]}" if names and len(names) > 1 else ""
+
+
+def _lag_ranges(lags) -> str:
+    """`[-3, 6, 7, 9]` as `"-3, 6 to 7, 9"`."""
+    parts, run = [], []
+    for lag in (int(v) for v in lags):
+        if run and lag == run[-1] + 1:
+            run.append(lag)
+            continue
+        if run:
+            parts.append(str(run[0]) if len(run) == 1 else f"{run[0]} to {run[-1]}")
+        run = [lag]
+    if run:
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]} to {run[-1]}")
+    return ", ".join(parts)
+
+
+def with_caveat(notes: list[str], metrics: dict, residuals) -> list[str]:
+    """The summary.md section `notes` (`uncertainty_notes`) with `band_caveat`'s
+    line under its heading, also recorded in `metrics["uncertainty"]["caveat"]`
+    (`None` when the residual tests pass)."""
+    caveat = band_caveat(residuals)
+    metrics.setdefault("uncertainty", {})["caveat"] = caveat
+    if caveat is None:
+        return notes
+    return [*notes[:2], f"Caveat: {caveat}.", "", *notes[2:]]
