@@ -106,3 +106,24 @@ def fit_outputs_model(config, start, train, val, progress, found, echo) -> Estim
         f"step {result.best_step}"
     )
     return dataclasses.replace(estimate, stop_reason=stop_reason)
+
+
+def refit_on_estimation_data(config, estimate, data, progress, found, echo):
+    """The final model when the held-out data were carved from the estimation data
+    (`data.carved`): the chosen structure refitted on all of them, from the model
+    `estimate` fitted on their first part. No data are left to choose a step on,
+    so the fit keeps its lowest loss; the held-out part is now part of its
+    training data, so the final model cannot be scored on it honestly."""
+    with fit_checks.captured_warnings(found):
+        final = fit_model(
+            config, estimate.result.model, data.estimation, None, progress
+        )
+    stop_reason = fit_checks.stop_reason(final.result)
+    fit_checks.fit_warnings(final.result, stop_reason, found)
+    fit_checks.model_warnings("final", final.fitted, data.estimation, found)
+    echo(
+        f"  final model: the chosen structure refitted on all the estimation data "
+        f"({sum(data.estimation.lengths)} samples, the held-out part included): "
+        f"{len(final.result.losses)} steps, {final.seconds:.1f} s"
+    )
+    return dataclasses.replace(final, stop_reason=stop_reason)

@@ -115,9 +115,13 @@ def output_outcome(
     found,
 ) -> Outcome:
     """The `Outcome` of input–output data from the results of every stage (`data`
-    a `FitData`, `checks` a `DataChecks`, `start` a `Start`, ...; `neural` a
-    `NeuralStage` or None; `found` the run's warnings)."""
+    a `FitData`, `checks` a `DataChecks`, `start` a `Start`, `estimate` the pair
+    `(Estimate, final Estimate or None)`, ...; `neural` a `NeuralStage` or None;
+    `found` the run's warnings). The model kept is the final one when there is
+    one."""
     fit_cfg = config["fit"]
+    first, final = estimate
+    estimate = final if final is not None else first
     result, fitted = estimate.result, estimate.fitted
     report, channels = data.report, list(data.report.output_names)
     subspace = start.subspace
@@ -149,11 +153,14 @@ def output_outcome(
         **_matrices(fitted),
         "timing": {
             "subspace_seconds": start.seconds,
-            "fit_seconds": estimate.seconds,
+            "fit_seconds": first.seconds,
             "validation_seconds": validation.seconds,
         },
         **uncertainty.metrics,
+        **_roles_metrics(config, data, validation.final),
     }
+    if final is not None:
+        metrics["timing"]["refit_seconds"] = final.seconds
     if neural is not None:
         metrics["neural"] = neural.metrics
     described = (
@@ -161,11 +168,90 @@ def output_outcome(
         f"output-error fit with {estimate.optimiser}, {fit_cfg['loss']} loss."
     )
     notes = _head_notes(data, described, start.notes, result)
+    notes += _roles_notes(config, data, validation.final)
     notes += [f"Warning: {line}" for line in found] + [""] * bool(found)
     notes += uncertainty.notes
     summary = _output_summary(validation.rows, data.which, data.clean_val)
+    summary.update(_final_summary(validation.final))
     metrics = _with_data_checks(metrics, checks)
     return _outcome(data, estimate, metrics, summary, figures, notes, neural)
+
+
+def _roles_metrics(config, data, scores) -> dict:
+    """metrics.json's `selection`: which data chose the structure and the kept
+    step, which only scored the final model, whether the reported held-out fit %
+    is optimistic; and `final_model`, the final refit's scores (`None` without)."""
+    on_file = config["data"]["select_on_validation"] and data.run.validation is not None
+    return {
+        "selection": {
+            "chosen_on": "the validation file"
+            if on_file
+            else "held-out part of the estimation data"
+            if data.carved
+            else "the estimation data (AIC)",
+            "test": "the validation file" if data.test is not None else None,
+            "held_out_fit_optimistic": bool(on_file),
+            "refit_on_all_estimation_data": scores is not None,
+        },
+        "final_model": None
+        if scores is None
+        else {
+            "first_part_held_out_fit_percent": scores["first_part_held_out"],
+            "test_fit_percent": scores["final_test"],
+            "estimation_fit_percent": scores["final_estimation"],
+            "estimation_fit_is_held_out": False,
+        },
+    }
+
+
+def _roles_notes(config, data, scores) -> list[str]:
+    """summary.md's lines on which data chose, which tested, and the final refit."""
+    from .tables import final_lines
+
+    notes = []
+    if config["data"]["select_on_validation"] and data.run.validation is not None:
+        notes += [
+            "Optimistic: the validation file chose the structure and the kept "
+            "optimiser step (config key 'data.select_on_validation'), so its "
+            "held-out fit % is not a clean test.",
+            "",
+        ]
+    elif data.test is not None:
+        notes += [
+            "The validation file is a clean test: the structure and the kept "
+            "optimiser step were chosen on a part carved from the estimation data"
+            + ("" if data.carved else " (none could be: AIC chose)")
+            + "; the final model never saw the validation file.",
+            "",
+        ]
+    lines = final_lines(scores)
+    if lines:
+        notes += [lines[0][0].upper() + lines[0][1:] + ":", ""]
+        notes += [f"- {line}" for line in lines[1:]]
+        if data.test is None:
+            notes.append(
+                "- the tables and figures show the model fitted on the first part "
+                "(the final model cannot be scored on the held-out part honestly)"
+            )
+        notes.append("")
+    return notes
+
+
+def _final_summary(scores) -> dict:
+    """The headline numbers of the final refit (none without one)."""
+    if scores is None:
+        return {}
+    summary = {
+        "held-out fit %, first part's model": mean_fit_percent(
+            scores["first_part_held_out"]
+        ),
+        "estimation-data fit % (not held out), final": mean_fit_percent(
+            scores["final_estimation"]
+        ),
+    }
+    if scores["final_test"] is not None:
+        summary["test fit %, final"] = mean_fit_percent(scores["final_test"])
+    return summary
 
 
 def state_outcome(config, data, checks, estimate, scores, eigenvalues, figures):
