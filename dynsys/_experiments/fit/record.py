@@ -66,8 +66,11 @@ def _with_data_checks(metrics: dict, checks) -> dict:
     return metrics
 
 
-def _outcome(data, estimate, metrics, summary, figures, notes, neural) -> Outcome:
-    """What the run folder gets; a simulated run also keeps its data."""
+def _outcome(
+    data, estimate, metrics, summary, figures, notes, neural, model=None
+) -> Outcome:
+    """What the run folder gets (the model `model`, else `estimate`'s; the loss
+    history `estimate`'s); a simulated run also keeps its data."""
     result = estimate.result
     files = {"data.npz": data.run.data.save} if data.run.true_system is not None else {}
     if neural is not None:
@@ -82,7 +85,7 @@ def _outcome(data, estimate, metrics, summary, figures, notes, neural) -> Outcom
         summary=summary,
         summary_label=SUMMARY_LABEL,
         history=loss_history_lines(result.losses, result.val_losses, "validation_loss"),
-        model=result.model,
+        model=result.model if model is None else model,
         figures=figures,
         notes=notes,
         files=files,
@@ -120,9 +123,9 @@ def output_outcome(
     `found` the run's warnings). The model kept is the final one when there is
     one."""
     fit_cfg = config["fit"]
-    first, final = estimate
-    estimate = final if final is not None else first
-    result, fitted = estimate.result, estimate.fitted
+    estimate, final = estimate  # the fit's keys describe the first (choosing) fit
+    result = estimate.result
+    fitted = (final if final is not None else estimate).fitted  # the saved model
     report, channels = data.report, list(data.report.output_names)
     subspace = start.subspace
     metrics = {
@@ -153,7 +156,7 @@ def output_outcome(
         **_matrices(fitted),
         "timing": {
             "subspace_seconds": start.seconds,
-            "fit_seconds": first.seconds,
+            "fit_seconds": estimate.seconds,
             "validation_seconds": validation.seconds,
         },
         **uncertainty.metrics,
@@ -161,6 +164,11 @@ def output_outcome(
     }
     if final is not None:
         metrics["timing"]["refit_seconds"] = final.seconds
+        metrics["final_model"].update(
+            steps_run=int(len(final.result.losses)),
+            stop_reason=final.stop_reason,
+            fit_metrics=final.result.metrics,
+        )
     if neural is not None:
         metrics["neural"] = neural.metrics
     described = (
@@ -174,7 +182,8 @@ def output_outcome(
     summary = _output_summary(validation.rows, data.which, data.clean_val)
     summary.update(_final_summary(validation.final))
     metrics = _with_data_checks(metrics, checks)
-    return _outcome(data, estimate, metrics, summary, figures, notes, neural)
+    kept = final.result.model if final is not None else None
+    return _outcome(data, estimate, metrics, summary, figures, notes, neural, kept)
 
 
 def _roles_metrics(config, data, scores) -> dict:
