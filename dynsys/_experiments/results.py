@@ -118,10 +118,8 @@ def _recorded(config: dict) -> dict:
         for section, keys in unused.items():
             for key in keys:
                 config[section].pop(key, None)
-        chooses_on_file = data.get("validation_file") is not None and data.get(
-            "select_on_validation", False
-        )
-        if chooses_on_file or data.get("validation_split") is not None:
-            # these hold out the data; a share of experiments means nothing then
+        if data.get("validation_file") is not None or (
+            data.get("validation_split") is not None
+        ):  # these hold out the data; a share of experiments means nothing then
             data.pop("validation", None)
     return config

@@ -88,13 +88,8 @@ def test_config_paths_are_read_from_its_folder_and_its_record_reruns_anywhere(
     assert written["data"]["validation_file"] == held_out
     assert "validation" not in written["data"]  # it meant nothing next to a file
     first = _metrics(run)
-    # The key that meant nothing was noted, once; the record leaves it out. (The
-    # validation file is a clean test, so the held-out data that choose are
-    # carved from the one-experiment estimation file by time, issue 44 item 3.)
-    note = (
-        "config key 'data.validation' (0.25) holds out whole experiments, but the "
-        "data are one; the last third of it is held out by time instead"
-    )
+    # The key that meant nothing was noted, once; the record leaves it out.
+    note = "config key 'data.validation' (0.25) is not used: the validation file is"
     assert first["warnings"][0].startswith(note)
     assert [f["kind"] for f in first["data_checks"]] == ["unused_option"]
     first["warnings"], first["data_checks"] = first["warnings"][1:], []

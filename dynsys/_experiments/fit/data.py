@@ -30,6 +30,12 @@ def unused_validation(config: dict, data) -> str | None:
     key = f"config key 'data.validation' ({given:g})"
     if data_cfg["validation_file"] is not None and data_cfg["select_on_validation"]:
         return f"{key} is not used: the validation file is held out instead"
+    if data_cfg["validation_file"] is not None:
+        return (
+            f"{key} is not used: the validation file is a clean test, and the "
+            "held-out data that choose are the last part of each estimation "
+            "experiment (config key 'data.validation_split', default 1/3)"
+        )
     if data_cfg["validation_split"] is not None:
         return (
             f"{key} is not used: config key 'data.validation_split' "
@@ -300,17 +306,22 @@ def _split(config: dict, run: _Data):
 
     The held-out data choose the structure and the kept optimiser step. They are
     carved from the estimation data: `data.validation_split` (or, for a file of
-    one experiment, 1/3) holds out the last part of each experiment by time;
-    otherwise `data.validation` (default `DEFAULT_VALIDATION`) holds out whole
-    experiments. A validation file is not among them: it is the clean test
-    (`_test_split`), unless `data.select_on_validation` makes it the held-out
-    data (today's optimistic use)."""
+    one experiment or next to a validation file, 1/3) holds out the last part of
+    each experiment by time; otherwise `data.validation` (default
+    `DEFAULT_VALIDATION`) holds out whole experiments. A validation file is not
+    among them: it is the clean test (`load_data`), unless
+    `data.select_on_validation` makes it the held-out data that choose (the
+    score on it is then optimistic)."""
     data_cfg = config["data"]
     data, fraction = run.data, data_cfg["validation"]
     fraction = DEFAULT_VALIDATION if fraction is None else fraction
-    if run.validation is not None and data_cfg["select_on_validation"]:
-        return data, run.validation, None, "the validation file (it also chooses)"
     split = data_cfg["validation_split"]
+    if run.validation is not None:
+        if data_cfg["select_on_validation"]:
+            return data, run.validation, None, "the validation file (it also chooses)"
+        if split is None:  # a clean test file: the choosing part carved by time
+            _check_long_enough(data, data_cfg["file"])
+            split = 1 / 3
     if split is None and data_cfg["file"] is not None and data.num_trajectories == 1:
         # The default split: a failure names the data, not an option not given.
         _check_long_enough(data, data_cfg["file"])
