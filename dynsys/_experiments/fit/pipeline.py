@@ -87,7 +87,9 @@ def _fit_outputs(
     plain = submit_plain_figures(data, start, validation, shown)  # drawn meanwhile
     uncertainty = assess_uncertainty(data.report, shown)
     figures = output_figures(data, validation, uncertainty, plain)
-    neural = _neural_stage(config, data, final or estimate, progress, echo)
+    # The neural model builds on the model fitted on the first part: its early
+    # stopping on the held-out part stays honest (the final model has seen it).
+    neural = _neural_stage(config, data, estimate, progress, echo)
     return output_outcome(
         config,
         data,
