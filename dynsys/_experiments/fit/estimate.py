@@ -41,12 +41,20 @@ def as_linear(model):
 
 
 def fit_model(
-    config, start_model, train_data, val_data, progress, size=None, resume=None
+    config,
+    start_model,
+    train_data,
+    val_data,
+    progress,
+    size=None,
+    resume=None,
+    stage_name="fit",
 ) -> Estimate:
     """The output-error fit; padded to `size` (`(order, feedthrough)`, the
     structure scan's: `refined_size`) where given, so that it runs in the scan's
     compiled program; continuing `resume` (the scan's refinement of the same
-    start, a `FitResult`) where it is a run of the same problem, else afresh."""
+    start, a `FitResult`) where it is a run of the same problem, else afresh;
+    its time charged to the stage `stage_name`."""
     import functools
 
     from ..._fitting.continuation import NotResumable
@@ -64,7 +72,7 @@ def fit_model(
         val_data=val_data,
     )
     data = share_between_processes(train_data)  # several processes: each its slice
-    with stage("fit"):
+    with stage(stage_name):
         try:
             result = fitter(start_model, data, resume=resume)
             continued = 0 if resume is None else len(resume.losses)
@@ -116,7 +124,12 @@ def refit_on_estimation_data(config, estimate, data, progress, found, echo):
     training data, so the final model cannot be scored on it honestly."""
     with fit_checks.captured_warnings(found):
         final = fit_model(
-            config, estimate.result.model, data.estimation, None, progress
+            config,
+            estimate.result.model,
+            data.estimation,
+            None,
+            progress,
+            stage_name="refit",
         )
     stop_reason = fit_checks.stop_reason(final.result)
     fit_checks.fit_warnings(final.result, stop_reason, found)
