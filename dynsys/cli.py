@@ -228,6 +228,8 @@ def _fit(args: argparse.Namespace) -> int:
         for key in ("validation_file", "validation_split", "dt"):
             if getattr(args, key) is not None:
                 data[key] = getattr(args, key)
+        if args.select_on_validation:
+            data["select_on_validation"] = True
     elif args.measure is not None:
         data["measured_states"] = args.measure
     config = {
@@ -284,6 +286,11 @@ def _check_validation_options(args: argparse.Namespace) -> None:
     """`--validation` (a share of whole experiments held out) means nothing next to
     `--validation-split` or `--validation-data`, which choose the held-out data
     themselves: refused, so that no typed option is silently ignored."""
+    if args.select_on_validation and args.validation_file is None:
+        raise ValueError(
+            "--select-on-validation: expected a --validation-data FILE for it to "
+            "select on, got none."
+        )
     if args.validation is None:
         return
     for option, value in (
@@ -385,6 +392,7 @@ _OPTIONS = {
     "'data.measurement_noise'": "--noise",
     "'data.validation'": "--validation",
     "'data.validation_file'": "--validation-data",
+    "'data.select_on_validation'": "--select-on-validation",
     "'data.validation_split'": "--validation-split",
     "'data.dt'": "--dt",
     "'data.file'": "DATA",
@@ -647,7 +655,14 @@ def _add_validation_options(fit: argparse.ArgumentParser) -> None:
         "--validation-data",
         dest="validation_file",
         metavar="FILE",
-        help="held-out data in their own file (the same columns as DATA)",
+        help="a clean test file (the same columns as DATA): only scores the final "
+        "model; structure and steps are chosen on a part of DATA",
+    )
+    fit.add_argument(
+        "--select-on-validation",
+        action="store_true",
+        help="let the --validation-data file choose the structure and the kept "
+        "step too (its fit % is then optimistic)",
     )
     fit.add_argument(
         "--validation-split",

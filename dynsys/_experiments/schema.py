@@ -117,6 +117,11 @@ def _fit_data_options() -> dict[str, Option]:
         "validation_file": Option(
             (str,), None, help="held-out data in their own file (same channels)"
         ),
+        "select_on_validation": Option(
+            (bool,),
+            False,
+            help="the validation file also chooses structure and step (optimistic)",
+        ),
         "validation_split": Option(
             (float,),
             None,

@@ -28,8 +28,14 @@ def unused_validation(config: dict, data) -> str | None:
     if given is None:
         return None
     key = f"config key 'data.validation' ({given:g})"
-    if data_cfg["validation_file"] is not None:
+    if data_cfg["validation_file"] is not None and data_cfg["select_on_validation"]:
         return f"{key} is not used: the validation file is held out instead"
+    if data_cfg["validation_file"] is not None:
+        return (
+            f"{key} is not used: the validation file is a clean test, and the "
+            "held-out data that choose are the last part of each estimation "
+            "experiment (config key 'data.validation_split', default 1/3)"
+        )
     if data_cfg["validation_split"] is not None:
         return (
             f"{key} is not used: config key 'data.validation_split' "
@@ -298,16 +304,24 @@ def _split(config: dict, run: _Data):
     """Training and held-out data (and the held-out noise-free data, if known), and
     how they were chosen (words).
 
-    A validation file is held out whole; `data.validation_split` (or, for a file of
-    one experiment, 1/3) holds out the last part of each experiment by time;
-    otherwise `data.validation` (default `DEFAULT_VALIDATION`) holds out whole
-    experiments."""
+    The held-out data choose the structure and the kept optimiser step. They are
+    carved from the estimation data: `data.validation_split` (or, for a file of
+    one experiment or next to a validation file, 1/3) holds out the last part of
+    each experiment by time; otherwise `data.validation` (default
+    `DEFAULT_VALIDATION`) holds out whole experiments. A validation file is not
+    among them: it is the clean test (`load_data`), unless
+    `data.select_on_validation` makes it the held-out data that choose (the
+    score on it is then optimistic)."""
     data_cfg = config["data"]
     data, fraction = run.data, data_cfg["validation"]
     fraction = DEFAULT_VALIDATION if fraction is None else fraction
-    if run.validation is not None:
-        return data, run.validation, None, "the validation file"
     split = data_cfg["validation_split"]
+    if run.validation is not None:
+        if data_cfg["select_on_validation"]:
+            return data, run.validation, None, "the validation file (it also chooses)"
+        if split is None:  # a clean test file: the choosing part carved by time
+            _check_long_enough(data, data_cfg["file"])
+            split = 1 / 3
     if split is None and data_cfg["file"] is not None and data.num_trajectories == 1:
         # The default split: a failure names the data, not an option not given.
         _check_long_enough(data, data_cfg["file"])
@@ -355,23 +369,40 @@ def _time_split(config: dict, data, fraction: float):
 
 @dataclasses.dataclass(frozen=True)
 class FitData:
-    """The data stage's result: the data and how they were split."""
+    """The data stage's result: the data and how they were split.
+
+    Three roles, kept apart: `train` estimates every candidate; `val` (held out)
+    chooses the structure and the kept optimiser step; `test`, a validation file,
+    only scores the final model. When `val` is carved from the estimation data
+    (`carved`), the final model is the chosen structure refitted on all of them
+    (`estimation`), and cannot be scored on `val` honestly."""
 
     run: _Data  # the whole data, their source and, when simulated, the truth
-    train: Any  # the estimation Dataset
-    val: Any  # the held-out Dataset, or None
+    train: Any  # the estimation Dataset (its first part when `val` is carved)
+    val: Any  # the held-out Dataset that chooses, or None
     clean_val: Any  # the held-out data without noise (simulated only), or None
     held: str  # how the held-out data were chosen, in words
+    test: Any = None  # the validation file as a clean test (chooses nothing)
+    carved: bool = False  # `val` was carved from the estimation data
+
+    @property
+    def estimation(self):
+        """All the estimation data: `train`, and `val` when it was carved."""
+        return self.run.data if self.carved else self.train
 
     @property
     def report(self):
-        """The data the models are scored on: the held-out, else the training."""
+        """The data the models are scored on: the clean test, else the held-out,
+        else the training."""
+        if self.test is not None:
+            return self.test
         return self.val if self.val is not None else self.train
 
     @property
     def which(self) -> str:
         """`"held-out"` or `"training"`: which data `report` is."""
-        return "held-out" if self.val is not None else "training"
+        held_out = self.val is not None or self.test is not None
+        return "held-out" if held_out else "training"
 
 
 def load_data(config: dict, echo) -> FitData:
@@ -380,8 +411,13 @@ def load_data(config: dict, echo) -> FitData:
         simulated = config["data"]["file"] is None
         run = _simulated(config) if simulated else _from_file(config)
         train, val, clean_val, held = _split(config, run)
+    test = None
+    if run.validation is not None and not config["data"]["select_on_validation"]:
+        test = run.validation
+        held += "; the validation file is a clean test (it chooses nothing)"
+    carved = val is not None and val is not run.validation
     echo(f"{config['name']}: {run.source}")
     echo(f"  columns: {_columns(run.data)}")
     count = train.num_trajectories
     echo(f"  {count} experiment{'s' * (count != 1)} for estimation; validation: {held}")
-    return FitData(run, train, val, clean_val, held)
+    return FitData(run, train, val, clean_val, held, test, carved)

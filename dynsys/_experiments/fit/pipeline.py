@@ -26,7 +26,12 @@ from ..runtime import figure_helper
 from ..runtime.compile_clock import stage
 from .data import FitData, load_data
 from .data_checks import check_data, DataChecks
-from .estimate import fit_model, fit_outputs_model, stable_if_asked
+from .estimate import (
+    fit_model,
+    fit_outputs_model,
+    refit_on_estimation_data,
+    stable_if_asked,
+)
 from .figures import output_figures, state_figures, submit_plain_figures
 from .record import output_outcome, state_outcome
 from .start import find_start
@@ -71,19 +76,26 @@ def _fit_outputs(
     train, val = data.train, data.val
     start = find_start(config, train, val, found, echo)
     estimate = fit_outputs_model(config, start, train, val, progress, found, echo)
-    validation = validate_outputs(data, start, estimate, found)
+    final = None
+    if data.carved:  # the chosen structure refitted on all the estimation data
+        final = refit_on_estimation_data(config, estimate, data, progress, found, echo)
+    validation = validate_outputs(data, start, estimate, found, final)
+    # The views (figures, uncertainty) show the model the tables score as "fitted".
+    shown = final if final is not None and data.test is not None else estimate
     channels = list(data.report.output_names)
-    eigenvalues = echo_outputs(start, estimate, validation, channels, echo)
-    plain = submit_plain_figures(data, start, validation, estimate)  # drawn meanwhile
-    uncertainty = assess_uncertainty(data.report, estimate)
+    eigenvalues = echo_outputs(start, shown, validation, channels, echo, final)
+    plain = submit_plain_figures(data, start, validation, shown)  # drawn meanwhile
+    uncertainty = assess_uncertainty(data.report, shown)
     figures = output_figures(data, validation, uncertainty, plain)
+    # The neural model builds on the model fitted on the first part: its early
+    # stopping on the held-out part stays honest (the final model has seen it).
     neural = _neural_stage(config, data, estimate, progress, echo)
     return output_outcome(
         config,
         data,
         checks,
         start,
-        estimate,
+        (estimate, final),
         validation,
         eigenvalues,
         uncertainty,

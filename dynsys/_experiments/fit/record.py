@@ -68,8 +68,11 @@ def _with_data_checks(metrics: dict, checks) -> dict:
     return metrics
 
 
-def _outcome(data, estimate, metrics, summary, figures, notes, neural) -> Outcome:
-    """What the run folder gets; a simulated run also keeps its data."""
+def _outcome(
+    data, estimate, metrics, summary, figures, notes, neural, model=None
+) -> Outcome:
+    """What the run folder gets (the model `model`, else `estimate`'s; the loss
+    history `estimate`'s); a simulated run also keeps its data."""
     result = estimate.result
     files = {"data.npz": data.run.data.save} if data.run.true_system is not None else {}
     if neural is not None:
@@ -84,7 +87,7 @@ def _outcome(data, estimate, metrics, summary, figures, notes, neural) -> Outcom
         summary=summary,
         summary_label=SUMMARY_LABEL,
         history=loss_history_lines(result.losses, result.val_losses, "validation_loss"),
-        model=result.model,
+        model=result.model if model is None else model,
         figures=figures,
         notes=notes,
         files=files,
@@ -117,10 +120,14 @@ def output_outcome(
     found,
 ) -> Outcome:
     """The `Outcome` of input–output data from the results of every stage (`data`
-    a `FitData`, `checks` a `DataChecks`, `start` a `Start`, ...; `neural` a
-    `NeuralStage` or None; `found` the run's warnings)."""
+    a `FitData`, `checks` a `DataChecks`, `start` a `Start`, `estimate` the pair
+    `(Estimate, final Estimate or None)`, ...; `neural` a `NeuralStage` or None;
+    `found` the run's warnings). The model kept is the final one when there is
+    one."""
     fit_cfg = config["fit"]
-    result, fitted = estimate.result, estimate.fitted
+    estimate, final = estimate  # the fit's keys describe the first (choosing) fit
+    result = estimate.result
+    fitted = (final if final is not None else estimate).fitted  # the saved model
     report, channels = data.report, list(data.report.output_names)
     subspace = start.subspace
     metrics = {
@@ -155,7 +162,15 @@ def output_outcome(
             "validation_seconds": validation.seconds,
         },
         **uncertainty.metrics,
+        **_roles_metrics(config, data, validation.final),
     }
+    if final is not None:
+        metrics["timing"]["refit_seconds"] = final.seconds
+        metrics["final_model"].update(
+            steps_run=int(len(final.result.losses)),
+            stop_reason=final.stop_reason,
+            fit_metrics=final.result.metrics,
+        )
     if neural is not None:
         metrics["neural"] = neural.metrics
     described = (
@@ -163,13 +178,93 @@ def output_outcome(
         f"output-error fit with {estimate.optimiser}, {fit_cfg['loss']} loss."
     )
     notes = _head_notes(data, described, start.notes, result)
+    notes += _roles_notes(config, data, validation.final)
     notes += [f"Warning: {line}" for line in found] + [""] * bool(found)
     assumed = assumption_lines(start, estimate, validation)
     notes += [f"Note: {line}." for line in assumed] + [""] * bool(assumed)
     notes += with_caveat(uncertainty.notes, metrics, validation.residuals)
     summary = _output_summary(validation.rows, data.which, data.clean_val)
+    summary.update(_final_summary(validation.final))
     metrics = _with_data_checks(metrics, checks)
-    return _outcome(data, estimate, metrics, summary, figures, notes, neural)
+    kept = final.result.model if final is not None else None
+    return _outcome(data, estimate, metrics, summary, figures, notes, neural, kept)
+
+
+def _roles_metrics(config, data, scores) -> dict:
+    """metrics.json's `selection`: which data chose the structure and the kept
+    step, which only scored the final model, whether the reported held-out fit %
+    is optimistic; and `final_model`, the final refit's scores (`None` without)."""
+    on_file = config["data"]["select_on_validation"] and data.run.validation is not None
+    return {
+        "selection": {
+            "chosen_on": "the validation file"
+            if on_file
+            else "held-out part of the estimation data"
+            if data.carved
+            else "the estimation data (AIC)",
+            "test": "the validation file" if data.test is not None else None,
+            "held_out_fit_optimistic": bool(on_file),
+            "refit_on_all_estimation_data": scores is not None,
+        },
+        "final_model": None
+        if scores is None
+        else {
+            "first_part_held_out_fit_percent": scores["first_part_held_out"],
+            "test_fit_percent": scores["final_test"],
+            "estimation_fit_percent": scores["final_estimation"],
+            "estimation_fit_is_held_out": False,
+        },
+    }
+
+
+def _roles_notes(config, data, scores) -> list[str]:
+    """summary.md's lines on which data chose, which tested, and the final refit."""
+    from .tables import final_lines
+
+    notes = []
+    if config["data"]["select_on_validation"] and data.run.validation is not None:
+        notes += [
+            "Optimistic: the validation file chose the structure and the kept "
+            "optimiser step (config key 'data.select_on_validation'), so its "
+            "held-out fit % is not a clean test.",
+            "",
+        ]
+    elif data.test is not None:
+        notes += [
+            "The validation file is a clean test: the structure and the kept "
+            "optimiser step were chosen on a part carved from the estimation data"
+            + ("" if data.carved else " (none could be: AIC chose)")
+            + "; the final model never saw the validation file.",
+            "",
+        ]
+    lines = final_lines(scores)
+    if lines:
+        notes += [lines[0][0].upper() + lines[0][1:] + ":", ""]
+        notes += [f"- {line}" for line in lines[1:]]
+        if data.test is None:
+            notes.append(
+                "- the tables and figures show the model fitted on the first part "
+                "(the final model cannot be scored on the held-out part honestly)"
+            )
+        notes.append("")
+    return notes
+
+
+def _final_summary(scores) -> dict:
+    """The headline numbers of the final refit (none without one)."""
+    if scores is None:
+        return {}
+    summary = {
+        "held-out fit %, first part's model": mean_fit_percent(
+            scores["first_part_held_out"]
+        ),
+        "estimation-data fit % (not held out), final": mean_fit_percent(
+            scores["final_estimation"]
+        ),
+    }
+    if scores["final_test"] is not None:
+        summary["test fit %, final"] = mean_fit_percent(scores["final_test"])
+    return summary
 
 
 def state_outcome(config, data, checks, estimate, scores, eigenvalues, figures):

@@ -70,6 +70,7 @@ def _check_order(config: dict, train, val) -> None:
         key = "data." + (
             "validation_file"
             if data_cfg["validation_file"] is not None
+            and data_cfg["select_on_validation"]
             else "validation_split"
             if data_cfg["file"] is not None
             else "validation"

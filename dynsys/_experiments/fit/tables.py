@@ -90,21 +90,28 @@ def echo_stop(result, echo) -> None:
         echo(f"  note: {result.stop_reason}")
 
 
-def echo_outputs(start, estimate, validation, channels, echo) -> dict:
+def echo_outputs(start, estimate, validation, channels, echo, final=None) -> dict:
     """Print the stop note, eigenvalues, fit % table and times of input–output
-    data; returns the eigenvalues for `metrics.json`."""
+    data (and the final refit's scores, `final` its `Estimate`); returns the
+    eigenvalues for `metrics.json`."""
     echo("")
     echo_stop(estimate.result, echo)
-    eigenvalues = eigenvalue_table(validation.models, echo)
+    models = validation.models
+    if final is not None and final.fitted is not models["fitted"]:
+        models = {**models, "final": final.fitted}
+    eigenvalues = eigenvalue_table(models, echo)
     echo("")
     _fit_table(validation.rows, channels, echo)
+    for line in final_lines(validation.final):
+        echo(f"  {line}")
     echo("")
     _echo_caveat(validation.residuals, echo)
     for line in assumption_lines(start, estimate, validation):
         echo(f"  note: {line}.")
+    refit = "" if final is None else f", refit {final.seconds:.1f} s"
     echo(
-        f"  time: subspace {start.seconds:.2f} s, fit {estimate.seconds:.1f} s, "
-        f"validation {validation.seconds:.2f} s"
+        f"  time: subspace {start.seconds:.2f} s, fit {estimate.seconds:.1f} s"
+        f"{refit}, validation {validation.seconds:.2f} s"
     )
     return eigenvalues
 
@@ -116,6 +123,36 @@ def _echo_caveat(residuals, echo) -> None:
     caveat = band_caveat(residuals)
     if caveat is not None:
         echo(f"  bands: {caveat}.")
+
+
+def final_lines(scores: dict | None) -> list[str]:
+    """The lines that say what is known of the final model refitted on all the
+    estimation data (`scores`: `Validation.final`; none without a refit)."""
+    from ..._fitting.metrics import fit_percent_text
+
+    if scores is None:
+        return []
+
+    def mean(values) -> str:
+        return fit_percent_text(mean_fit_percent(values))
+
+    lines = [
+        "the saved model is the chosen structure refitted on all the estimation data "
+        "(the held-out part included)",
+        f"held-out fit % of the model fitted on the first part, on the held-out part: "
+        f"{mean(scores['first_part_held_out'])} (mean over channels)",
+    ]
+    if scores["final_test"] is not None:
+        lines.append(
+            f"final model on the validation file (a clean test, it chose nothing): "
+            f"{mean(scores['final_test'])}"
+        )
+    lines.append(
+        f"final model on all the estimation data: {mean(scores['final_estimation'])}"
+        " (a training fit: it has seen the held-out part, which cannot score it "
+        "honestly)"
+    )
+    return lines
 
 
 def echo_states(estimate, models, rows, runs, echo) -> dict:

@@ -21,30 +21,67 @@ class Validation:
     rows: dict  # fit % rows: label -> model name -> per-channel list
     residuals: Any  # the fitted model's residual analysis
     seconds: float
+    final: dict | None = None  # the final model's scores (`_final_scores`)
 
 
-def validate_outputs(data, start, estimate, found: list[str]) -> Validation:
+# The model fitted on the first part of the estimation data, when the final model
+# is refitted on all of them: its name in the tables.
+FIRST_PART = "first part"
+
+
+def validate_outputs(data, start, estimate, found: list[str], final=None) -> Validation:
     """Score the models (the truth when known, the subspace start, the stabilised
     start when there is one, the fitted model) on `data.report` (`data`: a
-    `FitData`); the warnings go to `found`."""
-    models = {"subspace": start.subspace, "fitted": estimate.fitted}
+    `FitData`); the warnings go to `found`.
+
+    `final`: the refit on all the estimation data (an `Estimate`), when the
+    held-out data were carved from them. With a clean test file it is the
+    "fitted" model scored there, beside the first part's model; without one the
+    tables score the first part's model on the carved part (the final model has
+    seen it), and the final model's fit on the estimation data, not held out, is
+    in `Validation.final`."""
+    fitted = estimate.fitted
+    if final is not None and data.test is not None:
+        fitted = final.fitted
+    models = {"subspace": start.subspace}
     if start.begin is not start.subspace:
-        models = {
-            "subspace": start.subspace,
-            "stabilised": start.begin,
-            "fitted": estimate.fitted,
-        }
+        models["stabilised"] = start.begin
+    if final is not None and data.test is not None:
+        models[FIRST_PART] = estimate.fitted
+    models["fitted"] = fitted
     if data.run.true_system is not None:
         models = {"true": data.run.true_system, **models}
     report, which = data.report, data.which
     started = time.perf_counter()
     with stage("validation"), fit_checks.captured_warnings(found):
         comparisons, rows, residuals = _compare(models, report, data.clean_val, which)
+        scores = _final_scores(data, estimate, final)
     seconds = time.perf_counter() - started
-    if data.val is not None:
+    if data.val is not None or data.test is not None:
         fitted_fit = np.asarray(comparisons["fitted"].fit_percent)
         fit_checks.validation_warnings(which, report.output_names, fitted_fit, found)
-    return Validation(models, comparisons, rows, residuals, seconds)
+    return Validation(models, comparisons, rows, residuals, seconds, scores)
+
+
+def _final_scores(data, estimate, final) -> dict | None:
+    """What is known of the final model's quality, per channel: the held-out fit %
+    of the first part's model on the carved part (`first_part_held_out`), the
+    final model's on the clean test file (`final_test`, or `None`), and its fit %
+    on all the estimation data it was fitted on (`final_estimation`: a training
+    fit, not held out). `None` when there is no refit."""
+    from ..._sysid.validation import compare
+
+    if final is None:
+        return None
+
+    def percent(model, on) -> list[float]:
+        return np.asarray(compare(model, on).fit_percent).tolist()
+
+    return {
+        "first_part_held_out": percent(estimate.fitted, data.val),
+        "final_test": None if data.test is None else percent(final.fitted, data.test),
+        "final_estimation": percent(final.fitted, data.estimation),
+    }
 
 
 def _compare(models: dict, report, clean_val, which: str):
