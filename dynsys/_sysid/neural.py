@@ -21,7 +21,6 @@ from .._fitting.metrics import channel_mean
 from .._fitting.optax_solver import LBFGS, OptaxSolver
 from .._fitting.train import train
 from .._fitting.windows import (
-    encode,
     free_run_windows,
     truncated_simulation_loss,
     window_starts,
@@ -33,7 +32,8 @@ from .._rollout.sharding import shard_batch
 from .._systems.neural_state_space import NeuralStateSpace
 from .._systems.system import AbstractSystem
 from .initial_state import estimate_x0
-from .signals import kind_of, linear_of, signals
+from .neural_start import neural_initial_state
+from .signals import linear_of, signals
 from .subspace import fit_subspace
 from .validation import compare, Comparison
 
@@ -74,47 +74,7 @@ class NeuralFit:
     def compare(self, data) -> Comparison:
         """`compare` of the free run from sample `past` on (the first `past`
         samples start it), as the benchmarks score a model."""
-        return compare(
-            self.model, data.window(self.past, None), x0=self.initial_state(data)
-        )
-
-
-@checks_own_arguments
-def neural_initial_state(encoder: StateEncoder, data) -> Float[Array, "N n"]:
-    """The state of each experiment after its first `encoder.past` samples (the
-    encoder reads them); shape `(N, n)`. Simulate from there on the data's
-    `window(encoder.past, None)`.
-
-    **Raises:**
-
-    `TypeError` when `encoder` is not a `StateEncoder` (a model given in its
-    place); `ValueError` when the encoder reads another number of channels than
-    the data has, or more samples than its shortest experiment."""
-    call = "neural_initial_state"
-    if not isinstance(encoder, StateEncoder):
-        raise TypeError(
-            f"{call}(encoder=...): expected a StateEncoder (the initial-state "
-            f"encoder that fit_neural returns and saves beside its model), got "
-            f"{kind_of(encoder)}."
-        )
-    s = signals(data, call)
-    _check_encoder_reads(call, encoder, s)
-    batch = free_run_windows(s.ys, s.us, s.lengths, encoder.past)
-    return encode(encoder, batch)
-
-
-def _check_encoder_reads(call: str, encoder: StateEncoder, s) -> None:
-    """One-line `ValueError` unless the encoder's features are its `past` samples of
-    the data's channels (inputs and outputs)."""
-    channels = s.ys.shape[-1] + (0 if s.us is None else s.us.shape[-1])
-    features = encoder.feature_mean.shape[-1]
-    if encoder.past * channels != features:
-        raise ValueError(
-            f"{call}(encoder=..., data=...): the encoder reads {features} values, "
-            f"which are not its past = {encoder.past} samples of the data's "
-            f"{channels} channels (inputs and outputs, {encoder.past * channels} "
-            "values): an encoder of other data, or an edited one."
-        )
+        return compare(self.model, data, encoder=self.encoder)
 
 
 def _masked_mean_std(values, mask):
