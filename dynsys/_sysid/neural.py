@@ -7,6 +7,7 @@ import math
 import time
 import warnings
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,7 +31,7 @@ from .._fitting.windows import (
 from .._rollout.rollout import rollout
 from .._rollout.sharding import shard_batch
 from .._systems.neural_state_space import NeuralStateSpace
-from .._systems.system import AbstractSystem
+from .._systems.system import AbstractSystem, LinearSystem
 from .initial_state import estimate_x0
 from .neural_start import neural_initial_state
 from .signals import linear_of, signals
@@ -115,6 +116,52 @@ def _base_states(base, s) -> Array:
     else:
         x0 = jnp.zeros((N, base.state_size), s.ys.dtype)
     return rollout(base, x0, s.ys.shape[1], inputs=s.us).xs
+
+
+def _well_scaled(base, s):
+    """A `LinearSystem` base in well-conditioned coordinates, the same input-output
+    map: balanced (equal, diagonal Gramians) when it is stable, else its states
+    scaled to unit standard deviation over the training records. A realisation
+    whose output is a near-cancellation of large states makes every Adam step (of
+    about the learning rate in each parameter) blow the free run up; on the
+    cascaded tanks, one step of 1e-4 took the window loss from 0.014 to 170.
+    Other bases are returned as they are."""
+    if type(base) is not LinearSystem or base.C is None or base.B is None:
+        return base
+    K, B, C = (np.asarray(a, np.float64) for a in (base.K, base.B, base.C))
+    T = _balancing(K, B, C)
+    if T is None:
+        xs = np.asarray(_base_states(base, s))[:, :-1]
+        T = np.diag(_masked_mean_std(xs, np.asarray(s.mask))[1])
+    T_inv = np.linalg.inv(T)
+    fields = {"K": T_inv @ K @ T, "B": T_inv @ B, "C": C @ T}
+    if base.offset is not None:
+        fields["offset"] = T_inv @ np.asarray(base.offset, np.float64)
+    names = tuple(fields)
+    return eqx.tree_at(
+        lambda m: tuple(getattr(m, k) for k in names), base,
+        tuple(jnp.asarray(fields[k], base.K.dtype) for k in names),
+    )  # fmt: skip
+
+
+def _balancing(K, B, C) -> np.ndarray | None:
+    """The balancing transformation `x = T z` of a stable `(K, B, C)`, or `None`
+    when it is not stable or its Gramians are singular."""
+    if not np.all(np.abs(np.linalg.eigvals(K)) < 1.0 - 1e-9):
+        return None
+    import scipy.linalg
+
+    try:
+        Wc = scipy.linalg.solve_discrete_lyapunov(K, B @ B.T)
+        Wo = scipy.linalg.solve_discrete_lyapunov(K.T, C.T @ C)
+        Lc = np.linalg.cholesky(Wc + 1e-12 * np.trace(Wc) * np.eye(len(K)))
+        U, hankel, _ = np.linalg.svd(Lc.T @ Wo @ Lc)
+    except (np.linalg.LinAlgError, ValueError):
+        return None
+    if not np.all(np.isfinite(hankel)) or hankel.min() <= 1e-14 * hankel.max():
+        return None
+    T = Lc @ U / hankel[None, :] ** 0.25
+    return T if np.linalg.cond(T) < 1e12 else None
 
 
 def _dataset_of(s):
@@ -355,7 +402,10 @@ def fit_neural(
     start = time.perf_counter()
     base = _linear_start(data, order, base, refine_linear, progress)
     linear_seconds = time.perf_counter() - start
-    setup = _setup(base, s, v, past, horizon, stride, width_size, depth, key, shard)
+    setup = _setup(
+        _well_scaled(base, s), s, v, past, horizon, stride, width_size, depth, key,
+        shard,
+    )  # fmt: skip
     run = _train_rounds(
         setup, transform, batch_size if minibatches else None, num_steps,
         round_steps, patience, eval_every, jax.random.fold_in(key, 1), progress,
