@@ -289,6 +289,29 @@ def _train_rounds(setup, solver, batch_size, num_steps, round_steps, patience,
                 reason=reason)  # fmt: skip
 
 
+def check_options(options: dict) -> None:
+    """One-line `ValueError` for a `fit_neural` option out of range: the counts
+    (`width_size`, `num_steps`, `round_steps`, `patience`, `eval_every`,
+    `stride`, `batch_size` unless `None`) positive ints, `depth` at least 2, and
+    `learning_rate` finite and positive (0 trains nothing)."""
+    for name, value in options.items():
+        if name == "learning_rate":
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (ok and math.isfinite(value) and value > 0):
+                raise ValueError(
+                    f"fit_neural(learning_rate=...): expected a finite number > 0, "
+                    f"got {value!r}."
+                )
+            continue
+        if name == "batch_size" and value is None:
+            continue
+        low = 2 if name == "depth" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(
+                f"fit_neural({name}=...): expected an int >= {low}, got {value!r}."
+            )
+
+
 def check_arguments(data, val_data, past, horizon):
     """`fit_neural`'s checks of the data and the window sizes (one-line
     `ValueError`s); returns the estimation and validation `Signals`."""
@@ -397,6 +420,11 @@ def fit_neural(
     ```
     """
     s, v = check_arguments(data, val_data, past, horizon)
+    check_options(dict(
+        width_size=width_size, depth=depth, learning_rate=learning_rate,
+        num_steps=num_steps, batch_size=batch_size, round_steps=round_steps,
+        patience=patience, eval_every=eval_every, stride=stride,
+    ))  # fmt: skip
     transform, minibatches = _solver(solver, learning_rate)
     key = jax.random.key(0) if key is None else key
     start = time.perf_counter()
@@ -406,6 +434,7 @@ def fit_neural(
         _well_scaled(base, s), s, v, past, horizon, stride, width_size, depth, key,
         shard,
     )  # fmt: skip
+    _check_start_loss(setup, horizon)
     run = _train_rounds(
         setup, transform, batch_size if minibatches else None, num_steps,
         round_steps, patience, eval_every, jax.random.fold_in(key, 1), progress,
@@ -415,6 +444,19 @@ def fit_neural(
     seconds = {"linear": linear_seconds}
     seconds["neural"] = time.perf_counter() - start - linear_seconds
     return _neural_fit(run, base, past, seconds)
+
+
+def _check_start_loss(setup: _Setup, horizon: int) -> None:
+    """One-line `ValueError`, before any training, when the untrained model's
+    loss over the training windows is not finite (a start that overflows over the
+    horizon: nothing could be learnt from it)."""
+    value = float(setup.loss(setup.params, setup.windows))
+    if not math.isfinite(value):
+        raise ValueError(
+            f"fit_neural(horizon=...): the start model's loss over the training "
+            f"windows of {horizon} steps is {value} before any training (its free "
+            "run overflows); use a shorter horizon or a stable start model."
+        )
 
 
 def _neural_fit(run: dict, base, past: int, seconds: dict) -> NeuralFit:

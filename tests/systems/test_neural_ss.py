@@ -336,6 +336,51 @@ def test_the_balanced_start_has_equal_diagonal_gramians():
     )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("learning_rate", 0.0, "fit_neural(learning_rate=...): expected a finite "
+         "number > 0, got 0.0."),
+        ("learning_rate", float("nan"), "fit_neural(learning_rate=...): expected"),
+        ("width_size", 0, "fit_neural(width_size=...): expected an int >= 1, got 0."),
+        ("depth", 1, "fit_neural(depth=...): expected an int >= 2, got 1."),
+        ("num_steps", 2.5, "fit_neural(num_steps=...): expected an int >= 1"),
+        ("patience", 0, "fit_neural(patience=...): expected an int >= 1, got 0."),
+        ("batch_size", True, "fit_neural(batch_size=...): expected an int >= 1"),
+    ],
+)  # fmt: skip
+def test_options_out_of_range_are_refused_before_the_linear_fit(
+    option, value, message, monkeypatch
+):
+    """A learning rate of 0 trained nothing for 10,000 steps; a depth of 1 failed
+    deep inside the MLP. Now one line, before any fit."""
+    import dynsys._sysid.neural as neural
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("the linear fit ran")
+
+    monkeypatch.setattr(neural, "_linear_start", no_fit)
+    with pytest.raises(ValueError) as raised:
+        dynsys.fit_neural(duffing(60, 4), horizon=8, past=4, **{option: value})
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+
+
+def test_a_start_whose_free_run_overflows_is_refused_before_training():
+    """An unstable start over the horizon: the loss was inf/nan at step 0 and the
+    run ended with a warning and an untrained model; now one line, no training."""
+    jax.config.update("jax_enable_x64", True)
+    data = duffing(120, 4)
+    base = dynsys.LinearSystem(
+        jnp.array([[1e4]]), jnp.array([[1.0]]), jnp.array([[1.0]])
+    )
+    with pytest.raises(ValueError) as raised:
+        dynsys.fit_neural(data, base=base, horizon=64, past=4, num_steps=5)
+    message = str(raised.value)
+    assert message.startswith("fit_neural(horizon=...): the start model's loss over "
+                              "the training windows of 64 steps is ")  # fmt: skip
+    assert "\n" not in message
+
+
 def test_bad_input_gives_one_line_errors():
     data = duffing(100, 4)
     with pytest.raises(ValueError, match=r"fit_neural\(horizon=...\): past \+ horizon"):
