@@ -362,6 +362,7 @@ def fit_neural(
     eval_every: int = 50,
     stride: int = 1,
     refine_linear: bool = True,
+    balance: bool = False,
     shard: bool | None = None,
     key: PRNGKeyArray | None = None,
     progress: bool = False,
@@ -397,6 +398,10 @@ def fit_neural(
     - `stride`: samples between window starts.
     - `refine_linear`: refine the subspace model by output error first (kept only
         when its free run is better).
+    - `balance`: train a linear base in balanced coordinates (equal, diagonal
+        Gramians; unit-variance states when it is unstable), the same input-output
+        map: for a realisation whose output is a near-cancellation of large
+        states, where each Adam step blows the free run up (docs/nonlinear-models.md).
     - `shard`: spread the windows over every device (`dynsys.shard_batch`; their
         number cut to a multiple of the devices'); default: when there are several.
     - `key`: PRNG key (weights and minibatches); `progress`: progress bars.
@@ -430,10 +435,10 @@ def fit_neural(
     start = time.perf_counter()
     base = _linear_start(data, order, base, refine_linear, progress)
     linear_seconds = time.perf_counter() - start
+    start_model = _well_scaled(base, s) if balance else base
     setup = _setup(
-        _well_scaled(base, s), s, v, past, horizon, stride, width_size, depth, key,
-        shard,
-    )  # fmt: skip
+        start_model, s, v, past, horizon, stride, width_size, depth, key, shard
+    )
     _check_start_loss(setup, horizon)
     run = _train_rounds(
         setup, transform, batch_size if minibatches else None, num_steps,

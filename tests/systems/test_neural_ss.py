@@ -292,14 +292,15 @@ def test_a_badly_scaled_linear_start_trains_as_a_well_scaled_one():
     """A realisation whose output is a near-cancellation of large states (as the
     cascaded tanks' order-7 output-error fit): each Adam step of about the
     learning rate per parameter blew the free run up (window loss 0.014 -> 170 on
-    the tanks). fit_neural now trains the base in balanced coordinates, so the
-    same plant in two realisations trains alike."""
+    the tanks). fit_neural(balance=True) trains the base in balanced coordinates,
+    so the same plant in two realisations trains alike."""
     jax.config.update("jax_enable_x64", True)
     estimation, validation = duffing(300, 3), duffing(200, 5)
     good = dynsys.fit_subspace(estimation, 2)
     bad = _realisation(good, jnp.array([[300.0, -299.0], [1.0, 0.0]]))
     kwargs = dict(horizon=16, past=6, width_size=4, num_steps=40, round_steps=40,
-                  eval_every=10, refine_linear=False, key=jax.random.key(0))
+                  eval_every=10, refine_linear=False, balance=True,
+                  key=jax.random.key(0))
     runs = [dynsys.fit_neural(estimation, validation, base=b, **kwargs)
             for b in (good, bad)]  # fmt: skip
     start = runs[0].losses[0]
