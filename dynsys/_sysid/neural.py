@@ -413,9 +413,12 @@ def fit_neural(
 
     **Raises:**
 
-    `ValueError` (one line) for data without outputs, `past + horizon` longer than
-    every record, an encoder window `past` not shorter than a validation record,
-    a `solver` of another kind.
+    `ValueError` (one line, before any fit) for data without outputs, `past +
+    horizon` longer than every record, an encoder window `past` not shorter than a
+    validation record, an option out of range (`learning_rate` not finite and
+    positive, a count below 1, `depth` below 2), a `solver` of another kind; and,
+    before any training, a start model whose loss over the training windows is
+    not finite.
 
     **Example:**
 
