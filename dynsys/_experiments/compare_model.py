@@ -62,7 +62,6 @@ def _encoder_for(model_path: str, encoder_path: str | None):
 
 def score(model_path: str, data, encoder_path: str | None = None):
     """`(Comparison, Scores)` of the model in `model_path` on the `Dataset` `data`."""
-    from .._sysid.neural import neural_initial_state
     from .._sysid.validation import compare
     from .._systems.neural_state_space import NeuralStateSpace
 
@@ -76,9 +75,7 @@ def score(model_path: str, data, encoder_path: str | None = None):
                 f"DATA: its shortest experiment has {min(data.lengths)} samples; the "
                 f"encoder reads {skipped} before the model runs."
             )
-        x0 = neural_initial_state(encoder, data)
-        data = data.window(skipped, None)
-        comparison = compare(model, data, x0=x0)
+        comparison = compare(model, data, encoder=encoder)
     elif encoder_path is not None:
         raise ConfigError(
             f"--encoder: {type(model).__name__} is not a neural model; its initial "

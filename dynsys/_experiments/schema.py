@@ -183,9 +183,9 @@ def _fit_options() -> dict[str, Option]:
         ),
         "neural_depth": Option((int,), 2, low=2, high=MAX_DEPTH, help="MLP layers"),
         "neural_steps": Option(
-            (int,), 10000, low=1, high=MAX_STEPS, help="Adam steps (a maximum)"
+            (int,), 20000, low=1, high=MAX_STEPS, help="Adam steps (a maximum)"
         ),
-        "neural_lr": Option((float,), 1e-3, low=0, help="Adam's learning rate"),
+        "neural_lr": Option((float,), 3e-4, low=0, help="Adam's learning rate"),
         "neural_batch_size": Option(
             (int,), 64, low=1, high=MAX_STEPS, help="windows per step"
         ),

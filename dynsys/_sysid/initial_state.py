@@ -159,7 +159,7 @@ def _neural_start(call: str) -> str:
     """The call that starts a neural model from its encoder, for `call`'s error."""
     x0 = "x0=dynsys.neural_initial_state(encoder, data)"
     if call == "compare":
-        return f"compare(model, data.window(encoder.past, None), {x0})"
+        return "compare(model, data, encoder=encoder)"
     return f"{x0}, the state at sample encoder.past"
 
 

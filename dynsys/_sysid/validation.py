@@ -12,6 +12,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 from .._compile.jit import kept_jit
 from .._type_checks import checks_own_arguments
 from .._fitting.metrics import channel_fit_percent
+from .._fitting.encoder import StateEncoder
 from .._rollout.rollout import rollout
 from .._systems.innovation import InnovationSystem
 from .._systems.system import AbstractSystem, LinearSystem
@@ -21,6 +22,7 @@ from .initial_state import (
     initial_states_of,
     observability_rows,
 )
+from .neural_start import encoded_states
 from .prediction import kalman_prediction
 from .signals import arrays_only, check_model_matches, linear_of, Signals, signals
 
@@ -204,6 +206,7 @@ def compare(
     horizon: int | None = None,
     x0: Float[ArrayLike, "N n"] | None = None,
     window: int | None = None,
+    encoder: StateEncoder | None = None,
 ) -> Comparison:
     """Predict the data with `model` and report the fit % of each output channel, as
     MATLAB's `compare` does.
@@ -231,6 +234,14 @@ def compare(
       least squares on the predictions by default, and `horizon` at most the
       longest experiment.
 
+    **With an `encoder`** (a neural model's `StateEncoder`, from `fit_neural` or
+    `neural_encoder.dynsys`): the encoder reads each experiment's first
+    `encoder.past` samples, and the model runs freely from that state on the rest;
+    the `Comparison` covers samples `past, past + 1, ...` only (its `lengths` are
+    the records' less `past`), as the nonlinear benchmarks score a model. It equals
+    `compare(model, data.window(past, None), x0=neural_initial_state(encoder,
+    data))` and what `dynsys compare` prints.
+
     On noise-free data of the model itself all are exact (100 %).
 
     **Arguments:**
@@ -247,6 +258,8 @@ def compare(
         state from (data with outputs); default `2 n`. It must be at least the
         model's observability index (`n` always suffices) for the prediction to be
         exact on noise-free data; longer windows average out more noise.
+    - `encoder`: a `StateEncoder` that starts the free run (a neural model needs
+        one on data without states); not with `x0` or `horizon`.
 
     **Returns:**
 
@@ -257,8 +270,10 @@ def compare(
     **Raises:**
 
     `ValueError` (one line) when the model's sizes do not match the data, `x0` has
-    the wrong shape, `horizon` or `window` is not a positive int, or k-step
-    prediction is asked of a nonlinear model on data without states.
+    the wrong shape, `horizon` or `window` is not a positive int, k-step
+    prediction is asked of a nonlinear model on data without states, a neural
+    model comes without its `encoder`, or the `encoder` does not read the data's
+    channels, gives another state size than the model's or leaves no samples.
 
     **Example:**
 
@@ -266,11 +281,14 @@ def compare(
     result = dynsys.compare(model, data)              # free run
     result.fit_percent                                # one number per channel
     dynsys.compare(model, data, horizon=5).fit_percent
+    dynsys.compare(neural_model, data, encoder=encoder)   # from sample past on
     ```
     """
     call = "compare"
     s = signals(data, call)
     check_model_matches(call, model, s)
+    if encoder is not None:
+        return _compare_from_encoder(call, model, data, encoder, horizon, x0)
     _check_horizon(call, horizon)
     window = _window(call, model, window)
     if _uses_kalman(model, s, horizon):
@@ -290,6 +308,25 @@ def compare(
         )
     predicted, x0 = _free_run_or_ahead(model, arrays_only(s), x0, horizon, window)
     return _comparison(s, predicted, x0, horizon)
+
+
+def _compare_from_encoder(call, model, data, encoder, horizon, x0) -> Comparison:
+    """`compare`'s free run from the state `encoder` reads off each experiment's
+    first `encoder.past` samples, scored on the rest."""
+    for name, value in (("horizon", horizon), ("x0", x0)):
+        if value is not None:
+            raise ValueError(
+                f"{call}({name}=...): with an encoder the model runs freely from "
+                f"the state the encoder reads; give encoder or {name}, not both."
+            )
+    x0 = encoded_states(call, encoder, data)
+    if x0.shape[-1] != model.state_size:
+        raise ValueError(
+            f"{call}(encoder=...): the encoder gives states of size {x0.shape[-1]}, "
+            f"the model's state_size is {model.state_size}: the encoder of "
+            "another model."
+        )
+    return compare(model, data.window(encoder.past, None), x0=x0)
 
 
 @kept_jit

@@ -83,6 +83,10 @@ def test_a_neural_model_starts_from_its_encoder(tmp_path):
     np.testing.assert_allclose(scores["fit_percent"], reference.fit_percent, rtol=1e-9)
     np.testing.assert_allclose(scores["rms"], _rms(reference), rtol=1e-9)
     assert scores["skipped"] == past and scores["samples"] == 120 - past
+    # The Python call of one neural model and its encoder gives the same numbers.
+    by_encoder = dynsys.compare(model, data, encoder=encoder)
+    np.testing.assert_allclose(scores["fit_percent"], by_encoder.fit_percent, rtol=1e-9)
+    np.testing.assert_allclose(scores["rms"], _rms(by_encoder), rtol=1e-9)
 
 
 @pytest.mark.parametrize(

@@ -94,3 +94,23 @@ def test_neural_flags_are_named_as_typed(flags, message, tmp_path, capsys):
     argv = ["fit", data, "--inputs", "u", "--outputs", "y", "--order", "1"]
     err = _refused([*argv, *flags], tmp_path, capsys)
     assert err == f"dynsys fit: {message}"
+
+
+def test_a_neural_learning_rate_of_zero_is_refused_before_the_linear_stage(
+    tmp_path, capsys
+):
+    """`fit.neural_lr = 0` passed the schema (>= 0) and trained nothing."""
+    data = _record(tmp_path / "d.csv", 60, seed=0)
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'kind = "fit"\n[data]\nfile = "{data}"\ninputs = ["u"]\noutputs = ["y"]\n'
+        '[fit]\nmodel = "neural"\norder = 1\nneural_lr = 0.0\n'
+        "neural_horizon = 8\nneural_past = 4\n"
+    )
+    code = cli.main(["run", str(config), "--out-root", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err
+    assert err.endswith(
+        "config key 'fit.neural_lr': expected a finite number > 0, got 0.0."
+    )
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

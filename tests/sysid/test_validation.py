@@ -140,11 +140,7 @@ def test_compare_of_a_neural_model_names_its_encoder_and_the_call_works(getkey):
         dynsys.compare(model, data)
     message = str(error.value)
     assert "\n" not in message and message.startswith("compare(model=...): ")
-    call = (
-        "compare(model, data.window(encoder.past, None), "
-        "x0=dynsys.neural_initial_state(encoder, data))."
-    )
-    assert message.endswith(call)
+    assert message.endswith("compare(model, data, encoder=encoder).")
     # The call it names, with an encoder of the true states after 6 samples: the
     # model (still equal to its linear base) fits its own noise-free data.
     past = 6
@@ -165,6 +161,64 @@ def test_compare_of_a_neural_model_names_its_encoder_and_the_call_works(getkey):
     )
     np.testing.assert_allclose(result.x0, xs[:, past], atol=1e-3)
     assert np.all(result.fit_percent > 99.9)
+    # The call the message names: the same free run, on samples past, past + 1, ...
+    by_encoder = dynsys.compare(model, data, encoder=encoder)
+    assert by_encoder.lengths == (40 - past, 40 - past)
+    for field in ("fit_percent", "predicted", "measured", "x0"):
+        np.testing.assert_allclose(
+            getattr(by_encoder, field), getattr(result, field), rtol=1e-12
+        )
+
+
+def _encoder_of(data, state_size, past, getkey):
+    """An encoder reading `past` samples of the data's channels (affine part from
+    random states: only its sizes matter here)."""
+    us, ys = np.asarray(data.us), np.asarray(data.ys)
+    W = us.shape[0]
+    return dynsys.StateEncoder.from_states(
+        jnp.asarray(us[:, :past]), jnp.asarray(ys[:, :past]),
+        jnp.asarray(np.random.default_rng(0).standard_normal((W, state_size))),
+        width_size=4, key=getkey(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case, error, message",
+    [
+        ("horizon", ValueError, "compare(horizon=...): with an encoder the model"),
+        ("x0", ValueError, "compare(x0=...): with an encoder the model"),
+        ("state size", ValueError, "compare(encoder=...): the encoder gives states "
+         "of size 2, the model's state_size is 3"),
+        ("channels", ValueError, "compare(encoder=..., data=...): the encoder reads"),
+        ("past", ValueError, "compare(data=...): the encoder reads the first past "
+         "= 30 samples and the model runs on the rest, but the shortest experiment "
+         "has 25 samples."),
+        ("not an encoder", TypeError, "compare(encoder=...): expected a StateEncoder"),
+    ],
+)  # fmt: skip
+def test_compare_with_an_encoder_refuses_in_one_line(getkey, case, error, message):
+    true = _system(getkey)
+    data, _ = _data(true, (40, 25), getkey)
+    model = dynsys.NeuralStateSpace(true, width_size=4, depth=2, key=getkey())
+    kwargs = {"encoder": _encoder_of(data, true.state_size, 6, getkey)}
+    if case == "horizon":
+        kwargs["horizon"] = 3
+    elif case == "x0":
+        kwargs["x0"] = jnp.zeros((2, 3))
+    elif case == "state size":
+        kwargs["encoder"] = _encoder_of(data, 2, 6, getkey)
+    elif case == "channels":
+        kwargs["encoder"] = dynsys.StateEncoder.from_states(
+            None, jnp.asarray(np.asarray(data.ys)[:, :6]), jnp.zeros((2, 3)),
+            width_size=4, key=getkey(),
+        )  # fmt: skip
+    elif case == "past":
+        kwargs["encoder"] = _encoder_of(data, 3, 30, getkey)
+    else:
+        kwargs["encoder"] = model
+    with pytest.raises(error) as raised:
+        dynsys.compare(model, data, **kwargs)
+    assert "\n" not in str(raised.value) and str(raised.value).startswith(message)
 
 def test_residual_analysis_against_numpy(getkey):
     true = _system(getkey)

@@ -266,6 +266,109 @@ def test_fit_neural_stops_at_a_non_finite_loss_with_the_best_model():
     )  # fmt: skip
 
 
+def _realisation(model, T):
+    """`model` in the coordinates `x = T z` (the same input-output map)."""
+    T_inv = jnp.linalg.inv(T)
+    return eqx.tree_at(
+        lambda m: (m.K, m.B, m.C), model, (T_inv @ model.K @ T, T_inv @ model.B,
+                                           model.C @ T),
+    )  # fmt: skip
+
+
+def test_a_badly_scaled_linear_start_trains_as_a_well_scaled_one():
+    """A realisation whose output is a near-cancellation of large states (as the
+    cascaded tanks' order-7 output-error fit): each Adam step of about the
+    learning rate per parameter blew the free run up (window loss 0.014 -> 170 on
+    the tanks). fit_neural(balance=True) trains the base in balanced coordinates,
+    so the same plant in two realisations trains alike."""
+    jax.config.update("jax_enable_x64", True)
+    estimation, validation = duffing(300, 3), duffing(200, 5)
+    good = dynsys.fit_subspace(estimation, 2)
+    bad = _realisation(good, jnp.array([[300.0, -299.0], [1.0, 0.0]]))
+    kwargs = dict(horizon=16, past=6, width_size=4, num_steps=40, round_steps=40,
+                  eval_every=10, refine_linear=False, balance=True,
+                  key=jax.random.key(0))
+    runs = [dynsys.fit_neural(estimation, validation, base=b, **kwargs)
+            for b in (good, bad)]  # fmt: skip
+    start = runs[0].losses[0]
+    np.testing.assert_allclose(runs[1].losses[0], start, rtol=1e-9)
+    for run in runs:
+        assert np.all(np.isfinite(run.losses)) and run.losses.max() < 2 * start
+
+
+def test_the_balanced_start_has_equal_diagonal_gramians():
+    """The base fit_neural trains: the same zero-state response, and controllability
+    and observability Gramians equal and diagonal (SciPy's Lyapunov solver)."""
+    import scipy.linalg
+
+    from dynsys._sysid.neural import _well_scaled
+    from dynsys._sysid.signals import signals
+
+    jax.config.update("jax_enable_x64", True)
+    data = duffing(200, 6)
+    model = _realisation(
+        dynsys.fit_subspace(data, 2), jnp.array([[300.0, -299.0], [1.0, 0.0]])
+    )
+    scaled = _well_scaled(model, signals(data, "test"))
+    K, B, C = (np.asarray(a) for a in (scaled.K, scaled.B, scaled.C))
+    Wc = scipy.linalg.solve_discrete_lyapunov(K, B @ B.T)
+    Wo = scipy.linalg.solve_discrete_lyapunov(K.T, C.T @ C)
+    # (the transformation undoes a condition number of about 1e5: 1e-4 relative)
+    np.testing.assert_allclose(Wc, Wo, rtol=1e-4, atol=1e-4 * np.abs(Wc).max())
+    np.testing.assert_allclose(Wc, np.diag(np.diag(Wc)), atol=1e-4 * np.abs(Wc).max())
+    x0 = jnp.zeros((1, 2))
+    np.testing.assert_allclose(
+        dynsys.rollout(scaled, x0, 100, inputs=data.us[:, :100]).ys,
+        dynsys.rollout(model, x0, 100, inputs=data.us[:, :100]).ys, rtol=1e-7,
+        atol=1e-12,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("learning_rate", 0.0, "fit_neural(learning_rate=...): expected a finite "
+         "number > 0, got 0.0."),
+        ("learning_rate", float("nan"), "fit_neural(learning_rate=...): expected"),
+        ("width_size", 0, "fit_neural(width_size=...): expected an int >= 1, got 0."),
+        ("depth", 1, "fit_neural(depth=...): expected an int >= 2, got 1."),
+        ("num_steps", 2.5, "fit_neural(num_steps=...): expected an int >= 1"),
+        ("patience", 0, "fit_neural(patience=...): expected an int >= 1, got 0."),
+        ("batch_size", True, "fit_neural(batch_size=...): expected an int >= 1"),
+    ],
+)  # fmt: skip
+def test_options_out_of_range_are_refused_before_the_linear_fit(
+    option, value, message, monkeypatch
+):
+    """A learning rate of 0 trained nothing for 10,000 steps; a depth of 1 failed
+    deep inside the MLP. Now one line, before any fit."""
+    import dynsys._sysid.neural as neural
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("the linear fit ran")
+
+    monkeypatch.setattr(neural, "_linear_start", no_fit)
+    with pytest.raises(ValueError) as raised:
+        dynsys.fit_neural(duffing(60, 4), horizon=8, past=4, **{option: value})
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+
+
+def test_a_start_whose_free_run_overflows_is_refused_before_training():
+    """An unstable start over the horizon: the loss was inf/nan at step 0 and the
+    run ended with a warning and an untrained model; now one line, no training."""
+    jax.config.update("jax_enable_x64", True)
+    data = duffing(120, 4)
+    base = dynsys.LinearSystem(
+        jnp.array([[1e4]]), jnp.array([[1.0]]), jnp.array([[1.0]])
+    )
+    with pytest.raises(ValueError) as raised:
+        dynsys.fit_neural(data, base=base, horizon=64, past=4, num_steps=5)
+    message = str(raised.value)
+    assert message.startswith("fit_neural(horizon=...): the start model's loss over "
+                              "the training windows of 64 steps is ")  # fmt: skip
+    assert "\n" not in message
+
+
 def test_bad_input_gives_one_line_errors():
     data = duffing(100, 4)
     with pytest.raises(ValueError, match=r"fit_neural\(horizon=...\): past \+ horizon"):

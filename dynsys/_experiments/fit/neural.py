@@ -42,8 +42,13 @@ def check_windows(fit_cfg: dict, train, val, itemsize: int) -> None:
     too long for the estimation records, a `neural_past` not shorter than the
     validation records (`fit_neural`'s own checks, in config keys), or sizes whose
     training would not fit in memory (`sizes.check_neural_memory`)."""
-    from ..._sysid.neural import check_arguments
+    from ..._sysid.neural import check_arguments, check_options
 
+    try:
+        options = NeuralConfig.from_section(fit_cfg).arguments()
+        check_options({k: v for k, v in options.items() if k not in KEYS[:2]})
+    except ValueError as error:
+        raise ConfigError(_in_config_keys(error)) from None
     past, horizon = fit_cfg["neural_past"], fit_cfg["neural_horizon"]
     longest = max(train.lengths)
     if past + horizon > longest:
@@ -65,10 +70,21 @@ def check_windows(fit_cfg: dict, train, val, itemsize: int) -> None:
     check_neural_memory(fit_cfg, channels, windows, itemsize)
 
 
+# fit_neural's arguments and the config keys that set them (NeuralConfig's order).
+KEYS = ("horizon", "past", "width_size", "depth", "num_steps", "learning_rate",
+        "batch_size")  # fmt: skip
+CONFIG_KEYS = ("neural_horizon", "neural_past", "neural_width", "neural_depth",
+               "neural_steps", "neural_lr", "neural_batch_size")  # fmt: skip
+
+
 def _in_config_keys(error: ValueError) -> str:
     """A `fit_neural` argument error, naming the config keys instead."""
-    message = str(error).replace("fit_neural(horizon=...)", "fit.neural_horizon")
-    return message.replace("fit_neural(past=...)", "fit.neural_past")
+    message = str(error)
+    for argument, key in zip(KEYS, CONFIG_KEYS):
+        message = message.replace(
+            f"fit_neural({argument}=...)", f"config key 'fit.{key}'"
+        )
+    return message
 
 
 def _train(config, train, val, linear, progress):
