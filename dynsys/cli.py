@@ -662,7 +662,7 @@ def _add_validation_options(fit: argparse.ArgumentParser) -> None:
         "--select-on-validation",
         action="store_true",
         help="let the --validation-data file choose the structure and the kept "
-        "step too (its fit % is then optimistic)",
+        "step too (its fit %% is then optimistic)",
     )
     fit.add_argument(
         "--validation-split",
