@@ -5,7 +5,7 @@ track output set points on an identified model through its observer
 
 from .config import ConfigError
 from .control.run_file import run_on_model_file
-from .control.training import train_timed
+from .control.training import train_timed, training_metrics
 from .control.typed_config import ControllerConfig
 from .outcome import config_vector as _vector, loss_history_lines, Outcome
 from .schema import zoo, zoo_names
@@ -205,14 +205,7 @@ def _outcome(config, result, costs, distances, train_seconds, figures) -> Outcom
     """The metrics, summary, loss history, trained controller and figures."""
     (before, after), (distance_before, distance_after) = costs, distances
     metrics = {
-        "system": config["system"]["model"],
-        "controller": config["controller"]["type"],
-        "steps": config["train"]["steps"],
-        "steps_run": result.steps_run,
-        "best_step": result.best_step,
-        "stop_reason": result.stop_reason,
-        "cost_before": before,
-        "cost_after": after,
+        **training_metrics(config, config["system"]["model"], result, before, after),
         "final_distance_before": distance_before,
         "final_distance_after": distance_after,
         "timing": {"train_seconds": train_seconds},

@@ -9,7 +9,7 @@ from .figures import responses_figure
 from .plant_file import load_plant
 from .response import step_metrics
 from .task import initial_states, set_point_task
-from .training import train_timed
+from .training import train_timed, training_metrics
 from .typed_config import ControllerConfig
 
 
@@ -206,16 +206,9 @@ def _outcome(config, plant, result, before, scores, warnings, seconds, figures):
     after = scores["trained"]["held_out_cost"]
     baseline = next(name for name in scores if name != "trained")
     metrics = {
-        "system": str(plant.path),
+        **training_metrics(config, str(plant.path), result, before, after),
         "observer": plant.observer,
         "spectral_radius": plant.radius,
-        "controller": config["controller"]["type"],
-        "steps": config["train"]["steps"],
-        "steps_run": result.steps_run,
-        "best_step": result.best_step,
-        "stop_reason": result.stop_reason,
-        "cost_before": before,
-        "cost_after": after,
         "controllers": scores,
         "warnings": warnings,
         "timing": {"train_seconds": seconds},

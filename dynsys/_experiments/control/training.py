@@ -21,3 +21,18 @@ def train_timed(config, label: str, cost, controller, data, key, progress, echo)
         cost, controller, data=data, **typed.arguments(), key=key, progress=progress
     )
     return result, time.perf_counter() - start
+
+
+def training_metrics(config: dict, system: str, result, before: float, after: float):
+    """The metrics every `train_controller` run reports: the plant, the controller,
+    the steps and the held-out cost before and after training."""
+    return {
+        "system": system,
+        "controller": config["controller"]["type"],
+        "steps": config["train"]["steps"],
+        "steps_run": result.steps_run,
+        "best_step": result.best_step,
+        "stop_reason": result.stop_reason,
+        "cost_before": before,
+        "cost_after": after,
+    }
