@@ -38,6 +38,7 @@ def test_scan_with_diverging_candidates_gives_no_raw_warning(
     out = tmp_path / "run"
     argv = ["fit", str(estimation), "--validation-data", str(validation)]
     argv += ["--inputs", "drive_V", "--outputs", "temp_C", "--steps", "20"]
+    argv += ["--select-on-validation"]  # the split on which candidates diverge
     with warnings.catch_warnings(record=True) as escaped:
         warnings.simplefilter("always")
         assert cli.main([*argv, "--no-progress", "--out", str(out)]) == 0

@@ -150,7 +150,7 @@ def test_pem_fits_an_integrating_plant():
 def test_output_error_on_an_integrating_plant_warns():
     estimation, _ = _integrating(1000, 1)
     start = dynsys.fit_subspace(estimation, 2)
-    with pytest.warns(UserWarning, match="unstable or marginal.*loss=Prediction\(\)"):
+    with pytest.warns(UserWarning, match=r"unstable or marginal.*loss=Prediction\(\)"):
         dynsys.fit(start, estimation, progress=False, num_steps=2)
 
 

@@ -474,14 +474,18 @@ def test_cli_fits_linear_then_neural_on_the_ph_record(tmp_path, capsys):
     assert (out / "neural_model.dynsys").exists()
     assert (out / "neural_encoder.dynsys").exists()
     # The linear model's reported score, recomputed with numpy from the saved model
-    # and the raw last third of the record, from sample 20 on.
+    # the neural stage started from (fitted on the first two thirds; model.dynsys is
+    # its refit on the whole record) and the raw last third, from sample 20 on.
     table = np.genfromtxt(os.path.join(REAL, "ph_neutralisation.csv"), delimiter=",",
                           names=True)  # fmt: skip
     u = np.stack([table["acid_flow"], table["base_flow"]], axis=1)
     y = table["pH"][:, None]
     T = len(y)
     k = T - int(np.floor(T / 3 + 0.5))
-    model = dynsys.load(out / "model.dynsys")
+    model = dynsys.load(out / "neural_linear_model.dynsys")
+    assert metrics["selection"]["refit_on_all_estimation_data"]
+    refit = dynsys.load(out / "model.dynsys")
+    assert not np.allclose(np.asarray(refit.K), np.asarray(model.K))
     validation = dynsys.Dataset(us=u[None, k:], ys=y[None, k:])
     predicted = np.asarray(dynsys.compare(model, validation).predicted[0, 20:])
     measured = y[k + 20 :]

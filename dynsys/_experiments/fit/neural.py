@@ -189,7 +189,10 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
             "Neural model files: `neural_model.dynsys` (the `NeuralStateSpace`) and "
             "`neural_encoder.dynsys` (its `StateEncoder`, which reads the first "
             f"{past} samples of a record to start the free run); load each with "
-            "`dynsys.load(path)`. `model.dynsys` is the linear model.",
+            "`dynsys.load(path)`. `neural_linear_model.dynsys` is the linear model "
+            "of this table, the one the neural model starts from (fitted on the "
+            "estimation part); `model.dynsys` is the run's linear model (refitted "
+            "on all the estimation data when a part was held out to choose).",
             "",
         ]
     )
@@ -207,7 +210,10 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
     figure = _figure(report, linear_c, neural_c, past, scores, which)
 
     return NeuralStage(
-        metrics, {"neural_comparison.png": figure}, notes, _model_files(result)
+        metrics,
+        {"neural_comparison.png": figure},
+        notes,
+        _model_files(result, linear),
     )
 
 
@@ -222,14 +228,16 @@ def _stop_reason(result, options) -> str | None:
     return None
 
 
-def _model_files(result) -> dict:
-    """`neural_model.dynsys` (the `NeuralStateSpace`) and `neural_encoder.dynsys`
-    (its `StateEncoder`), both written by `dynsys.save` (atomic) and read back by
-    `dynsys.load(path)` without a template."""
+def _model_files(result, linear) -> dict:
+    """`neural_model.dynsys` (the `NeuralStateSpace`), `neural_encoder.dynsys`
+    (its `StateEncoder`) and `neural_linear_model.dynsys` (the `linear` model it
+    starts from and is scored against), all written by `dynsys.save` (atomic) and
+    read back by `dynsys.load(path)` without a template."""
     from ..._io import save
 
     return {
         "neural_model.dynsys": lambda path: save(path, result.model),
         "neural_encoder.dynsys": lambda path: save(path, result.encoder),
+        "neural_linear_model.dynsys": lambda path: save(path, linear),
     }
 
