@@ -137,7 +137,8 @@ def refit_on_estimation_data(config, estimate, data, progress, found, echo):
     steps = config["fit"]["steps"]
     capped = min(steps, REFIT_STEPS) if steps is not None else REFIT_STEPS
     short = {**config, "fit": {**config["fit"], "steps": capped}}
-    with fit_checks.captured_warnings(found):
+    said: list[str] = []  # the refit's own warnings: only for a refit that is kept
+    with fit_checks.captured_warnings(said):
         final = fit_model(
             short,
             estimate.result.model,
@@ -157,6 +158,8 @@ def refit_on_estimation_data(config, estimate, data, progress, found, echo):
         echo(f"  warning: {line}")
         fit_checks.add(found, line)
         return None
+    for line in said:
+        fit_checks.add(found, line)
     stop_reason = fit_checks.stop_reason(final.result)
     fit_checks.model_warnings("final", final.fitted, data.estimation, found)
     echo(
