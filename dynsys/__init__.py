@@ -95,6 +95,7 @@ if TYPE_CHECKING:
     )
 
     # System identification from input-output data.
+    from ._sysid.armax import fit_armax as fit_armax
     from ._sysid.arx import fit_arx as fit_arx
     from ._sysid.bands import (
         pole_uncertainty as pole_uncertainty,
