@@ -104,6 +104,7 @@ if TYPE_CHECKING:
         static_gain_uncertainty as static_gain_uncertainty,
         step_response_band as step_response_band,
     )
+    from ._sysid.box_jenkins import fit_box_jenkins as fit_box_jenkins
     from ._sysid.impulse import (
         impulse_estimate as impulse_estimate,
         ImpulseEstimate as ImpulseEstimate,

@@ -1,9 +1,7 @@
 """ARMAX models by prediction-error minimisation, returned in innovation form."""
 
-import warnings
 from typing import NamedTuple
 
-import jax.numpy as jnp
 import numpy as np
 
 from .._systems.innovation import InnovationSystem
@@ -17,10 +15,12 @@ from .polynomial import (
     experiments,
     filtered,
     hannan_rissanen,
+    innovation_system,
     largest_root,
     monic,
     observer_form,
     padded,
+    warn_unconverged,
 )
 from .prediction_error import minimise
 
@@ -110,39 +110,6 @@ def armax_state_space(model: Armax):
     numerators[:, m] = padded(monic(c), n + 1)
     K, B, C, D = observer_form(padded(monic(a), n + 1), numerators)
     return K, B[:, :m], C, (D[:, :m] if nk == 0 and m else None), B[:, m:]
-
-
-def innovation_system(
-    K, B, C, D, L, variance: float, data: Experiments
-) -> InnovationSystem:
-    """The `InnovationSystem` of these host arrays, in the data's dtype, with its
-    `dt` and operating point (`input_level`, `output_level` when the levels were
-    removed)."""
-
-    def cast(x):
-        return None if x is None else jnp.asarray(x, dtype=data.dtype)
-
-    has_inputs = data.num_inputs > 0
-    return InnovationSystem(
-        cast(K),
-        cast(B) if has_inputs else None,
-        cast(C),
-        cast(D) if has_inputs else None,
-        kalman_gain=cast(L),
-        innovation_covariance=cast(np.array([[variance]])),
-        dt=data.dt,
-        input_level=cast(data.u_bar) if has_inputs else None,
-        output_level=cast(data.y_bar),
-    )
-
-
-def warn_unconverged(call: str, steps: int) -> None:
-    warnings.warn(
-        f"{call}: the prediction-error minimisation stopped at its cap of {steps} "
-        "steps before meeting its tolerance; the model is the last point reached.",
-        RuntimeWarning,
-        stacklevel=3,
-    )
 
 
 @checks_own_arguments

@@ -8,11 +8,14 @@ Polynomials in the delay operator $q^{-1}$ are NumPy arrays of their coefficient
 identification is outside `jit`, and filters compiled per data shape would cost
 more than they compute (as `operating_point.py` explains)."""
 
+import warnings
 from typing import NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 import scipy.signal
 
+from .._systems.innovation import InnovationSystem
 from .arx import _check_int
 from .operating_point import data_levels, deviations
 from .signals import signals
@@ -145,7 +148,9 @@ def reflected(polynomial, radius: float = 0.99) -> np.ndarray:
     outside = np.abs(roots) > 1.0
     roots[outside] = 1.0 / np.conj(roots[outside])
     modulus = np.abs(roots)
-    roots = np.where(modulus > radius, roots * radius / np.maximum(modulus, 1e-300), roots)
+    roots = np.where(
+        modulus > radius, roots * radius / np.maximum(modulus, 1e-300), roots
+    )
     return np.real(np.poly(roots))
 
 
@@ -275,3 +280,36 @@ def padded(coefficients, size: int) -> np.ndarray:
     out = np.zeros((size,) + coefficients.shape[1:])
     out[: coefficients.shape[0]] = coefficients
     return out
+
+
+def innovation_system(
+    K, B, C, D, L, variance: float, data: Experiments
+) -> InnovationSystem:
+    """The `InnovationSystem` of these host arrays, in the data's dtype, with its
+    `dt` and operating point (`input_level`, `output_level` when the levels were
+    removed)."""
+
+    def cast(x):
+        return None if x is None else jnp.asarray(x, dtype=data.dtype)
+
+    has_inputs = data.num_inputs > 0
+    return InnovationSystem(
+        cast(K),
+        cast(B) if has_inputs else None,
+        cast(C),
+        cast(D) if has_inputs else None,
+        kalman_gain=cast(L),
+        innovation_covariance=cast(np.array([[variance]])),
+        dt=data.dt,
+        input_level=cast(data.u_bar) if has_inputs else None,
+        output_level=cast(data.y_bar),
+    )
+
+
+def warn_unconverged(call: str, steps: int) -> None:
+    warnings.warn(
+        f"{call}: the prediction-error minimisation stopped at its cap of {steps} "
+        "steps before meeting its tolerance; the model is the last point reached.",
+        RuntimeWarning,
+        stacklevel=3,
+    )

@@ -6,7 +6,8 @@ on an equinox model; here the residuals and their exact Jacobian are a handful o
 zero-initial-condition filters of the data (`armax.py`, `box_jenkins.py`) and the
 parameters some tens at most, so a plain loop has nothing to compile."""
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
