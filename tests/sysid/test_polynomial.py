@@ -415,3 +415,83 @@ def test_bad_data_are_one_line_errors(call, orders):
         call(no_inputs, *orders)
     with pytest.raises(TypeError, match=rf"{name}\(nk=\.\.\.\): expected an integer"):
         call(_short(), *orders, nk=1.0)
+
+
+def _armax_loop_data(a, b, c, nk, T, seed, feedback=0.0):
+    """A y = B u_{t-nk} + C e by a loop (one input, `SIGMA` noise), the input white
+    noise `r` plus, with `feedback`, the output feedback `-feedback y_{t-1}`."""
+    rng = np.random.default_rng(seed)
+    r = rng.standard_normal(T)
+    e = SIGMA * rng.standard_normal(T)
+    y, u = np.zeros(T), np.zeros(T)
+    for t in range(T):
+        u[t] = r[t] - feedback * _lag(y, t, 1)
+        y[t] = (
+            -sum(a[i - 1] * _lag(y, t, i) for i in range(1, len(a) + 1))
+            + sum(b[k] * _lag(u, t, nk + k) for k in range(len(b)))
+            + e[t]
+            + sum(c[i - 1] * _lag(e, t, i) for i in range(1, len(c) + 1))
+        )
+    return dynsys.Dataset(us=u[None, :, None], ys=y[None, :, None])
+
+
+@pytest.mark.parametrize(
+    "kind, feedback",
+    [("integrating plant (A has a root at 1)", 0.0), ("output feedback", 0.2)],
+)
+def test_armax_on_an_integrating_plant_and_under_feedback(kind, feedback):
+    """An integrating plant (the output drifts; only C needs to be stable) and
+    data taken under output feedback (the input correlates with past noise; the
+    closed loop is stable): the coefficients are found to the noise's accuracy and
+    the one-step errors have the noise's size."""
+    if feedback:
+        a, b, c = np.array([-1.2, 0.5]), np.array([1.0, 0.4]), np.array([0.6])
+    else:
+        a, b, c = np.array([-1.5, 0.5]), np.array([0.5, 0.2]), np.array([0.3])
+    data = _armax_loop_data(a, b, c, nk=1, T=T, seed=11, feedback=feedback)
+    fitted = armax_polynomials(experiments("t", data, False), 2, 2, 1, 1)
+    assert fitted.converged, kind
+    np.testing.assert_allclose(fitted.a, a, atol=0.03)
+    np.testing.assert_allclose(fitted.b[:, 0], b, atol=0.03)
+    np.testing.assert_allclose(fitted.c, c, atol=0.06)
+    model = dynsys.fit_armax(data, 2, 2, 1, offset=False)
+    x0 = np.zeros((1, model.state_size))
+    y = np.asarray(data.ys)[0, :, 0]
+    errors = y - np.asarray(dynsys.predict(model, data, x0=x0))[0, :, 0]
+    assert np.std(errors) == pytest.approx(SIGMA, rel=0.1)
+
+
+def _heating():
+    import pathlib
+
+    path = pathlib.Path(dynsys.__file__).parents[1] / "data" / "real" / "heating.csv"
+    data = dynsys.load_dataset(path, inputs=["drive_V"], outputs=["temp_C"])
+    return data.split_time(1 / 3)
+
+
+def test_real_heating_record():
+    """The heating record as received (levels far from zero, 2 s samples): the
+    ARMAX model's one-step errors on the estimation data are no larger than those
+    of the least-squares ARX model of the same orders (ARX is ARMAX with C = 1, so
+    the minimiser can only do better; both evaluated by the loop on the same
+    mean-removed data), and the Box–Jenkins model, whose plant does not have to
+    explain the noise, simulates the held-out third better than ARX (79.7 % against
+    52.3 % fit)."""
+    estimation, validation = _heating()
+    y, u = _signals(estimation)
+    y_dev, u_dev = y - y.mean(), u - u.mean(axis=0)
+    armax = dynsys.fit_armax(estimation, na=2, nb=2, nc=1, nk=1)
+    assert armax.dt == 2.0
+    x0 = np.zeros((1, armax.state_size))
+    armax_errors = y - np.asarray(dynsys.predict(armax, estimation, x0=x0))[0, :, 0]
+    deviations = dynsys.Dataset(us=u_dev[None], ys=y_dev[None, :, None])
+    arx = dynsys.fit_arx(deviations, na=2, nb=2, nk=1, offset=False)
+    K, B = np.asarray(arx.K), np.asarray(arx.B)
+    a_arx, b_arx = -K[:, 0], B[:, :1]  # observer form, nk = 1: B holds b
+    arx_errors = _armax_errors_loop(y_dev, u_dev, a_arx, b_arx, np.zeros(0), 1)
+    assert armax_errors @ armax_errors <= arx_errors @ arx_errors
+    bj = dynsys.fit_box_jenkins(estimation, nb=2, nc=1, nd=1, nf=2, nk=1)
+    arx_raw = dynsys.fit_arx(estimation, na=2, nb=2, nk=1)
+    bj_fit = float(dynsys.compare(bj, validation).fit_percent[0])
+    arx_fit = float(dynsys.compare(arx_raw, validation).fit_percent[0])
+    assert bj_fit > arx_fit + 10, (bj_fit, arx_fit)
