@@ -264,13 +264,13 @@ def observer_form(
     numerators = np.asarray(numerators, np.float64)
     n = denominator.size - 1
     K = np.zeros((n, n))
-    K[:, 0] = -denominator[1:]
-    K[np.arange(n - 1), np.arange(1, n)] = 1.0
-    D = numerators[:1]
-    B = numerators[1:] - denominator[1:, None] * D
     C = np.zeros((1, n))
     if n:
+        K[:, 0] = -denominator[1:]
+        K[np.arange(n - 1), np.arange(1, n)] = 1.0
         C[0, 0] = 1.0
+    D = numerators[:1]
+    B = numerators[1:] - denominator[1:, None] * D
     return K, B, C, D
 
 

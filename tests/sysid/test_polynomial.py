@@ -219,12 +219,15 @@ def test_armax_state_space_is_the_difference_equation(nk):
     )
 
 
-@pytest.mark.parametrize("nk", [0, 2])
-def test_box_jenkins_state_space_is_the_difference_equation(nk):
-    rng = np.random.default_rng(10 + nk)
+@pytest.mark.parametrize("nk, nb, nf", [(0, 2, 3), (2, 2, 3), (0, 1, 0)])
+def test_box_jenkins_state_space_is_the_difference_equation(nk, nb, nf):
+    """Two inputs with their own F; the last case is a static plant (no state in
+    the plant's blocks)."""
+    rng = np.random.default_rng(10 + nk + nf)
+    f = np.array([[-0.5, 0.3], [0.2, -0.1], [0.1, 0.0]])[:nf]
     model = BoxJenkins(
-        b=rng.standard_normal((2, 2)),
-        f=np.array([[-0.5, 0.3], [0.2, -0.1], [0.1, 0.0]]),
+        b=rng.standard_normal((nb, 2)),
+        f=f,
         c=np.array([0.4, 0.1]),
         d=np.array([-0.7]),
         nk=nk,
@@ -233,7 +236,7 @@ def test_box_jenkins_state_space_is_the_difference_equation(nk):
         converged=True,
     )
     K, B, C, D, L = box_jenkins_state_space(model)
-    assert K.shape[0] == 2 * max(3, nk + 1) + 2
+    assert K.shape[0] == 2 * max(nf, nk + nb - 1) + 2
     u, e = rng.standard_normal((60, 2)), rng.standard_normal(60)
     y = _innovation_loop(K, B, C, D, L, u, e)
     errors = _bj_errors_loop(y, u, model.b, model.f, model.c, model.d, nk)
@@ -495,3 +498,34 @@ def test_real_heating_record():
     bj_fit = float(dynsys.compare(bj, validation).fit_percent[0])
     arx_fit = float(dynsys.compare(arx_raw, validation).fit_percent[0])
     assert bj_fit > arx_fit + 10, (bj_fit, arx_fit)
+
+
+@pytest.mark.parametrize(
+    "structure", ["armax nc=0 (ARX)", "box-jenkins nf=nc=nd=0 (FIR)"]
+)
+def test_without_noise_dynamics_the_fit_is_linear_least_squares(structure):
+    """With C = D = 1 (and F = 1) the prediction errors are linear in the
+    coefficients: the minimiser is the closed-form least squares over every step
+    from zero initial conditions, two inputs, two experiments."""
+    rng = np.random.default_rng(12)
+    lengths = (300, 200)
+    us = [rng.standard_normal((T_i, 2)) for T_i in lengths]
+    ys = [rng.standard_normal((T_i, 1)) for T_i in lengths]
+    data = dynsys.Dataset(us=us, ys=ys)
+    na = 2 if structure.startswith("armax") else 0
+    rows, targets = [], []
+    for u, y in zip(us, ys):
+        y = y[:, 0]
+        for t in range(len(y)):
+            row = [-_lag(y, t, i) for i in range(1, na + 1)]
+            row += [_lag(u[:, j], t, 2 + k) for k in range(3) for j in range(2)]
+            rows.append(row)
+            targets.append(y[t])
+    theta = np.linalg.lstsq(np.array(rows), np.array(targets), rcond=None)[0]
+    prepared = experiments("t", data, False)
+    if na:
+        fitted = armax_polynomials(prepared, na, 3, 0, 2)
+        np.testing.assert_allclose(fitted.a, theta[:na], atol=1e-9)
+    else:
+        fitted = box_jenkins_polynomials(prepared, 3, 0, 0, 0, 2)
+    np.testing.assert_allclose(fitted.b.ravel(), theta[na:], atol=1e-9)
