@@ -68,13 +68,13 @@ def minimise(
             except np.linalg.LinAlgError:
                 delta = np.linalg.lstsq(H + damping * np.diag(scale), -g, rcond=None)[0]
             predicted = -(2.0 * float(g @ delta) + float(delta @ H @ delta))
+            if not np.isfinite(predicted) or predicted <= 0.0:
+                return Minimum(theta, r, J, step, True)  # gradient 0 to round-off
             trial = theta + delta
             new_loss = np.inf
             if feasible(trial):
                 r_new, J_new = evaluate(trial)
                 new_loss = float(r_new @ r_new)
-            if not np.isfinite(predicted) or predicted <= 0.0:
-                return Minimum(theta, r, J, step, True)
             rho = (loss - new_loss) / predicted
             if np.isfinite(new_loss) and rho > 1e-3:
                 break
