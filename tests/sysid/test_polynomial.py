@@ -529,3 +529,36 @@ def test_without_noise_dynamics_the_fit_is_linear_least_squares(structure):
     else:
         fitted = box_jenkins_polynomials(prepared, 3, 0, 0, 0, 2)
     np.testing.assert_allclose(fitted.b.ravel(), theta[na:], atol=1e-9)
+
+
+def test_the_jacobians_are_the_derivatives_of_the_errors():
+    """The filtered Jacobians that the minimiser steps on equal central
+    differences of the errors, at a point away from any minimum (two inputs, two
+    experiments, a delay)."""
+    from dynsys._sysid.armax import armax_errors
+    from dynsys._sysid.box_jenkins import box_jenkins_errors
+
+    rng = np.random.default_rng(13)
+    us = [rng.standard_normal((80, 2)), rng.standard_normal((50, 2))]
+    ys = [rng.standard_normal((80, 1)), rng.standard_normal((50, 1))]
+    data = experiments("t", dynsys.Dataset(us=us, ys=ys), False)
+
+    def armax(theta):
+        return armax_errors(data, theta[:2], theta[2:6].reshape(2, 2), theta[6:], 2)
+
+    def box_jenkins(theta):
+        b, f = theta[:4].reshape(2, 2), theta[4:6].reshape(1, 2)
+        return box_jenkins_errors(data, b, f, theta[6:8], theta[8:], 2)
+
+    for errors, size in ((armax, 8), (box_jenkins, 9)):
+        theta = 0.3 * rng.standard_normal(size)
+        _, J = errors(theta)
+        h = 1e-6
+        J_fd = np.stack(
+            [
+                (errors(theta + h * unit)[0] - errors(theta - h * unit)[0]) / (2 * h)
+                for unit in np.eye(size)
+            ],
+            axis=1,
+        )
+        np.testing.assert_allclose(J, J_fd, atol=1e-6)
