@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
     # Experiments from configs.
     from ._experiments.config import ConfigError as ConfigError
+    from ._experiments.fit.identify import (
+        identify as identify,
+        Identified as Identified,
+    )
     from ._experiments.results import ExperimentResult as ExperimentResult
     from ._experiments.run import run_experiment as run_experiment
     from ._experiments.schema import resolve_config as resolve_config

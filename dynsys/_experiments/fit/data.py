@@ -316,13 +316,14 @@ def _split(config: dict, run: _Data):
     data, fraction = run.data, data_cfg["validation"]
     fraction = DEFAULT_VALIDATION if fraction is None else fraction
     split = data_cfg["validation_split"]
+    measured = run.true_system is None  # read from a file, or given (`identify`)
     if run.validation is not None:
         if data_cfg["select_on_validation"]:
             return data, run.validation, None, "the validation file (it also chooses)"
         if split is None:  # a clean test file: the choosing part carved by time
             _check_long_enough(data, data_cfg["file"])
             split = 1 / 3
-    if split is None and data_cfg["file"] is not None and data.num_trajectories == 1:
+    if split is None and measured and data.num_trajectories == 1:
         # The default split: a failure names the data, not an option not given.
         _check_long_enough(data, data_cfg["file"])
         split = 1 / 3
@@ -338,15 +339,17 @@ def _split(config: dict, run: _Data):
     return train, val, clean_val, f"{val.num_trajectories} experiments held out"
 
 
-def _check_long_enough(data, path) -> None:
-    """A file of one experiment whose last third cannot be held out (each side needs
-    4 samples): one line about the data, naming no option the user did not give."""
+def _check_long_enough(data, path: str | None) -> None:
+    """A file of one experiment (`path`; `None` for data given in Python) whose
+    last third cannot be held out (each side needs 4 samples): one line about the
+    data, naming no option the user did not give."""
     samples = data.lengths[0]
+    named = "" if path is None else f"{path}: "
     try:
         data.split_time(1 / 3, min_samples=4)
     except ValueError:
         raise ConfigError(
-            f"config key 'data.file': {path}: its one experiment has {samples} sample"
+            f"config key 'data.file': {named}its one experiment has {samples} sample"
             f"{'s' * (samples != 1)}, too few to fit a model and check it on held-out "
             "data (at least 12 samples: a third of them held out, 4 on each side); "
             "give a longer record or a separate validation file."
@@ -410,6 +413,22 @@ def load_data(config: dict, echo) -> FitData:
     with stage("data"):
         simulated = config["data"]["file"] is None
         run = _simulated(config) if simulated else _from_file(config)
+    return split_data(config, run, echo)
+
+
+def given_data(config: dict, data, validation, echo) -> FitData:
+    """Data given in Python (`identify`): the `Dataset` `data`, and `validation`
+    (a `Dataset` with the same channels, or `None`) in the role of the validation
+    file; split as a file's data are."""
+    source = _described("the data", data)
+    if validation is not None:
+        source += "; held out: " + _described("the validation data", validation)
+    return split_data(config, _Data(data, source, validation=validation), echo)
+
+
+def split_data(config: dict, run: _Data, echo) -> FitData:
+    """Split the data of `run` into their roles (`FitData`) and say how."""
+    with stage("data"):
         train, val, clean_val, held = _split(config, run)
     test = None
     if run.validation is not None and not config["data"]["select_on_validation"]:

@@ -3,9 +3,10 @@
 `run_fit` is the recipe; each stage is a function in its own module that takes
 and returns small frozen dataclasses:
 
-    load_data → check_data → (input–output data) find_start (the structure
-    scan and the subspace start) → fit_outputs_model → validate_outputs → the
-    tables → submit_plain_figures → assess_uncertainty → output_figures → the
+    load_data → check_data → (input–output data) estimate_outputs
+    (`identify.py`: the structure scan and the subspace start, the output-error
+    fit, the refit on all the estimation data; the stages `dynsys.identify`
+    runs) → validate_outputs → the tables → submit_plain_figures → assess_uncertainty → output_figures → the
     neural stage → output_outcome
 
 Two paths share the data handling:
@@ -26,15 +27,10 @@ from ..runtime import figure_helper
 from ..runtime.compile_clock import stage
 from .data import FitData, load_data
 from .data_checks import check_data, DataChecks
-from .estimate import (
-    fit_model,
-    fit_outputs_model,
-    refit_on_estimation_data,
-    stable_if_asked,
-)
+from .estimate import fit_model, stable_if_asked
 from .figures import output_figures, state_figures, submit_plain_figures
+from .identify import estimate_outputs
 from .record import output_outcome, state_outcome
-from .start import find_start
 from .states import least_squares_start, score_free_runs
 from .tables import echo_outputs, echo_states
 from .uncertainty import assess_uncertainty
@@ -73,12 +69,9 @@ def _fit_outputs(
     """Input–output data: the subspace start, the output-error fit, and the models'
     validation on the held-out (or else the training) data."""
     found: list[str] = []  # the run's warnings, added to by the stages
-    train, val = data.train, data.val
-    start = find_start(config, train, val, found, echo)
-    estimate = fit_outputs_model(config, start, train, val, progress, found, echo)
-    final = None
-    if data.carved:  # the chosen structure refitted on all the estimation data
-        final = refit_on_estimation_data(config, estimate, data, progress, found, echo)
+    # The estimation stages, composed once for this and `dynsys.identify`.
+    stages = estimate_outputs(config, data, progress, found, echo)
+    start, estimate, final = stages.start, stages.estimate, stages.final
     validation = validate_outputs(data, start, estimate, found, final)
     # The views (figures, uncertainty) show the model the tables score as "fitted".
     shown = final if final is not None and data.test is not None else estimate
