@@ -194,7 +194,9 @@ def test_the_neural_stage_memory_is_estimated_before_the_linear_stage(
     from dynsys._experiments.fit import pipeline
 
     monkeypatch.setattr(sizes, "machine_memory", lambda: 8 * 10**9)
-    monkeypatch.setattr(pipeline, "find_start", lambda *a, **k: pytest.fail("fit"))
+    monkeypatch.setattr(
+        pipeline, "estimate_outputs", lambda *a, **k: pytest.fail("fit")
+    )
     _record(tmp_path / "r.csv", 300, seed=0)
     config = {
         "kind": "fit",

@@ -36,16 +36,17 @@ class Stages:
     final: Estimate | None
 
 
-def estimate_outputs(config: dict, data: FitData, progress: bool, found, echo) -> Stages:
+def estimate_outputs(
+    config: dict, data: FitData, progress: bool, found, echo
+) -> Stages:
     """The estimation stages of input–output data, in the order `dynsys fit` runs
     them: the start (the structure scan when order or feedthrough is not given),
     the output-error fit with early stopping on `data.val`, and, when `data.val`
     was carved from the estimation data, the refit on all of them. The warnings go
     to `found`; the console lines to `echo`."""
-    start = find_start(config, data.train, data.val, found, echo)
-    estimate = fit_outputs_model(
-        config, start, data.train, data.val, progress, found, echo
-    )
+    train, val = data.train, data.val
+    start = find_start(config, train, val, found, echo)
+    estimate = fit_outputs_model(config, start, train, val, progress, found, echo)
     final = None
     if data.carved:  # the chosen structure refitted on all the estimation data
         final = refit_on_estimation_data(config, estimate, data, progress, found, echo)
@@ -267,7 +268,11 @@ def identify(
     from ..schema import resolve_config
 
     _check_arguments(
-        data, validation, model, validation_fraction, validation_split,
+        data,
+        validation,
+        model,
+        validation_fraction,
+        validation_split,
         select_on_validation,
     )
     fit_section = {

@@ -6,8 +6,8 @@ and returns small frozen dataclasses:
     load_data → check_data → (input–output data) estimate_outputs
     (`identify.py`: the structure scan and the subspace start, the output-error
     fit, the refit on all the estimation data; the stages `dynsys.identify`
-    runs) → validate_outputs → the tables → submit_plain_figures → assess_uncertainty → output_figures → the
-    neural stage → output_outcome
+    runs) → validate_outputs → the tables → submit_plain_figures →
+    assess_uncertainty → output_figures → the neural stage → output_outcome
 
 Two paths share the data handling:
 
