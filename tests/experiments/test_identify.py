@@ -151,3 +151,31 @@ def test_bad_arguments_are_one_line_naming_the_argument(arguments, named):
     assert "\n" not in message
     assert message.startswith(f"identify({named}=...)"), message
 
+
+
+def test_a_float32_session_gets_float32_models_and_a_warning(recwarn):
+    """With JAX's 64-bit mode off, `identify` still computes in float64 (inside
+    `jax.enable_x64`, the session's setting untouched), says that the data were
+    already rounded to float32, and returns float32 models that compute there
+    without JAX's truncation warnings."""
+    with jax.enable_x64(False):
+        true = dynsys.LinearSystem(
+            K=np.array([[0.8]]), B=np.array([[1.0]]), C=np.array([[1.0]])
+        )
+        u = jax.random.normal(jax.random.key(0), (4, 40, 1))
+        data = dynsys.simulate(
+            true,
+            np.zeros((4, 1)),
+            40,
+            inputs=u,
+            measurement_noise=0.01,
+            key=jax.random.key(1),
+        )
+        found = dynsys.identify(data, order=1, feedthrough=False, steps=5)
+        assert jax.config.jax_enable_x64 is False
+        assert found.model.K.dtype == found.first_part.K.dtype == np.float32
+        fit = np.asarray(dynsys.compare(found.model, data).fit_percent)
+    assert fit > 90.0
+    assert [w for w in found.warnings if "the data are float32" in w]
+    truncated = [w for w in recwarn if "will be truncated" in str(w.message)]
+    assert not truncated, truncated[0].message

@@ -241,8 +241,11 @@ def identify(
         `data.validation`; default 0.25 of several experiments).
     - `seed`: the run's seed (as `dynsys fit --seed`).
     - `precision`: `"float64"` (as `dynsys fit`) or `"float32"`; computed inside
-        `jax.enable_x64(...)`, JAX's global setting left as it is. In a float32
-        session, cast the float64 model or enable float64 before using it.
+        `jax.enable_x64(...)`, JAX's global setting left as it is. In a session
+        with JAX's 64-bit mode off the models come back in float32 (as
+        `dynsys.load` converts a model file), and data made there were already
+        rounded to float32 (a warning says so): for `dynsys fit`'s answer, call
+        `jax.config.update("jax_enable_x64", True)` before making the data.
     - `progress`: print `dynsys fit`'s console lines and a progress bar.
 
     **Returns:**
@@ -314,9 +317,32 @@ def identify(
             fit_data = given_data(config, data, validation, echo)
             _refuse_unusable(config, fit_data, found, echo)
             stages = estimate_outputs(config, fit_data, progress, found, echo)
-            return _identified(fit_data, stages, found)
+            identified = _identified(fit_data, stages, found)
     except ConfigError as error:
         raise ValueError(_named(str(error))) from None
+    return _in_session_precision(identified)
+
+
+def _in_session_precision(identified: Identified) -> Identified:
+    """`identified` with its models in float32 when JAX's 64-bit mode is off in
+    this session (as `dynsys.load` converts a float64 model file), so that they
+    compute there without JAX's truncation warnings."""
+    import jax
+    import jax.numpy as jnp
+
+    if jax.config.jax_enable_x64:
+        return identified
+
+    def to_float32(a):
+        if isinstance(a, jax.Array) and a.dtype == jnp.float64:
+            return a.astype(jnp.float32)
+        return a
+
+    return dataclasses.replace(
+        identified,
+        model=jax.tree.map(to_float32, identified.model),
+        first_part=jax.tree.map(to_float32, identified.first_part),
+    )
 
 
 def _silent(line: str) -> None:
