@@ -119,12 +119,13 @@ def test_identify_chooses_the_true_order_of_a_simulated_plant(small_scan, capsys
     assert model > truth - 1.0
 
 
-def _short_data(num_steps: int = 60, names=("u", "y")):
+def _short_data(num_steps: int = 60, names=("u", "y"), dt=None):
     rng = np.random.default_rng(0)
     u = rng.standard_normal((num_steps, 1))
     y = np.cumsum(u, axis=0) * 0.1 + 0.01 * rng.standard_normal((num_steps, 1))
+    ts = None if dt is None else dt * np.arange(num_steps)
     return dynsys.Dataset(
-        us=u[None], ys=y[None], input_names=names[:1], output_names=names[1:]
+        us=u[None], ys=y[None], ts=ts, input_names=names[:1], output_names=names[1:]
     )
 
 
@@ -139,6 +140,7 @@ def _short_data(num_steps: int = 60, names=("u", "y")):
         ({"validation_split": 0.3, "validation_fraction": 0.2}, "validation_fraction"),
         ({"select_on_validation": True}, "select_on_validation"),
         ({"validation": _short_data(names=("v", "y"))}, "validation"),
+        ({"validation": _short_data(dt=0.5)}, "validation"),
         ({"precision": "float16"}, "precision"),
         ({"data": _short_data(9)}, "data"),
     ],

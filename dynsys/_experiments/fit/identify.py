@@ -9,6 +9,7 @@ the first part's model when it ends unstable. So the two cannot drift apart.
 """
 
 import dataclasses
+import math
 import re
 from typing import Any, TYPE_CHECKING
 
@@ -156,7 +157,12 @@ def _check_arguments(data, validation, model, fraction, split, select) -> None:
                     f"identify(validation=...): expected the data's {role} channels "
                     f"{list(want)}, got {list(have)}."
                 )
-        if data.dt != validation.dt:
+        same = data.dt == validation.dt or (
+            data.dt is not None
+            and validation.dt is not None
+            and math.isclose(data.dt, validation.dt, rel_tol=1e-6)
+        )
+        if not same:
             raise ValueError(
                 f"identify(validation=...): expected the data's sample time "
                 f"{data.dt}, got {validation.dt}."
