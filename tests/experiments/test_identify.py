@@ -119,10 +119,12 @@ def test_identify_chooses_the_true_order_of_a_simulated_plant(small_scan, capsys
     assert model > truth - 1.0
 
 
-def _short_data(num_steps: int = 60, names=("u", "y"), dt=None):
+def _short_data(num_steps: int = 60, names=("u", "y"), dt=None, flat_output=False):
     rng = np.random.default_rng(0)
     u = rng.standard_normal((num_steps, 1))
     y = np.cumsum(u, axis=0) * 0.1 + 0.01 * rng.standard_normal((num_steps, 1))
+    if flat_output:  # nothing to learn: refused before any fit
+        y = np.ones_like(y)
     ts = None if dt is None else dt * np.arange(num_steps)
     return dynsys.Dataset(
         us=u[None], ys=y[None], ts=ts, input_names=names[:1], output_names=names[1:]
@@ -143,6 +145,7 @@ def _short_data(num_steps: int = 60, names=("u", "y"), dt=None):
         ({"validation": _short_data(dt=0.5)}, "validation"),
         ({"precision": "float16"}, "precision"),
         ({"data": _short_data(9)}, "data"),
+        ({"data": _short_data(flat_output=True)}, "data"),
     ],
 )
 def test_bad_arguments_are_one_line_naming_the_argument(arguments, named):
@@ -181,3 +184,16 @@ def test_a_float32_session_gets_float32_models_and_a_warning(recwarn):
     assert [w for w in found.warnings if "the data are float32" in w]
     truncated = [w for w in recwarn if "will be truncated" in str(w.message)]
     assert not truncated, truncated[0].message
+
+
+def test_a_share_of_experiments_on_one_experiment_is_said_in_the_warnings():
+    """`validation_fraction` holds out whole experiments; on one experiment the
+    last third is held out by time instead, and `identify` says so (as `dynsys
+    fit --validation 0.2` does on a one-experiment file)."""
+    found = dynsys.identify(
+        _short_data(), validation_fraction=0.2, order=1, feedthrough=False, steps=3
+    )
+    assert found.held_out == "the last 33% of each experiment held out (20 of 60 samples)"
+    (line,) = [w for w in found.warnings if "validation_fraction" in w]
+    assert line.startswith("identify(validation_fraction=...) (0.2) holds out whole")
+    assert "identify(validation_split=...) chooses how much" in line

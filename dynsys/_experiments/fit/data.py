@@ -19,10 +19,11 @@ from ..schema import zoo, zoo_names
 DEFAULT_VALIDATION = 0.25
 
 
-def unused_validation(config: dict, data) -> str | None:
+def unused_validation(config: dict, data, measured: bool) -> str | None:
     """A note (one line) when `data.validation` was given but holds nothing out:
     a validation file or `data.validation_split` decides instead, or the data are
-    one experiment (whose last part is held out by time); `None` otherwise."""
+    one experiment (whose last part is held out by time when `measured`: read
+    from a file or given in Python, not simulated); `None` otherwise."""
     data_cfg = config["data"]
     given = data_cfg["validation"]
     if given is None:
@@ -46,7 +47,7 @@ def unused_validation(config: dict, data) -> str | None:
         held = (
             "the last third of it is held out by time instead (config key "
             "'data.validation_split' chooses how much)"
-            if data_cfg["file"] is not None
+            if measured
             else "nothing is held out"
         )
         return f"{key} holds out whole experiments, but the data are one; {held}"

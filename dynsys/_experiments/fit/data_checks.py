@@ -27,7 +27,9 @@ def check_data(config: dict, data, echo) -> DataChecks:
     with stage("data"):
         findings = run_data_checks(config, data.run.data, data.run.source, echo)
         overlap = split_overlap(data.train, data.val)
-    unused = unused_validation(config, data.run.data)
+    unused = unused_validation(
+        config, data.run.data, measured=data.run.true_system is None
+    )
     if unused is not None:
         echo(f"  data check (warn): {unused}")
         findings.append({"level": "warn", "kind": "unused_option", "message": unused})

@@ -385,10 +385,12 @@ def _in_precision(name: str, data, precision: str, found: list[str], echo):
 
 def _refuse_unusable(config: dict, data: FitData, found: list[str], echo) -> None:
     """`dynsys fit`'s data checks: a refusal (`ConfigError`) when the data cannot
-    support a model (a constant input, a flat output); its warnings to `found`."""
-    from .data_checks import run_data_checks
+    support a model (a constant input, a flat output); its warnings (and those on
+    the split: repeated experiments, an option that holds nothing out) to
+    `found`."""
+    from .data_checks import check_data
 
-    findings = run_data_checks(config, data.run.data, "the data", echo)
+    findings = check_data(config, data, echo).findings
     found += [f["message"] for f in findings if f["level"] == "warn"]
 
 
