@@ -26,6 +26,7 @@ from .continuation import Continuation, NotResumable
 from .covariance import LazyCovariance, ParameterCovariance
 from .flat_loss import FLAT_STEPS, HELD_OUT_PATIENCE, HELD_OUT_STEPS
 from .least_squares import _check_data, step_mask
+from .length_buckets import padded_length
 from .losses import (
     AbstractLoss,
     channel_weights,
@@ -568,32 +569,47 @@ def _checked(model, data, loss, val_data, fit_x0, num_steps):
     return data, loss, val_data
 
 
-def _validation_loss(loss, val_data, model, method, adjoint, data):
+def _validation_loss(loss, val_data, model, method, adjoint, batch):
     """The held-out loss that picks the best model (`None` without `val_data`).
 
     Shorter validation records of the simulation loss on outputs are padded (and
-    masked) to the training data's length, so that the training and validation
-    metrics share one `_predict` program; the padding changes no value (the masked
-    steps enter no sum), only the order of summation."""
+    masked) to the length of the training `batch`, so that the training and
+    validation metrics share one `_predict` program; longer ones to their own
+    `padded_length`. The padding changes no value (the masked steps enter no
+    sum), only the order of summation."""
     if val_data is None:
         return None
     val_objective = _objective(loss, val_data, model, False, method, adjoint)
     val_batch = _batch(val_data, _model_dtype(model))
-    padding = data.num_steps - val_data.num_steps
-    if (
-        val_objective.outputs
-        and val_objective.x0 == "closed_form"
-        and loss == "simulation"
-        and val_data.num_trajectories == data.num_trajectories
-        and padding > 0
-    ):
+    if not _paddable(val_objective, loss, val_batch):
+        return _ValidationLoss(val_objective, val_batch)
+    steps = val_data.num_steps
+    padding = batch["mask"].shape[1] - steps
+    if val_data.num_trajectories == batch["mask"].shape[0] and padding > 0:
         val_objective = dataclasses.replace(val_objective, method=method)
-        val_batch = _padded(val_batch, padding)
-    return _ValidationLoss(val_objective, val_batch)
+        return _ValidationLoss(val_objective, _padded(val_batch, padding))
+    return _ValidationLoss(val_objective, _padded(val_batch, padded_length(steps) - steps))
+
+
+def _paddable(objective, loss, batch: dict) -> bool:
+    """Whether masked steps may be added after the last of `batch`'s records: the
+    simulation loss on outputs from initial states solved in closed form (each
+    masked step enters no sum), on arrays of one device (padding gathers them)."""
+    return (
+        objective.outputs
+        and objective.x0 == "closed_form"
+        and loss == "simulation"
+        and not any(
+            isinstance(array, jax.Array) and len(array.sharding.device_set) > 1
+            for array in batch.values()
+        )
+    )
 
 
 def _padded(batch: dict, padding: int) -> dict:
     """`batch` with `padding` masked steps (zeros) after the last."""
+    if padding <= 0:
+        return batch
 
     def pad(name, array):
         if name == "index":
@@ -745,9 +761,13 @@ class _Problem:
 
 
 def _problem(model, data, loss, fit_x0, method, adjoint) -> _Problem:
-    """`fit`'s checked arguments as a `_Problem`: objective, batch and start."""
+    """`fit`'s checked arguments as a `_Problem`: objective, batch and start. The
+    records of an output-error fit are padded (and masked) to `padded_length`, so
+    that records of nearby lengths share the fit's compiled programs."""
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
     batch = _batch(data, _model_dtype(model))
+    if _paddable(objective, loss, batch):
+        batch = _padded(batch, padded_length(data.num_steps) - data.num_steps)
     params = (model, _initial_x0s(objective, loss, data, model))
     return _Problem(objective, batch, params)
 
@@ -878,7 +898,9 @@ def fit(
     problem, strategy, default_steps = _solver_for(
         problem, solver, batch_size, adjoint, rtol, atol, filter_spec
     )
-    evaluator = _validation_loss(loss, val_data, model, method, adjoint, data)
+    evaluator = _validation_loss(
+        loss, val_data, model, method, adjoint, problem.batch
+    )
     result = _optimised(
         problem.objective,
         strategy,

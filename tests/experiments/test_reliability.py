@@ -221,10 +221,20 @@ _SWEEP = {
 }
 
 
+@pytest.fixture
+def sigint_heard():
+    """SIGINT handled as Python's default (KeyboardInterrupt) during the test: a
+    suite started in the background (`cmd &`) inherits an ignored SIGINT, which a
+    run rightly keeps ignoring, and these tests are about a signal that arrives."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("moment", ["before", "writing"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_at_any_moment_of_a_sub_run_keeps_the_finished_ones(
-    tmp_path, monkeypatch, moment, sig
+    tmp_path, monkeypatch, moment, sig, sigint_heard
 ):
     """A real signal to this process when the second sub-run starts (before its
     data and compilation) or while it writes its folder: the sweep stops, every

@@ -85,3 +85,39 @@ def test_validation_metrics_equal_the_validation_loss_of_the_same_model():
     x0 = np.linalg.lstsq(rows, target, rcond=None)[0]
     loss = np.sum((rows @ x0 - target) ** 2) / (T * p)
     np.testing.assert_allclose(result.metrics["validation"]["loss"], loss, rtol=1e-8)
+
+
+def test_a_record_of_another_length_in_the_same_bucket_compiles_no_fit_program():
+    """Records are padded (masked) to `padded_length`: a second file of another
+    length in the same bucket (100 and 105 training samples, both padded to 112)
+    reuses the fit's programs."""
+    from dynsys._fitting.length_buckets import padded_length
+
+    train, val = _records(157)
+    other_train, other_val = _records(150)
+    assert other_train.num_steps != train.num_steps
+    assert padded_length(other_train.num_steps) == padded_length(train.num_steps)
+    start = dynsys.fit_subspace(train, 3)
+    dynsys.fit(start, train, val_data=val, num_steps=4, progress=False)
+    other_start = dynsys.fit_subspace(other_train, 3)
+    with compiled_programs() as second:
+        dynsys.fit(other_start, other_train, val_data=other_val, num_steps=4,
+                   progress=False)  # fmt: skip
+    assert _big(second) == {}, second
+
+
+def test_the_padding_changes_no_value(monkeypatch):
+    """The same fit without the padding (each record at its own length) gives the
+    same losses and model, to the float32 rounding of a sum in another order."""
+    import dynsys._fitting.fit as fit_module
+
+    train, val = _records(130)  # 87 training samples, padded to 96
+    start = dynsys.fit_subspace(train, 3)
+    padded = dynsys.fit(start, train, val_data=val, num_steps=5, progress=False)
+    monkeypatch.setattr(fit_module, "padded_length", lambda steps: steps)
+    plain = dynsys.fit(start, train, val_data=val, num_steps=5, progress=False)
+    np.testing.assert_allclose(padded.losses, plain.losses, rtol=1e-4)
+    np.testing.assert_allclose(padded.val_losses, plain.val_losses, rtol=1e-4)
+    np.testing.assert_allclose(
+        np.asarray(padded.model.K), np.asarray(plain.model.K), rtol=1e-3, atol=1e-5
+    )
