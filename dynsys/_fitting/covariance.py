@@ -23,6 +23,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
 from .._compile.jit import device_array, top_level_jit
+from .host_blas import one_blas_thread
 from .linear_sensitivity import closed_form_run, linear_parameters
 from .losses import FitObjective
 
@@ -301,17 +302,18 @@ def fit_covariance(
             f"not computed: the residual Jacobian ({num_residuals} x {num_params}) "
             f"is larger than {COVARIANCE_JACOBIAN_LIMIT} entries"
         )
-    host = _host_residual_jacobian(objective, params, batch, mask[0])
+    with one_blas_thread():
+        host = _host_residual_jacobian(objective, params, batch, mask[0])
+        if host is not None:
+            jacobian, residuals = host
+            matrix, variance, rank = gauss_newton_covariance(
+                jacobian, residuals, num_channels, xp=np
+            )
+            valid = np.sum((residuals != 0) | np.any(jacobian != 0, axis=1))
     if host is None:
         matrix, variance, rank, valid = _covariance_parts(
             objective, params, batch, mask, num_channels
         )
-    else:
-        jacobian, residuals = host
-        matrix, variance, rank = gauss_newton_covariance(
-            jacobian, residuals, num_channels, xp=np
-        )
-        valid = np.sum((residuals != 0) | np.any(jacobian != 0, axis=1))
     matrix = np.asarray(matrix, np.float64)
     if not np.all(np.isfinite(matrix)):
         return None, "not computed: the residual Jacobian is not finite at the fit"

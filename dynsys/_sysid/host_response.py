@@ -6,9 +6,10 @@ figures draw.
 of `frequency_response` compute the same in JAX (differentiable, under `jit`). A
 figure needs each once, for one small system: tracing and lowering those programs
 took 0.2-0.5 s per figure of a `dynsys fit` run (more for several inputs and
-outputs), the arithmetic well under a millisecond. Here the only JAX program is
-the derivative of the model's matrices with respect to its trained parameters
-(`matrix_sensitivity`), traced once per process and model structure; the
+outputs), the arithmetic well under a millisecond. Here the derivative of the
+model's matrices with respect to its trained parameters (`matrix_sensitivity`)
+is a selection for a `LinearSystem`, built on the host, and one JAX program for
+other linear models (traced once per process and model structure); the
 responses and their derivatives follow from it in closed form.
 """
 
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._compile.jit import kept_jit
+from .._fitting.linear_sensitivity import linear_parameters
 from .propagate import _check_covariance, linearised_std
 from .response import _discrete, _needs_input
 
@@ -131,6 +133,15 @@ def matrix_sensitivity(covariance, model=None) -> Sensitivity:
     model = covariance.model if model is None else model
     _discrete(call, model)
     covariance.split(model)  # checks the parameter count
+    matrix = np.asarray(covariance.matrix, np.float64)
+    linear = linear_parameters(model, covariance.trained)
+    if linear is not None:  # a `LinearSystem`: selections, built on the host
+        values, derivatives = linear
+        return Sensitivity(
+            Matrices(values.K, values.B, values.C, values.D),
+            Matrices(derivatives.K, derivatives.B, derivatives.C, derivatives.D),
+            matrix,
+        )
     params, static = eqx.partition(model, covariance.trained)
     values, jacobians = _matrices_and_derivatives(params, static)
     derivatives = []
@@ -146,7 +157,7 @@ def matrix_sensitivity(covariance, model=None) -> Sensitivity:
     return Sensitivity(
         Matrices(*(np.asarray(x, np.float64) for x in values)),
         Matrices(*derivatives),
-        np.asarray(covariance.matrix, np.float64),
+        matrix,
     )
 
 
