@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._compile.jit import device_array, top_level_jit
 from .host_blas import one_blas_thread
@@ -43,11 +43,11 @@ def _rank_tolerance(dtype) -> float:
 
 
 def gauss_newton_covariance(
-    jacobian: Float[Array, "R P"],
-    residuals: Float[Array, " R"],
+    jacobian: Float[ArrayLike, "R P"],
+    residuals: Float[ArrayLike, " R"],
     num_channels: int,
     xp=jnp,
-) -> tuple[Float[Array, "P P"], Float[Array, " c"], Array]:
+) -> tuple[Float[ArrayLike, "P P"], Float[ArrayLike, " c"], ArrayLike]:
     """The Gauss–Newton covariance of least-squares parameters,
     $\\Sigma = H^+ J^T S J H^+$ with $H = J^T J$ and $S$ the diagonal of each
     residual's channel variance (a sandwich: the channels of a weighted loss may
