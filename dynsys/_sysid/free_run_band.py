@@ -52,8 +52,8 @@ def free_run_std(covariance, model, s: Signals, window: int) -> np.ndarray:
     of `compare`'s free run of the `LinearSystem` `model` on `s` with respect to
     its trained parameters and $\\Sigma$ `covariance.matrix` (float64)."""
     flat, _ = covariance.split(model)  # checks the parameter count
-    linear = linear_parameters(model, covariance.trained)
-    if linear is not None:  # on the host, no program
+    linear = None if s.from_states else linear_parameters(model, covariance.trained)
+    if linear is not None:  # output data: on the host, no program
         values, derivatives = linear
         with one_blas_thread():
             run = closed_form_run(

@@ -214,3 +214,28 @@ def test_one_blas_thread_sets_and_restores_the_count():
     with one_blas_thread():
         assert [get() for get, _ in controls] == [1] * len(controls)
     assert [get() for get, _ in controls] == before
+
+
+def test_simulation_band_on_state_data_equals_the_propagated_one():
+    """Data with states (no outputs): `compare` predicts the states, which the
+    host path does not model; the band is the propagated one all the same."""
+    from dynsys._sysid.propagate import propagate_std
+
+    rng = np.random.default_rng(5)
+    model = dynsys.LinearSystem(
+        np.array([[0.8, 0.1], [0.0, 0.7]]), rng.standard_normal((2, 1))
+    )
+    trained = trained_mask(model, eqx.is_inexact_array)
+    root = rng.standard_normal((6, 6)) * 0.01
+    covariance = ParameterCovariance(
+        matrix=root @ root.T, model=model, trained=trained,
+        channel_variance=np.ones(2), rank=6, num_residuals=60,
+    )
+    us = rng.standard_normal((1, 30, 1))
+    data = dynsys.Dataset(dynsys.rollout(model, jnp.ones((1, 2)), 30, inputs=us).xs, us)
+    _, std = dynsys.simulation_band(covariance, data)
+    expected = propagate_std(
+        lambda system: dynsys.compare(system, data).predicted, covariance, model
+    )
+    assert np.all(np.asarray(std)[:, 1:] > 0)
+    np.testing.assert_allclose(std, expected, rtol=1e-10, atol=1e-14)
