@@ -93,12 +93,15 @@ def linear_parameters(model, trained) -> tuple[Linear, Linear] | None:
         block = np.eye(size).reshape(*shapes[name], size)
         derivative[name][..., start : start + size] = block
         start += size
-    offset = np.zeros(n) if host["offset"] is None else host["offset"]
-    u_level = np.zeros(B.shape[1]) if host["input_level"] is None else host["input_level"]
-    y_level = np.zeros(C.shape[0]) if host["output_level"] is None else host["output_level"]
+    offset, u_level, y_level = (
+        np.zeros(shapes[name]) if host[name] is None else host[name]
+        for name in ("offset", "input_level", "output_level")
+    )
     dB, dD, du = derivative["B"], derivative["D"], derivative["input_level"]
     # a = offset - B u_level, c = y_level - D u_level (`constant_terms`).
-    values = Linear(K=host["K"], B=B, C=C, D=D, a=offset - B @ u_level, c=y_level - D @ u_level)
+    values = Linear(
+        K=host["K"], B=B, C=C, D=D, a=offset - B @ u_level, c=y_level - D @ u_level
+    )
     derivatives = Linear(
         K=derivative["K"],
         B=dB,
@@ -274,10 +277,10 @@ def closed_form_run(
         eps = np.finfo(np.float64).eps
         shift = eps * scale + np.where(scale > 0, 0.0, 1.0)
         gram = gram + shift[:, None, None] * np.eye(n)[None]
-        x0 = np.linalg.solve(gram, np.einsum("tpn,itp->in", G, W * b)[..., None])[..., 0]
-        rest = b - np.einsum("tpn,in->itp", G, x0)
+        x0 = _solve(gram, np.einsum("tpn,itp->in", G, W * b))
+        rest = b - np.einsum("tpn,in->itp", G, x0)  # one step of refinement
         right = np.einsum("tpn,itp->in", G, W * rest) - shift[:, None] * x0
-        x0 = x0 + np.linalg.solve(gram, right[..., None])[..., 0]
+        x0 = x0 + _solve(gram, right)
         inverse = np.linalg.inv(gram)
     else:
         A = (np.sqrt(W)[..., None] * G[None]).reshape(N, T * p, n)
@@ -291,3 +294,8 @@ def closed_form_run(
     dx0 = inverse @ right  # (N, n, P)
     derivative = along + np.einsum("tpn,inq->itpq", G, dx0)
     return ClosedFormRun(predicted, derivative, x0)
+
+
+def _solve(matrices: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """`x (N, n)` with `matrices[i] @ x[i] = right[i]` for each experiment."""
+    return np.linalg.solve(matrices, right[..., None])[..., 0]

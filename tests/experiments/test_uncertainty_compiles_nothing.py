@@ -28,7 +28,9 @@ def _data(T: int = 300) -> dynsys.Dataset:
     for t in range(T):
         y[t] = x[0] + 0.3 * u[t] + 2.0 + 0.05 * rng.normal()
         x = K @ x + np.array([1.0, 0.0]) * u[t]
-    return dynsys.Dataset(us=jnp.asarray(u[None, :, None]), ys=jnp.asarray(y[None, :, None]))
+    return dynsys.Dataset(
+        us=jnp.asarray(u[None, :, None]), ys=jnp.asarray(y[None, :, None])
+    )
 
 
 def test_the_uncertainty_stage_compiles_no_program():

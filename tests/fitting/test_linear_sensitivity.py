@@ -110,16 +110,16 @@ def test_compare_free_run_derivative_equals_jacfwd_of_compare():
     data = dynsys.Dataset(us=us, ys=ys, lengths=lengths)
     mask = np.arange(T)[None] < np.array(lengths)[:, None]
     values, derivatives = linear_parameters(model, trained)
-    run = closed_form_run(
-        values, derivatives, ys, us, mask, np.ones(p), ridge=False
-    )
+    run = closed_form_run(values, derivatives, ys, us, mask, np.ones(p), ridge=False)
     flat, rebuild = _flat(model, trained)
     expected = np.asarray(
         jax.jacfwd(lambda v: dynsys.compare(rebuild(v), data).predicted)(flat)
     )
     predicted = np.asarray(dynsys.compare(model, data).predicted)
     valid = mask[..., None]
-    np.testing.assert_allclose(np.where(valid, run.predicted, 0.0), predicted, atol=1e-10)
+    np.testing.assert_allclose(
+        np.where(valid, run.predicted, 0.0), predicted, atol=1e-10
+    )
     np.testing.assert_allclose(
         np.where(valid[..., None], run.derivative, 0.0), expected, rtol=1e-7, atol=1e-9
     )
@@ -164,7 +164,9 @@ def test_host_covariance_equals_the_compiled_one(spec, monkeypatch):
     compiled, _ = fit_covariance(objective, (model, None), batch, trained, p)
     assert host.rank == compiled.rank < host.num_parameters  # the basis freedom
     assert host.num_residuals == compiled.num_residuals == (T + 31) * p
-    np.testing.assert_allclose(host.channel_variance, compiled.channel_variance, rtol=1e-12)
+    np.testing.assert_allclose(
+        host.channel_variance, compiled.channel_variance, rtol=1e-12
+    )
     scale = np.max(np.abs(compiled.matrix))
     np.testing.assert_allclose(host.matrix, compiled.matrix, atol=1e-9 * scale)
 
@@ -191,15 +193,20 @@ def test_matrix_sensitivity_equals_the_compiled_program():
     trained = SPECS["part"](model)
     count = sum(x.size for x in jax.tree.leaves(eqx.filter(model, trained)))
     covariance = ParameterCovariance(
-        matrix=np.eye(count), model=model, trained=trained,
-        channel_variance=np.ones(p), rank=count, num_residuals=100,
+        matrix=np.eye(count),
+        model=model,
+        trained=trained,
+        channel_variance=np.ones(p),
+        rank=count,
+        num_residuals=100,
     )
     host = host_response.matrix_sensitivity(covariance)
     params, static = eqx.partition(model, trained)
     values, jacobians = host_response._matrices_and_derivatives(params, static)
     for got, value, jacobian in zip(host.derivatives, values, jacobians):
         columns = [
-            np.asarray(leaf).reshape(*value.shape, -1) for leaf in jax.tree.leaves(jacobian)
+            np.asarray(leaf).reshape(*value.shape, -1)
+            for leaf in jax.tree.leaves(jacobian)
         ]
         np.testing.assert_array_equal(got, np.concatenate(columns, axis=-1))
     for got, value in zip(host.matrices, values):
@@ -228,11 +235,16 @@ def test_simulation_band_on_state_data_equals_the_propagated_one():
     trained = trained_mask(model, eqx.is_inexact_array)
     root = rng.standard_normal((6, 6)) * 0.01
     covariance = ParameterCovariance(
-        matrix=root @ root.T, model=model, trained=trained,
-        channel_variance=np.ones(2), rank=6, num_residuals=60,
+        matrix=root @ root.T,
+        model=model,
+        trained=trained,
+        channel_variance=np.ones(2),
+        rank=6,
+        num_residuals=60,
     )
     us = rng.standard_normal((1, 30, 1))
-    data = dynsys.Dataset(dynsys.rollout(model, jnp.ones((1, 2)), 30, inputs=us).xs, us)
+    xs = dynsys.rollout(model, jnp.ones((1, 2)), 30, inputs=us).xs
+    data = dynsys.Dataset(xs, us)
     _, std = dynsys.simulation_band(covariance, data)
     expected = propagate_std(
         lambda system: dynsys.compare(system, data).predicted, covariance, model
