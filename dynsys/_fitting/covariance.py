@@ -302,10 +302,13 @@ def fit_covariance(
             f"not computed: the residual Jacobian ({num_residuals} x {num_params}) "
             f"is larger than {COVARIANCE_JACOBIAN_LIMIT} entries"
         )
-    with one_blas_thread():
+    not_finite = "not computed: the residual Jacobian is not finite at the fit"
+    with one_blas_thread(), np.errstate(all="ignore"):  # (an unstable model)
         host = _host_residual_jacobian(objective, params, batch, mask[0])
         if host is not None:
             jacobian, residuals = host
+            if not (np.all(np.isfinite(jacobian)) and np.all(np.isfinite(residuals))):
+                return None, not_finite
             matrix, variance, rank = gauss_newton_covariance(
                 jacobian, residuals, num_channels, xp=np
             )
@@ -316,7 +319,7 @@ def fit_covariance(
         )
     matrix = np.asarray(matrix, np.float64)
     if not np.all(np.isfinite(matrix)):
-        return None, "not computed: the residual Jacobian is not finite at the fit"
+        return None, not_finite
     if int(valid) <= int(rank):
         return None, (
             f"not computed: {int(valid)} residuals for {int(rank)} identifiable "

@@ -55,7 +55,7 @@ def free_run_std(covariance, model, s: Signals, window: int) -> np.ndarray:
     linear = None if s.from_states else linear_parameters(model, covariance.trained)
     if linear is not None:  # output data: on the host, no program
         values, derivatives = linear
-        with one_blas_thread():
+        with one_blas_thread(), np.errstate(all="ignore"):  # (an unstable model)
             run = closed_form_run(
                 values,
                 derivatives,

@@ -4,6 +4,8 @@ the JAX programs they replace (`jax.jacfwd` of the rollout, of `compare`, of the
 fit's residuals) on small random stable systems with levels, an offset, ragged
 experiments and only part of the model trained."""
 
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -251,3 +253,18 @@ def test_simulation_band_on_state_data_equals_the_propagated_one():
     )
     assert np.all(np.asarray(std)[:, 1:] > 0)
     np.testing.assert_allclose(std, expected, rtol=1e-10, atol=1e-14)
+
+
+def test_a_diverging_model_gives_the_compiled_paths_reason(monkeypatch):
+    """A free run that overflows: no covariance, with the reason the compiled
+    path gives, and no warning."""
+    model = _system()
+    model = dynsys.LinearSystem(1e9 * model.K, model.B, model.C, model.D)
+    objective, batch = _fit_problem(model)
+    trained = SPECS["all"](model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        host = fit_covariance(objective, (model, None), batch, trained, p)
+    monkeypatch.setattr(covariance_module, "_host_residual_jacobian", lambda *a: None)
+    compiled = fit_covariance(objective, (model, None), batch, trained, p)
+    assert host == compiled == (None, compiled[1]) and "not finite" in compiled[1]
