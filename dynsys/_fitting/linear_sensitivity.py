@@ -8,7 +8,8 @@ recursion of the same form, $dx_{t+1} = K\\,dx_t + dK\\,x_t + dB\\,u_t + da$,
 $dy_t = C\\,dx_t + dC\\,x_t + dD\\,u_t + dc$. Each trained parameter of a
 `LinearSystem` is one entry of one of its arrays, so every derivative of a matrix
 is a selection (`linear_parameters`) and the forcing terms are gathered, not
-multiplied. With the initial state estimated by least squares for each model
+multiplied (other linear models take their derivatives from one small kept
+program). With the initial state estimated by least squares for each model
 (`closed_form_run`), its derivative comes from the normal equations, as
 `_fitting/initial_states.py` forms it in JAX.
 
@@ -18,12 +19,15 @@ milliseconds for a model of order 7 on 800 samples.
 """
 
 import dataclasses
+import math
 from typing import NamedTuple
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from .._compile.jit import kept_jit
 from .._systems.system import LinearSystem
 
 
@@ -50,13 +54,16 @@ _FIELDS = ("K", "B", "C", "D", "offset", "input_level", "output_level")
 
 
 def linear_parameters(model, trained) -> tuple[Linear, Linear] | None:
-    """`(values, derivatives)` of the `LinearSystem` `model` with respect to its
-    trained arrays (`trained`: the bool pytree of `ParameterCovariance.trained`),
-    ravelled in `ParameterCovariance.split`'s order; `None` for any other model
-    (a subclass, a `StableLinearSystem`: their matrices are not their
-    parameters), which the JAX programs serve."""
+    """`(values, derivatives)` of a linear `model` with respect to its trained
+    arrays (`trained`: the bool pytree of `ParameterCovariance.trained`), ravelled
+    in `ParameterCovariance.split`'s order; `None` for a model that is not linear.
+
+    For a `LinearSystem` every derivative is a selection, built on the host. For
+    other linear models (a `StableLinearSystem`, whose `K` is a function of its
+    parameters; a `Discretized` ODE) they come from one small kept program, the
+    derivatives of `to_linear()`'s arrays (`_to_linear_derivatives`)."""
     if type(model) is not LinearSystem:
-        return None
+        return _through_to_linear(model, trained)
     arrays = {name: getattr(model, name) for name in _FIELDS}
     marks = {name: getattr(trained, name, None) for name in _FIELDS}
     selected = [
@@ -67,7 +74,7 @@ def linear_parameters(model, trained) -> tuple[Linear, Linear] | None:
     leaves = jax.tree.leaves(eqx.partition(model, trained)[0])
     params = [arrays[name] for name in selected]
     if len(leaves) != len(params) or any(a is not b for a, b in zip(leaves, params)):
-        return None  # not the plain layout this module assumes
+        return _through_to_linear(model, trained)  # not the plain layout
     host = {
         name: None if x is None else np.asarray(x, np.float64)
         for name, x in arrays.items()
@@ -117,11 +124,63 @@ def linear_parameters(model, trained) -> tuple[Linear, Linear] | None:
     return values, derivatives
 
 
+def _filled_parts(linear: LinearSystem) -> tuple:
+    """`(K, B, C, D, a, c)` of a `LinearSystem` (JAX arrays): no columns for a
+    missing `B`, the identity for a missing `C`, zeros for a missing `D` and for
+    missing constant terms."""
+    K = linear.K
+    n = K.shape[0]
+    B = jnp.zeros((n, 0), K.dtype) if linear.B is None else linear.B
+    C = jnp.eye(n, dtype=K.dtype) if linear.C is None else linear.C
+    D = jnp.zeros((C.shape[0], B.shape[1]), K.dtype) if linear.D is None else linear.D
+    a, c = linear.constant_terms()
+    a = jnp.zeros(n, K.dtype) if a is None else a
+    c = jnp.zeros(C.shape[0], K.dtype) if c is None else c
+    return K, B, C, D, a, c
+
+
+@kept_jit
+def _to_linear_derivatives(params, static):
+    """`(parts, jacobians)`: `_filled_parts` of the model's `to_linear()` and
+    their derivatives with respect to the trained arrays `params` (`jacfwd`)."""
+
+    def parts(trained):
+        return _filled_parts(eqx.combine(trained, static).to_linear())
+
+    return parts(params), jax.jacfwd(parts)(params)
+
+
+def _through_to_linear(model, trained) -> tuple[Linear, Linear] | None:
+    """`linear_parameters` of a model with a `to_linear()` (else `None`), from
+    `_to_linear_derivatives`."""
+    to_linear = getattr(model, "to_linear", None)
+    if not callable(to_linear) or not isinstance(to_linear(), LinearSystem):
+        return None
+    params, static = eqx.partition(model, trained)
+    values, jacobians = _to_linear_derivatives(params, static)
+    derivatives = []
+    for value, jacobian in zip(values, jacobians):
+        # Each leaf `value.shape + leaf.shape`: flattened in `split`'s order.
+        columns = [
+            np.asarray(leaf, np.float64).reshape(
+                *value.shape, math.prod(leaf.shape[value.ndim :])
+            )
+            for leaf in jax.tree.leaves(jacobian)
+        ]
+        derivatives.append(np.concatenate([np.zeros((*value.shape, 0)), *columns], -1))
+    return (
+        Linear(*(np.asarray(x, np.float64) for x in values)),
+        Linear(*derivatives),
+    )
+
+
 def _gather(d: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """`einsum("rcq,...c->...rq", d, v)` from the nonzero entries of `d` (`(r, c,
-    P)`, a selection for a `LinearSystem`'s parameters): `(..., r, P)`."""
-    out = np.zeros((*v.shape[:-1], d.shape[0], d.shape[2]))
+    """`einsum("rcq,...c->...rq", d, v)`, `(..., r, P)`, from the nonzero entries
+    of `d` (`(r, c, P)`: a selection for a `LinearSystem`'s parameters)."""
     rows, cols, params = np.nonzero(d)
+    if rows.size > d.size // 8:  # dense (a `StableLinearSystem`'s `K`)
+        return np.einsum("rcq,...c->...rq", d, v)
+    out = np.zeros((*v.shape[:-1], d.shape[0], d.shape[2]))
     if rows.size:
         np.add.at(
             out,

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import dynsys
+import dynsys.models as zoo
 from dynsys._fitting import covariance as covariance_module
 from dynsys._fitting.covariance import fit_covariance, ParameterCovariance, trained_mask
 from dynsys._fitting.host_blas import _controls, _loaded_openblas, one_blas_thread
@@ -173,12 +174,9 @@ def test_host_covariance_equals_the_compiled_one(spec, monkeypatch):
     np.testing.assert_allclose(host.matrix, compiled.matrix, atol=1e-9 * scale)
 
 
-def test_other_models_and_objectives_take_the_compiled_path():
+def test_other_objectives_take_the_compiled_path():
     model = _system()
     objective, batch = _fit_problem(model)
-    stable = dynsys.StableLinearSystem.from_linear(model)
-    trained = trained_mask(stable, eqx.is_inexact_array)
-    assert linear_parameters(stable, trained) is None
     fitted_x0 = FitObjective(
         "simulation", True, "trained", dynsys.Sequential(), None, objective.weights
     )
@@ -188,9 +186,33 @@ def test_other_models_and_objectives_take_the_compiled_path():
         covariance_module._host_residual_jacobian(fitted_x0, (model, x0s), batch, own)
         is None
     )
+    assert linear_parameters(zoo.Pendulum(), None) is None
 
 
-def test_matrix_sensitivity_equals_the_compiled_program():
+def test_a_stable_model_covariance_and_band_equal_the_compiled_ones(monkeypatch):
+    """A `StableLinearSystem` (`K` a function of its parameters): the derivatives
+    of its matrices from one kept program, the runs' on the host."""
+    model = dynsys.StableLinearSystem.from_linear(_system(**_levels()))
+    objective, batch = _fit_problem(model)
+    trained = trained_mask(model, eqx.is_inexact_array)
+    host, _ = fit_covariance(objective, (model, None), batch, trained, p)
+    monkeypatch.setattr(covariance_module, "_host_residual_jacobian", lambda *a: None)
+    compiled, _ = fit_covariance(objective, (model, None), batch, trained, p)
+    assert host.rank == compiled.rank
+    scale = np.max(np.abs(compiled.matrix))
+    np.testing.assert_allclose(host.matrix, compiled.matrix, atol=1e-8 * scale)
+
+    from dynsys._sysid.propagate import propagate_std
+
+    data = dynsys.Dataset(us=np.asarray(batch["us"]), ys=np.asarray(batch["ys"]))
+    _, std = dynsys.simulation_band(compiled, data)
+    expected = propagate_std(
+        lambda system: dynsys.compare(system, data).predicted, compiled, model
+    )
+    np.testing.assert_allclose(std, expected, rtol=1e-7, atol=1e-12)
+
+
+def test_matrix_sensitivity_equals_jacfwd():
     model = _system(**_levels())
     trained = SPECS["part"](model)
     count = sum(x.size for x in jax.tree.leaves(eqx.filter(model, trained)))
@@ -203,15 +225,15 @@ def test_matrix_sensitivity_equals_the_compiled_program():
         num_residuals=100,
     )
     host = host_response.matrix_sensitivity(covariance)
-    params, static = eqx.partition(model, trained)
-    values, jacobians = host_response._matrices_and_derivatives(params, static)
-    for got, value, jacobian in zip(host.derivatives, values, jacobians):
-        columns = [
-            np.asarray(leaf).reshape(*value.shape, -1)
-            for leaf in jax.tree.leaves(jacobian)
-        ]
-        np.testing.assert_array_equal(got, np.concatenate(columns, axis=-1))
-    for got, value in zip(host.matrices, values):
+    flat, rebuild = _flat(model, trained)
+
+    def matrices(vector):
+        system = rebuild(vector)
+        return system.K, system.B, system.C, system.D
+
+    for got, jacobian in zip(host.derivatives, jax.jacfwd(matrices)(flat)):
+        np.testing.assert_array_equal(got, jacobian)
+    for got, value in zip(host.matrices, matrices(flat)):
         np.testing.assert_array_equal(got, np.asarray(value, np.float64))
 
 
