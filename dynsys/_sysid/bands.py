@@ -162,8 +162,11 @@ def simulation_band(covariance, data, model=None) -> tuple[Array, Array]:
     """
     covariance = _check_covariance("simulation_band", covariance)
     model = _at(covariance, model)
-    comparison = compare(model, data)  # checks the model against the data
-    if linear_of(model) is not None:  # compare's own free run, closed forms
+    # A linear model as the `LinearSystem` it is: the same free run, from the
+    # program the run's validation compiled for it (compare checks the sizes).
+    linear = linear_of(model)
+    comparison = compare(model if linear is None else linear, data)
+    if linear is not None:  # compare's own free run, closed forms
         s = signals(data, "simulation_band")
         std = free_run_std(covariance, model, s, 2 * model.state_size)
     else:

@@ -1,9 +1,9 @@
-"""The standard deviation of a linear model's free run (`simulation_band`): for a
-`LinearSystem`, from the derivatives of `compare`'s free run (each experiment's
-initial state estimated by least squares for each model) computed on the host in
-NumPy (`_fitting/linear_sensitivity.py`), no program compiled; for other linear
-models (a `StableLinearSystem`, whose matrices are not its parameters), from one
-kept program: the derivatives along a block of parameter directions.
+"""The standard deviation of a linear model's free run (`simulation_band`): from
+the derivatives of `compare`'s free run (each experiment's initial state
+estimated by least squares for each model) computed on the host in NumPy
+(`_fitting/linear_sensitivity.py`, no program for a `LinearSystem`); on data with
+states (whose free run `compare` predicts in the states), from one kept program:
+the derivatives along a block of parameter directions.
 
 Propagated through `propagate_std`, the free run is traced again on every call
 (its function is a new closure each time, so no compiled program is reused
@@ -49,7 +49,7 @@ def _free_run_derivatives(model, trained, s: Signals, window: int, directions):
 
 def free_run_std(covariance, model, s: Signals, window: int) -> np.ndarray:
     """$\\sqrt{\\mathrm{diag}(G \\Sigma G^T)}$, `(N, T, p)`, with $G$ the Jacobian
-    of `compare`'s free run of the `LinearSystem` `model` on `s` with respect to
+    of `compare`'s free run of the linear `model` on `s` with respect to
     its trained parameters and $\\Sigma$ `covariance.matrix` (float64)."""
     flat, _ = covariance.split(model)  # checks the parameter count
     linear = None if s.from_states else linear_parameters(model, covariance.trained)
