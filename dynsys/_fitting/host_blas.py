@@ -7,13 +7,15 @@ or on a shared machine, a thread that is not scheduled stalls the call: the SVD
 of the 534 x 66 residual Jacobian of a `dynsys fit` run took 0.01-0.9 s after
 JAX had started (2 ms on one thread). The covariance and the bands
 (`covariance.py`, `linear_sensitivity.py`) do their arithmetic inside
-`one_blas_thread`.
+`one_blas_thread`, which sets the count back on leaving: a library leaves its
+user's process as it found it.
 """
 
 import contextlib
 import ctypes
 import functools
 import os
+import threading
 from collections.abc import Iterator
 
 
@@ -53,16 +55,32 @@ def _controls(path: str) -> tuple | None:
     return None
 
 
+# Threads inside `one_blas_thread` and the counts to restore when the last leaves.
+_lock = threading.Lock()
+_inside = 0
+_restore: list = []
+
+
 @contextlib.contextmanager
 def one_blas_thread() -> Iterator[None]:
-    """Inside, each loaded OpenBLAS runs on one thread; its count is restored on
-    leaving. Nothing changes where none is loaded or it is another BLAS."""
-    controls = [c for c in map(_controls, _loaded_openblas()) if c is not None]
-    previous = [get() for get, _ in controls]
-    for _, set_ in controls:
-        set_(1)
+    """Inside, each loaded OpenBLAS runs on one thread; the counts it had are
+    restored when the last thread inside leaves (so that threads entering
+    together never restore one another's 1). Nothing changes where none is
+    loaded or NumPy's BLAS is another."""
+    global _inside
+    with _lock:
+        if _inside == 0:
+            controls = [c for c in map(_controls, _loaded_openblas()) if c]
+            _restore[:] = [(set_, get()) for get, set_ in controls]
+            for set_, _ in _restore:
+                set_(1)
+        _inside += 1
     try:
         yield
     finally:
-        for (_, set_), count in zip(controls, previous):
-            set_(count)
+        with _lock:
+            _inside -= 1
+            if _inside == 0:
+                for set_, count in _restore:
+                    set_(count)
+                _restore.clear()

@@ -4,6 +4,7 @@ the JAX programs they replace (`jax.jacfwd` of the rollout, of `compare`, of the
 fit's residuals) on small random stable systems with levels, an offset, ragged
 experiments and only part of the model trained."""
 
+import threading
 import warnings
 
 import equinox as eqx
@@ -242,7 +243,19 @@ def test_one_blas_thread_sets_and_restores_the_count():
     if not controls:
         pytest.skip("NumPy's BLAS here is not an OpenBLAS with a thread control")
     before = [get() for get, _ in controls]
+    inner_left = threading.Event()
+
+    def inner():  # enters inside the outer block and leaves before it
+        with one_blas_thread():
+            assert [get() for get, _ in controls] == [1] * len(controls)
+        inner_left.set()
+
     with one_blas_thread():
+        assert [get() for get, _ in controls] == [1] * len(controls)
+        worker = threading.Thread(target=inner)
+        worker.start()
+        worker.join()
+        assert inner_left.is_set()
         assert [get() for get, _ in controls] == [1] * len(controls)
     assert [get() for get, _ in controls] == before
 
