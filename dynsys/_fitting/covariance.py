@@ -20,9 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._compile.jit import device_array, top_level_jit
+from .host_blas import one_blas_thread
+from .linear_sensitivity import closed_form_run, linear_parameters
+from .losses import FitObjective
 
 
 # The largest residual Jacobian (entries) and parameter count `fit` computes the
@@ -40,8 +43,11 @@ def _rank_tolerance(dtype) -> float:
 
 
 def gauss_newton_covariance(
-    jacobian: Float[Array, "R P"], residuals: Float[Array, " R"], num_channels: int
-) -> tuple[Float[Array, "P P"], Float[Array, " c"], Array]:
+    jacobian: Float[ArrayLike, "R P"],
+    residuals: Float[ArrayLike, " R"],
+    num_channels: int,
+    xp=jnp,
+) -> tuple[Float[ArrayLike, "P P"], Float[ArrayLike, " c"], ArrayLike]:
     """The Gauss–Newton covariance of least-squares parameters,
     $\\Sigma = H^+ J^T S J H^+$ with $H = J^T J$ and $S$ the diagonal of each
     residual's channel variance (a sandwich: the channels of a weighted loss may
@@ -51,33 +57,35 @@ def gauss_newton_covariance(
     fastest, as in `fit`'s residual vectors). Rows whose residual and Jacobian are
     all zero (padded steps) do not count. A channel's variance is its residuals'
     sum of squares over its valid rows less its share of the identifiable
-    parameters (`rank / num_channels`). Traceable (`jit`, `vmap`).
+    parameters (`rank / num_channels`). Traceable (`jit`, `vmap`); with `xp=numpy`,
+    the same arithmetic on the host.
 
     **Arguments:**
 
     - `jacobian`: `(R, P)`, the derivative of the residuals at the optimum.
     - `residuals`: `(R,)`, the residuals there.
     - `num_channels`: `c`, the number of channels.
+    - `xp`: the array module, `jax.numpy` (default) or `numpy`.
 
     **Returns:**
 
     `(covariance (P, P), channel_variance (c,), rank)`: `rank` is the number of
     identifiable parameter directions (`P` less the basis freedom).
     """
-    left, singular, right_t = jnp.linalg.svd(jacobian, full_matrices=False)
-    tolerance = _rank_tolerance(jacobian.dtype) * jnp.max(singular)
+    left, singular, right_t = xp.linalg.svd(jacobian, full_matrices=False)
+    tolerance = _rank_tolerance(jacobian.dtype) * xp.max(singular)
     kept = singular > tolerance
-    inverse = jnp.where(kept, 1.0 / jnp.where(kept, singular, 1.0), 0.0)
-    rank = jnp.sum(kept)
-    channel = jnp.arange(residuals.shape[0]) % num_channels
-    valid = (residuals != 0) | jnp.any(jacobian != 0, axis=1)
-    one_hot = (channel[:, None] == jnp.arange(num_channels)[None]) & valid[:, None]
+    inverse = xp.where(kept, 1.0 / xp.where(kept, singular, 1.0), 0.0)
+    rank = xp.sum(kept)
+    channel = xp.arange(residuals.shape[0]) % num_channels
+    valid = (residuals != 0) | xp.any(jacobian != 0, axis=1)
+    one_hot = (channel[:, None] == xp.arange(num_channels)[None]) & valid[:, None]
     squares = one_hot.T.astype(residuals.dtype) @ residuals**2
-    count = jnp.sum(one_hot, axis=0).astype(residuals.dtype)
-    dof = jnp.maximum(count - rank / num_channels, 1.0)
+    count = xp.sum(one_hot, axis=0).astype(residuals.dtype)
+    dof = xp.maximum(count - rank / num_channels, 1.0)
     variance = squares / dof
     # V S^-1 U^T S_r U S^-1 V^T, with S_r the residual variances.
-    row_variance = jnp.where(valid, variance[channel], 0.0)
+    row_variance = xp.where(valid, variance[channel], 0.0)
     middle = left.T @ (row_variance[:, None] * left)
     scaled = right_t.T * inverse[None]
     return scaled @ middle @ scaled.T, variance, rank
@@ -225,6 +233,45 @@ def _covariance_parts(objective, params, batch, mask, num_channels: int):
     return matrix[:num_model, :num_model], variance, rank, valid
 
 
+def _host_residual_jacobian(objective, params, batch, trained):
+    """`(J (R, P), r (R,))` of the output-error (simulation) loss with closed-form
+    initial states of a `LinearSystem`, on the host in float64
+    (`linear_sensitivity.py`): the Jacobian `_covariance_parts` compiles a program
+    for, without compiling one. `None` for any other objective or model, or
+    without float64 in JAX (that program then computes in float32)."""
+    model, x0s = params
+    if not (
+        jax.config.jax_enable_x64
+        and isinstance(objective, FitObjective)
+        and objective.outputs
+        and isinstance(objective.kind, str)
+        and objective.kind == "simulation"
+        and objective.x0 == "closed_form"
+        and objective.separable is None
+        and x0s is None
+    ):
+        return None
+    linear = linear_parameters(model, trained)
+    if linear is None:
+        return None
+    values, derivatives = linear
+    mask = np.asarray(batch["mask"], bool)
+    ys = np.where(mask[..., None], np.asarray(batch["ys"], np.float64), 0.0)
+    us = batch.get("us")
+    if us is not None:
+        us = np.where(mask[..., None], np.asarray(us, np.float64), 0.0)
+    weights = np.asarray(objective.weights, np.float64)
+    run = closed_form_run(values, derivatives, ys, us, mask, weights, ridge=True)
+    # `FitObjective._weighted`: sqrt(w_c) at the valid steps, over sqrt(p count).
+    p = ys.shape[-1]
+    scale = np.where(mask[..., None], np.sqrt(weights), 0.0) / np.sqrt(
+        p * max(int(np.sum(mask)), 1)
+    )
+    residuals = (scale * (run.predicted - ys)).reshape(-1)
+    jacobian = (scale[..., None] * run.derivative).reshape(residuals.size, -1)
+    return jacobian, residuals
+
+
 def fit_covariance(
     objective, params, batch, filter_spec, num_channels: int
 ) -> tuple[ParameterCovariance | None, str | None]:
@@ -255,12 +302,24 @@ def fit_covariance(
             f"not computed: the residual Jacobian ({num_residuals} x {num_params}) "
             f"is larger than {COVARIANCE_JACOBIAN_LIMIT} entries"
         )
-    matrix, variance, rank, valid = _covariance_parts(
-        objective, params, batch, mask, num_channels
-    )
+    not_finite = "not computed: the residual Jacobian is not finite at the fit"
+    with one_blas_thread(), np.errstate(all="ignore"):  # (an unstable model)
+        host = _host_residual_jacobian(objective, params, batch, mask[0])
+        if host is not None:
+            jacobian, residuals = host
+            if not (np.all(np.isfinite(jacobian)) and np.all(np.isfinite(residuals))):
+                return None, not_finite
+            matrix, variance, rank = gauss_newton_covariance(
+                jacobian, residuals, num_channels, xp=np
+            )
+            valid = np.sum((residuals != 0) | np.any(jacobian != 0, axis=1))
+    if host is None:
+        matrix, variance, rank, valid = _covariance_parts(
+            objective, params, batch, mask, num_channels
+        )
     matrix = np.asarray(matrix, np.float64)
     if not np.all(np.isfinite(matrix)):
-        return None, "not computed: the residual Jacobian is not finite at the fit"
+        return None, not_finite
     if int(valid) <= int(rank):
         return None, (
             f"not computed: {int(valid)} residuals for {int(rank)} identifiable "

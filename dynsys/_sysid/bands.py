@@ -8,12 +8,11 @@ from jaxtyping import Array
 
 from .._compile.jit import device_array
 from .._type_checks import checks_own_arguments
-from .._systems.system import LinearSystem
 from .free_run_band import free_run_std
 from .host_response import matrix_sensitivity, static_gain_band
 from .propagate import _check_covariance, linearised_std, propagate_std
 from .response import _discrete, step_response
-from .signals import signals
+from .signals import linear_of, signals
 from .validation import compare
 
 
@@ -163,8 +162,11 @@ def simulation_band(covariance, data, model=None) -> tuple[Array, Array]:
     """
     covariance = _check_covariance("simulation_band", covariance)
     model = _at(covariance, model)
-    comparison = compare(model, data)  # checks the model against the data
-    if type(model) is LinearSystem:  # compare's own free run: one kept program
+    # A linear model as the `LinearSystem` it is: the same free run, from the
+    # program the run's validation compiled for it (compare checks the sizes).
+    linear = linear_of(model)
+    comparison = compare(model if linear is None else linear, data)
+    if linear is not None:  # compare's own free run, closed forms
         s = signals(data, "simulation_band")
         std = free_run_std(covariance, model, s, 2 * model.state_size)
     else:

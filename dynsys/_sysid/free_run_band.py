@@ -1,6 +1,9 @@
-"""The standard deviation of a linear model's free run (`simulation_band`) from
-one kept program: the derivatives of `compare`'s free run along a block of
-parameter directions.
+"""The standard deviation of a linear model's free run (`simulation_band`): from
+the derivatives of `compare`'s free run (each experiment's initial state
+estimated by least squares for each model) computed on the host in NumPy
+(`_fitting/linear_sensitivity.py`, no program for a `LinearSystem`); on data with
+states (whose free run `compare` predicts in the states), from one kept program:
+the derivatives along a block of parameter directions.
 
 Propagated through `propagate_std`, the free run is traced again on every call
 (its function is a new closure each time, so no compiled program is reused
@@ -18,6 +21,8 @@ from jax.flatten_util import ravel_pytree
 
 from .._compile.jit import device_array, kept_jit
 from .._fitting.covariance import direction_groups
+from .._fitting.host_blas import one_blas_thread
+from .._fitting.linear_sensitivity import closed_form_run, linear_parameters
 from .propagate import linearised_std
 from .signals import arrays_only, Signals
 from .validation import _free_run_or_ahead
@@ -44,9 +49,23 @@ def _free_run_derivatives(model, trained, s: Signals, window: int, directions):
 
 def free_run_std(covariance, model, s: Signals, window: int) -> np.ndarray:
     """$\\sqrt{\\mathrm{diag}(G \\Sigma G^T)}$, `(N, T, p)`, with $G$ the Jacobian
-    of `compare`'s free run of the `LinearSystem` `model` on `s` with respect to
+    of `compare`'s free run of the linear `model` on `s` with respect to
     its trained parameters and $\\Sigma$ `covariance.matrix` (float64)."""
     flat, _ = covariance.split(model)  # checks the parameter count
+    linear = None if s.from_states else linear_parameters(model, covariance.trained)
+    if linear is not None:  # output data: on the host, no program
+        values, derivatives = linear
+        with one_blas_thread(), np.errstate(all="ignore"):  # (an unstable model)
+            run = closed_form_run(
+                values,
+                derivatives,
+                np.asarray(s.ys, np.float64),
+                None if s.us is None else np.asarray(s.us, np.float64),
+                np.asarray(s.mask, bool),
+                np.ones(s.ys.shape[-1]),
+                ridge=False,
+            )
+            return linearised_std(run.derivative, covariance.matrix)
     count = flat.size
     group, directions = direction_groups(count, flat.dtype)  # one program per block
     arrays = arrays_only(s)

@@ -6,21 +6,20 @@ figures draw.
 of `frequency_response` compute the same in JAX (differentiable, under `jit`). A
 figure needs each once, for one small system: tracing and lowering those programs
 took 0.2-0.5 s per figure of a `dynsys fit` run (more for several inputs and
-outputs), the arithmetic well under a millisecond. Here the only JAX program is
-the derivative of the model's matrices with respect to its trained parameters
-(`matrix_sensitivity`), traced once per process and model structure; the
-responses and their derivatives follow from it in closed form.
+outputs), the arithmetic well under a millisecond. Here the derivative of the
+model's matrices with respect to its trained parameters (`matrix_sensitivity`,
+`_fitting/linear_sensitivity.py`) is a selection for a `LinearSystem`, built on
+the host, and one small kept program for other linear models; the responses and
+their derivatives follow from it in closed form.
 """
 
-import math
 from typing import NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._compile.jit import kept_jit
+from .._fitting.linear_sensitivity import linear_parameters
 from .propagate import _check_covariance, linearised_std
 from .response import _discrete, _needs_input
 
@@ -106,15 +105,6 @@ def step_response_from_matrices(matrices: Matrices, num_steps: int) -> np.ndarra
     return np.cumsum(markov, axis=0)
 
 
-@kept_jit
-def _matrices_and_derivatives(params, static):
-    def matrices(trained):
-        linear = _discrete("matrix_sensitivity", eqx.combine(trained, static))
-        return _filled(linear.K, linear.B, linear.C, linear.D)
-
-    return matrices(params), jax.jacfwd(matrices)(params)
-
-
 def matrix_sensitivity(covariance, model=None) -> Sensitivity:
     """The matrices of a fitted linear model (default the covariance's own) and
     their derivatives with respect to its trained parameters, in the order of the
@@ -131,21 +121,10 @@ def matrix_sensitivity(covariance, model=None) -> Sensitivity:
     model = covariance.model if model is None else model
     _discrete(call, model)
     covariance.split(model)  # checks the parameter count
-    params, static = eqx.partition(model, covariance.trained)
-    values, jacobians = _matrices_and_derivatives(params, static)
-    derivatives = []
-    for value, jacobian in zip(values, jacobians):
-        # Each leaf `value.shape + leaf.shape`: flattened in `split`'s order.
-        columns = [
-            np.asarray(leaf, np.float64).reshape(
-                *value.shape, math.prod(leaf.shape[value.ndim :])
-            )
-            for leaf in jax.tree.leaves(jacobian)
-        ]
-        derivatives.append(np.concatenate([np.zeros((*value.shape, 0)), *columns], -1))
+    values, derivatives = linear_parameters(model, covariance.trained)
     return Sensitivity(
-        Matrices(*(np.asarray(x, np.float64) for x in values)),
-        Matrices(*derivatives),
+        Matrices(values.K, values.B, values.C, values.D),
+        Matrices(derivatives.K, derivatives.B, derivatives.C, derivatives.D),
         np.asarray(covariance.matrix, np.float64),
     )
 

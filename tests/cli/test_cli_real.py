@@ -86,6 +86,9 @@ def test_real_file_as_received(name, tmp_path, capsys, monkeypatch):
     assert len(uncertainty["poles"]) == metrics["order"]
     assert all(np.isfinite(p["natural_frequency_std"]) for p in uncertainty["poles"])
     assert np.shape(uncertainty["static_gain_std"]) == (len(outputs), len(inputs))
+    # Issue 45, item 2: the covariance and bands of a LinearSystem are closed forms
+    # on the host; the stage compiles no program.
+    assert metrics["timing"]["stages"]["uncertainty"]["programs_compiled"] == 0
 
 
 def _fails(argv, capsys, tmp_path, match):
