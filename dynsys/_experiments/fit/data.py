@@ -243,17 +243,27 @@ def _from_file(config: dict) -> _Data:
     return _Data(data, source, validation=validation)
 
 
+def other_channels(data, validation, roles=("state", "input", "output")):
+    """`(role, validation's names, data's names)` of the first of `roles` whose
+    channel names differ between the two datasets, else `None`."""
+    for role in roles:
+        have = list(getattr(validation, f"{role}_names"))
+        want = list(getattr(data, f"{role}_names"))
+        if have != want:
+            return role, have, want
+    return None
+
+
 def _check_same_channels(data, validation, path: str) -> None:
     """The validation file must have the estimation file's channels."""
-    for role in ("state", "input", "output"):
-        have = tuple(getattr(validation, f"{role}_names"))
-        want = tuple(getattr(data, f"{role}_names"))
-        if have != want:
-            raise ConfigError(
-                f"config key 'data.validation_file': {path} has {role} columns "
-                f"{list(have)}, but the estimation data has {list(want)}; give a "
-                "file with the same channels."
-            )
+    other = other_channels(data, validation)
+    if other is not None:
+        role, have, want = other
+        raise ConfigError(
+            f"config key 'data.validation_file': {path} has {role} columns "
+            f"{have}, but the estimation data has {want}; give a file with the "
+            "same channels."
+        )
 
 
 def _check_same_dt(data, validation, data_cfg: dict) -> None:

@@ -15,7 +15,7 @@ from typing import Any, TYPE_CHECKING
 
 from ..._type_checks import checks_own_arguments
 from ..config import ConfigError
-from .data import FitData, given_data
+from .data import FitData, given_data, other_channels
 from .estimate import Estimate, fit_outputs_model, refit_on_estimation_data
 from .start import find_start, Start
 
@@ -149,14 +149,13 @@ def _check_arguments(data, validation, model, fraction, split, select) -> None:
                 "dynsys.fit_least_squares and dynsys.fit."
             )
     if validation is not None:
-        for role in ("input", "output"):
-            have = tuple(getattr(validation, f"{role}_names"))
-            want = tuple(getattr(data, f"{role}_names"))
-            if have != want:
-                raise ValueError(
-                    f"identify(validation=...): expected the data's {role} channels "
-                    f"{list(want)}, got {list(have)}."
-                )
+        other = other_channels(data, validation, roles=("input", "output"))
+        if other is not None:
+            role, have, want = other
+            raise ValueError(
+                f"identify(validation=...): expected the data's {role} channels "
+                f"{want}, got {have}."
+            )
         same = data.dt == validation.dt or (
             data.dt is not None
             and validation.dt is not None
@@ -272,19 +271,11 @@ def identify(
     found.order, found.held_out_fit_percent  # 7, (85.9,): as `dynsys fit`
     ```
     """
-    import jax
-
     from ..schema import resolve_config
 
-    _check_arguments(
-        data,
-        validation,
-        model,
-        validation_fraction,
-        validation_split,
-        select_on_validation,
-    )
-    fit_section = {
+    checked = (validation_fraction, validation_split, select_on_validation)
+    _check_arguments(data, validation, model, *checked)
+    fit_keys = {
         "order": order,
         "feedthrough": feedthrough,
         "model": model,
@@ -298,35 +289,49 @@ def identify(
         "offset": offset,
         "stabilise": stabilise,
     }
-    data_section = {
+    data_keys = {
         "validation": validation_fraction,
         "validation_split": validation_split,
         "select_on_validation": select_on_validation,
     }
-    raw = {
+    try:
+        config = resolve_config(_raw_config(seed, precision, fit_keys, data_keys))
+        identified = _estimated(config, data, validation, progress)
+    except ConfigError as error:
+        raise ValueError(_named(str(error))) from None
+    return _in_session_precision(identified)
+
+
+def _raw_config(seed: int, precision: str, fit_keys: dict, data_keys: dict) -> dict:
+    """The `fit` experiment's config of `identify`'s arguments (`None`: the key's
+    default)."""
+    return {
         "kind": "fit",
         "name": "identify",
         "seed": seed,
         "precision": precision,
-        "data": {k: v for k, v in data_section.items() if v is not None},
-        "fit": {k: v for k, v in fit_section.items() if v is not None},
+        "data": {k: v for k, v in data_keys.items() if v is not None},
+        "fit": {k: v for k, v in fit_keys.items() if v is not None},
     }
+
+
+def _estimated(config: dict, data, validation, progress: bool) -> Identified:
+    """`dynsys fit`'s estimation stages on `data` (and `validation`), in the
+    config's precision (inside `jax.enable_x64`, JAX's global setting untouched)."""
+    import jax
+
     echo = print if progress else _silent
     found: list[str] = []
-    try:
-        config = resolve_config(raw)
-        with jax.enable_x64(precision == "float64"):
-            data, validation = (
-                _in_precision(name, given, precision, found, echo)
-                for name, given in (("data", data), ("validation", validation))
-            )
-            fit_data = given_data(config, data, validation, echo)
-            _refuse_unusable(config, fit_data, found, echo)
-            stages = estimate_outputs(config, fit_data, progress, found, echo)
-            identified = _identified(fit_data, stages, found)
-    except ConfigError as error:
-        raise ValueError(_named(str(error))) from None
-    return _in_session_precision(identified)
+    precision = config["precision"]
+    with jax.enable_x64(precision == "float64"):
+        data, validation = (
+            _in_precision(name, given, precision, found, echo)
+            for name, given in (("data", data), ("validation", validation))
+        )
+        fit_data = given_data(config, data, validation, echo)
+        _refuse_unusable(config, fit_data, found, echo)
+        stages = estimate_outputs(config, fit_data, progress, found, echo)
+        return _identified(fit_data, stages, found)
 
 
 def _in_session_precision(identified: Identified) -> Identified:
