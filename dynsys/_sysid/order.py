@@ -391,6 +391,34 @@ def _ranking(rows, criterion: str) -> list[int]:
     return sorted(range(len(rows)), key=lambda i: getattr(rows[i], criterion))
 
 
+def _to_refine(rows, criterion, refine, margin, stable) -> list[int]:
+    """The rows `method="fit"` refines: the best `refine` by the criterion; then up
+    to `refine` more, simpler than all of those, among the rows within `margin`
+    points of the best mean validation fit, fewest parameters first (the choice
+    favours the simplest structure that validates as well, so a simple candidate
+    the subspace method scores nearly as well as the best is the one whose
+    refinement can change it); with `stable`, the best stable row when none of
+    them is stable."""
+    ranking = _ranking(rows, criterion)
+    refined = ranking[: refine or len(rows)]
+    if refine and margin > 0 and criterion == "validation":
+        best = rows[ranking[0]].mean_fit
+        simplest = min(rows[i].parameters for i in refined)
+        near = [
+            i
+            for i in ranking[refine:]
+            if np.isfinite(rows[i].mean_fit)
+            and rows[i].mean_fit >= best - margin
+            and rows[i].parameters < simplest
+        ]
+        near.sort(key=lambda i: (rows[i].parameters, rows[i].order))
+        refined += near[:refine]
+    if stable and not any(rows[i].stable for i in refined):
+        # stable and unstable candidates are judged after the same refinement
+        refined += [i for i in ranking if rows[i].stable][:1]
+    return refined
+
+
 @checks_own_arguments
 def select_order(
     data,
@@ -402,6 +430,7 @@ def select_order(
     val_data=None,
     tolerance: float = 0.2,
     refine: int | None = None,
+    refine_margin: float = 0.0,
     stop_after: int | None = None,
     stable: bool = False,
     stable_margin: float = math.inf,
@@ -443,6 +472,13 @@ def select_order(
     - `refine`: with `method="fit"`, how many of the best subspace candidates are
         refined (`None`: all); with `stable`, the best stable candidate is refined
         too when none of them is stable (the choice compares refined models).
+    - `refine_margin`: with `method="fit"`, a `refine` count and `"validation"`:
+        up to `refine` more candidates are refined, those with the fewest
+        parameters among the ones simpler than the best `refine` and validating
+        within this many fit-% points of the best subspace candidate (`0`: none). A simple structure that the
+        subspace method scores nearly as well as the best is the one the choice
+        (the fewest parameters within `tolerance`) takes if its refinement keeps
+        up, e.g. the true order of a plant recorded under feedback.
     - `stop_after`: stop the scan (orders ascending) once this many successive
         orders have not beaten the best score so far (mean validation fit by more
         than `tolerance`, or the criterion); `None` scans every order.
@@ -483,13 +519,13 @@ def select_order(
         call, s, feedthrough, method, criterion, val_data
     )
     _check_numbers(call, tolerance, stop_after, refine)
-    if isinstance(stable_margin, bool) or not (
-        isinstance(stable_margin, (int, float)) and stable_margin >= 0
-    ):
-        raise ValueError(
-            f"{call}(stable_margin=...): expected a number >= 0, got "
-            f"{stable_margin!r}."
-        )
+    for name, margin in (("stable_margin", stable_margin), ("refine_margin", refine_margin)):
+        if isinstance(margin, bool) or not (
+            isinstance(margin, (int, float)) and margin >= 0
+        ):
+            raise ValueError(
+                f"{call}({name}=...): expected a number >= 0, got {margin!r}."
+            )
     warn_findings(call, check_data(data))
     bases = subspace_bases(call, data, horizon=horizon, offset=offset)
     options = {"bases": bases, "fit": dict(fit_options or {})}
@@ -501,11 +537,7 @@ def select_order(
     if method == "fit":
         from .._fitting.padded import padded_size, worth_padding
 
-        ranking = _ranking(rows, criterion)
-        refined = ranking[: refine or len(rows)]
-        if stable and not any(rows[i].stable for i in refined):
-            # stable and unstable candidates are judged after the same refinement
-            refined += [i for i in ranking if rows[i].stable][:1]
+        refined = _to_refine(rows, criterion, refine, refine_margin, stable)
         size = padded_size((rows[i].order, rows[i].feedthrough) for i in refined)
         if not worth_padding(models[refined[0]], *size, data):
             size = None
