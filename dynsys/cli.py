@@ -258,6 +258,10 @@ def _fit(args: argparse.Namespace) -> int:
             config["fit"][key] = getattr(args, key)
     if args.order is not None:
         config["fit"]["order"] = args.order
+    if args.structure is not None:
+        config["fit"]["structure"] = args.structure
+    if args.orders is not None:
+        config["fit"]["orders"] = args.orders
     if args.feedthrough is not None:
         config["fit"]["feedthrough"] = args.feedthrough
     _check_fit_config(config, args.out)
@@ -361,6 +365,19 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _orders(text: str) -> list[int]:
+    """A comma-separated list of polynomial orders (argparse type)."""
+    try:
+        orders = [int(k) for k in text.split(",")]
+    except ValueError:
+        orders = None
+    if orders is None or any(k < 0 for k in orders):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated orders >= 0, e.g. 2,2,1,1, got {text!r}"
+        )
+    return orders
+
+
 def _indices(text: str) -> list[int]:
     """A comma-separated list of state indices (argparse type)."""
     try:
@@ -376,7 +393,9 @@ _OPTIONS = {
     "'data.inputs'": "--inputs",
     "'data.outputs'": "--outputs",
     "'data.measured_states'": "--measure",
+    "'fit.orders'": "--orders",
     "'fit.order'": "--order",
+    "'fit.structure'": "--structure",
     "'fit.optimizer'": "--optimizer",
     "'fit.model'": "--model",
     "'fit.loss'": "--loss",
@@ -619,6 +638,21 @@ def _add_fit_parser(commands) -> None:
         default=None,
         help="model order for output data (default: a scan of orders 1..10 "
         "scored on the held-out data)",
+    )
+    fit.add_argument(
+        "--structure",
+        choices=["state-space", "armax", "bj"],
+        default=None,
+        help="state-space (default); armax or bj: a polynomial model with a noise "
+        "model, one output, fitted by prediction error and saved as an "
+        "InnovationSystem",
+    )
+    fit.add_argument(
+        "--orders",
+        type=_orders,
+        default=None,
+        help="armax: na,nb,nc,nk; bj: nb,nc,nd,nf,nk (default: a scan of equal "
+        "orders 1..4, nk 0 or 1, on the held-out data)",
     )
     fit.add_argument(
         "--measure",

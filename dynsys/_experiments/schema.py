@@ -162,6 +162,20 @@ def _fit_options() -> dict[str, Option]:
             (int,), None, low=1, help="default: chosen by a structure scan"
         ),
         "subspace_horizon": Option((int,), None, low=1),
+        "structure": Option(
+            (str,),
+            "state-space",
+            ("state-space", "armax", "bj"),
+            "state-space, or a polynomial model with a noise model (one output)",
+        ),
+        "orders": Option(
+            (list,),
+            None,
+            items=int,
+            low=0,
+            high=MAX_DEPTH,
+            help="armax: [na, nb, nc, nk]; bj: [nb, nc, nd, nf, nk]; default: a scan",
+        ),
         "feedthrough": Option(
             (bool,), None, help="fit D (y = C x + D u); default: from the data"
         ),

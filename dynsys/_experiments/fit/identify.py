@@ -44,7 +44,12 @@ def estimate_outputs(
     them: the start (the structure scan when order or feedthrough is not given),
     the output-error fit with early stopping on `data.val`, and, when `data.val`
     was carved from the estimation data, the refit on all of them. The warnings go
-    to `found`; the console lines to `echo`."""
+    to `found`; the console lines to `echo`. A polynomial structure
+    (`fit.structure`, `polynomial.py`) has stages of its own, of the same shape."""
+    from .polynomial import is_polynomial, polynomial_stages
+
+    if is_polynomial(config["fit"]):
+        return polynomial_stages(config, data, found, echo)
     train, val = data.train, data.val
     start = find_start(config, train, val, found, echo)
     estimate = fit_outputs_model(config, start, train, val, progress, found, echo)

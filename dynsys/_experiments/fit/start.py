@@ -26,6 +26,9 @@ class Start:
     chosen: str  # how the order was chosen, in words
     scan: Any  # `(StructureScan, seconds)`, or None without a scan
     notes: list[str]  # summary.md lines: operating point, scan, stabilisation
+    # A polynomial structure (`polynomial.py`; then `subspace`, `begin` and
+    # `singular_values` are `None`): metrics.json's `polynomial` entry.
+    polynomial: dict | None = None
 
 
 def find_start(config: dict, train, val, found: list[str], echo) -> Start:

@@ -109,8 +109,9 @@ def echo_outputs(start, estimate, validation, channels, echo, final=None) -> dic
     for line in assumption_lines(start, estimate, validation):
         echo(f"  note: {line}.")
     refit = "" if final is None else f", refit {final.seconds:.1f} s"
+    first = "structure scan" if start.polynomial is not None else "subspace"
     echo(
-        f"  time: subspace {start.seconds:.2f} s, fit {estimate.seconds:.1f} s"
+        f"  time: {first} {start.seconds:.2f} s, fit {estimate.seconds:.1f} s"
         f"{refit}, validation {validation.seconds:.2f} s"
     )
     return eigenvalues

@@ -43,7 +43,7 @@ def validate_outputs(data, start, estimate, found: list[str], final=None) -> Val
     fitted = estimate.fitted
     if final is not None and data.test is not None:
         fitted = final.fitted
-    models = {"subspace": start.subspace}
+    models = {} if start.subspace is None else {"subspace": start.subspace}
     if start.begin is not start.subspace:
         models["stabilised"] = start.begin
     if final is not None and data.test is not None:
