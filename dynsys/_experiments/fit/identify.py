@@ -114,6 +114,7 @@ _FIT_KEYS = (
 _ARGUMENTS = {
     **{f"fit.{key}": key for key in _FIT_KEYS},
     "data.file": "data",
+    "data.inputs": "data",
     "data": "data",
     "data.validation_file": "validation",
     "data.validation": "validation_fraction",

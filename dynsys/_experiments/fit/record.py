@@ -175,7 +175,9 @@ def output_outcome(
     notes += [f"Warning: {line}" for line in found] + [""] * bool(found)
     assumed = assumption_lines(start, estimate, validation)
     notes += [f"Note: {line}." for line in assumed] + [""] * bool(assumed)
-    notes += with_caveat(uncertainty.notes, metrics, validation.residuals)
+    notes += with_caveat(
+        uncertainty.notes, metrics, validation.residuals, validation.models["fitted"]
+    )
     summary = _output_summary(validation.rows, data.which, data.clean_val)
     summary.update(_final_summary(validation.final))
     metrics = _with_data_checks(metrics, checks)
