@@ -56,8 +56,8 @@ class PolynomialResult:
     metrics: dict
     stop_reason: str | None = None
     converged: bool = True
-    losses: tuple = ()
-    val_losses: tuple = ()
+    losses: list = dataclasses.field(default_factory=list)
+    val_losses: list = dataclasses.field(default_factory=list)
     best_step: int = 0
     covariance: Any = None
     covariance_reason: str = (
@@ -135,9 +135,9 @@ def polynomial_stages(config: dict, data, found: list[str], echo):
     fit_cfg = config["fit"]
     structure = fit_cfg["structure"]
     train, val = data.train, data.val
-    started = time.perf_counter()
     notes = []
     scanned = None
+    started = time.perf_counter()
     with stage("structure scan"):
         if fit_cfg["orders"] is None:
             scanned = _scan(structure, fit_cfg["offset"], train, val, found, echo)
@@ -149,8 +149,8 @@ def polynomial_stages(config: dict, data, found: list[str], echo):
         else:
             orders = dict(zip(ORDER_NAMES[structure], fit_cfg["orders"]))
             chosen = "given"
+    seconds = time.perf_counter() - started  # the scan's (0 without one)
     estimate = _estimate(config, structure, orders, train, found, echo, "fit")
-    seconds = time.perf_counter() - started - estimate.seconds
     start = Start(
         subspace=None,
         begin=None,

@@ -21,7 +21,7 @@ class Start:
 
     subspace: Any  # the subspace estimate
     begin: Any  # what the fit starts from: `subspace`, or its stabilised copy
-    singular_values: np.ndarray
+    singular_values: np.ndarray | None  # None for a polynomial structure
     seconds: float  # the subspace step's, the structure scan's included
     chosen: str  # how the order was chosen, in words
     scan: Any  # `(StructureScan, seconds)`, or None without a scan
