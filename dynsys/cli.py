@@ -616,9 +616,11 @@ def _add_fit_parser(commands) -> None:
     )
     fit.add_argument(
         "--loss",
-        choices=["simulation", "one_step", "shooting"],
+        choices=["simulation", "one_step", "shooting", "prediction"],
         default="simulation",
-        help="simulation (free run), one_step, or shooting (MultipleShooting)",
+        help="simulation (free run), one_step, shooting (MultipleShooting), or "
+        "prediction (a noise model, fitted by its one-step prediction error: "
+        "saved as an InnovationSystem)",
     )
     fit.add_argument("--horizon", type=int, default=20, help="shooting window")
     fit.add_argument(

@@ -147,7 +147,12 @@ def _fit_options() -> dict[str, Option]:
     """The `[fit]` keys of a fit experiment."""
     return {
         "model": Option((str,), "linear", ("linear", "stable", "neural")),
-        "loss": Option((str,), "simulation", ("simulation", "one_step", "shooting")),
+        "loss": Option(
+            (str,),
+            "simulation",
+            ("simulation", "one_step", "shooting", "prediction"),
+            "prediction: a noise model, the one-step prediction error (PEM)",
+        ),
         "horizon": Option((int,), 20, low=1, high=MAX_STEPS, help="shooting window"),
         "optimizer": Option(
             (str,), "default", ("default", "adam", "lbfgs"), "see fit()"

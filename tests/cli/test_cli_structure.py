@@ -194,3 +194,43 @@ def test_structure_config_keys(tmp_path):
         dynsys.run_experiment(
             {**config, "fit": {"structure": "bj", "order": 3}}, out=tmp_path / "r3"
         )
+
+
+@pytest.mark.slow  # two prediction-error fits compiled (about 15 s)
+def test_prediction_loss_fits_a_noise_model(tmp_path, capsys):
+    """`--loss prediction`: a state-space model with a noise model, fitted by its
+    one-step prediction error, whose held-out one-step predictions are as good
+    as the true ARMAX predictor's (scipy's `lfilter` of the true polynomials)."""
+    u, y = _armax_record()
+    path = _csv(tmp_path / "armax.csv", {"u": u, "y": y})
+    out = tmp_path / "run"
+    argv = ["fit", str(path), "--inputs", "u", "--outputs", "y", "--loss"]
+    argv += ["prediction", "--order", "2", "--no-feedthrough", "--steps", "30"]
+    assert _run(argv, out) == 0
+    assert "prediction-error fit (prediction loss" in capsys.readouterr().out
+    assert isinstance(dynsys.load(out / "model.dynsys"), dynsys.InnovationSystem)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["loss"] == "prediction" and metrics["structure"] == "state-space"
+    assert metrics["uncertainty"]["hint"] is None  # it has a noise model
+    # The true predictor's errors e = (A y - B u) / C, over the last third.
+    a, c = [1.0, -1.5, 0.7], [1.0, 0.4]
+    e = scipy.signal.lfilter(a, c, y) - scipy.signal.lfilter([0.0, 1.0, 0.5], c, u)
+    held = slice(400, None)
+    spread = np.linalg.norm(y[held] - y[held].mean())
+    true_fit = 100 * (1 - np.linalg.norm(e[held]) / spread)
+    row = metrics["fit_percent"]["held-out 1-step prediction fit % (Kalman predictor)"]
+    assert row["fitted"][0] > true_fit - 1.0
+    assert row["fitted"][0] >= row["subspace"][0] - 0.1
+
+
+def test_identify_takes_the_structure(tmp_path):
+    u, y = _armax_record(T=300)
+    with jax.enable_x64(True):
+        data = dynsys.Dataset(us=u[None, :, None], ys=y[None, :, None])
+        found = dynsys.identify(data, structure="armax", orders=(2, 2, 1, 1))
+        expected = dynsys.fit_armax(data, na=2, nb=2, nc=1, nk=1)
+        _same_model(found.model, expected)  # refitted on all of `data`
+        assert (found.order, found.feedthrough) == (2, False)
+        two = dynsys.Dataset(us=u[None, :, None], ys=np.stack([y, y], -1)[None])
+        with pytest.raises(ValueError, match=r"identify\(structure=...\): 'armax'"):
+            dynsys.identify(two, structure="armax")

@@ -77,13 +77,15 @@ class Candidate:
     seconds: float
 
 
-def check_polynomial_choice(config: dict, data) -> None:
+def check_structure_choice(config: dict, data) -> None:
     """Refuse (`ConfigError`, one line naming the key) what a polynomial structure
     cannot do, before any work: several outputs, measured states, options of the
-    state-space fit, orders of the wrong count."""
+    state-space fit, orders of the wrong count; and a prediction-error fit of a
+    state-space model without outputs or with another model than `linear`."""
     fit_cfg = config["fit"]
     structure = fit_cfg["structure"]
     if not is_polynomial(fit_cfg):
+        _check_prediction_loss(fit_cfg, data)
         if fit_cfg["orders"] is not None:
             raise ConfigError(
                 "config key 'fit.orders': polynomial orders need config key "
@@ -106,14 +108,18 @@ def check_polynomial_choice(config: dict, data) -> None:
         )
     state_space = {
         "model": ("linear", "'linear'"),
-        "loss": ("simulation", "'simulation' (it minimises the prediction error)"),
+        "loss": (
+            ("simulation", "prediction"),
+            "'prediction' (the default 'simulation' says the same here)",
+        ),
         "optimizer": ("default", "'default'"),
         "order": (None, "unset (the orders: config key 'fit.orders')"),
         "feedthrough": (None, "unset (nk = 0 gives a feedthrough)"),
         "subspace_horizon": (None, "unset"),
     }
     for key, (default, wanted) in state_space.items():
-        if fit_cfg[key] != default:
+        allowed = default if isinstance(default, tuple) else (default,)
+        if fit_cfg[key] not in allowed:
             raise ConfigError(
                 f"config key 'fit.{key}': with config key 'fit.structure' "
                 f"{structure!r} expected {wanted}, got {fit_cfg[key]!r}."
@@ -127,11 +133,26 @@ def check_polynomial_choice(config: dict, data) -> None:
         )
 
 
+def _check_prediction_loss(fit_cfg: dict, data) -> None:
+    """`fit.loss = "prediction"` of a state-space model: outputs, a linear model."""
+    if fit_cfg["loss"] != "prediction":
+        return
+    if data.run.data.ys is None:
+        raise ConfigError(
+            "config key 'fit.loss': 'prediction' needs data with outputs (ys), got "
+            "states only."
+        )
+    if fit_cfg["model"] != "linear":
+        raise ConfigError(
+            "config key 'fit.loss': 'prediction' fits a linear model with a noise "
+            "model (an InnovationSystem); expected config key 'fit.model' 'linear', "
+            f"got {fit_cfg['model']!r}."
+        )
+
+
 def polynomial_stages(config: dict, data, found: list[str], echo):
     """The estimation stages of a polynomial structure: `(Start, Estimate,
-    final Estimate or None)` as `identify.Stages` holds them."""
-    from .identify import Stages
-
+    final Estimate or None)`, the fields of `identify.Stages`."""
     fit_cfg = config["fit"]
     structure = fit_cfg["structure"]
     train, val = data.train, data.val
@@ -166,7 +187,7 @@ def polynomial_stages(config: dict, data, found: list[str], echo):
         final = _estimate(
             config, structure, orders, data.estimation, found, echo, "refit"
         )
-    return Stages(start, estimate, final)
+    return start, estimate, final
 
 
 def _description(structure, orders, chosen, scanned, estimate) -> dict:

@@ -158,6 +158,7 @@ def _subspace_start(fit_cfg: dict, train, val, echo):
                 horizon=horizon,
                 feedthrough=fit_cfg["feedthrough"],
                 offset=offset,
+                noise_model=fit_cfg["loss"] == "prediction",
             )
         except ValueError as error:
             key = "fit.subspace_horizon" if "(horizon=" in str(error) else "fit.order"
@@ -206,6 +207,8 @@ def _stabilised_if_needed(fit_cfg: dict, start, train, val, found, echo):
 
     rho = fit_checks.spectral_radius(start)
     if rho < 1.0 or not fit_checks.looks_bounded(train):
+        return start, []
+    if fit_cfg["loss"] == "prediction":  # its Kalman predictor is stable anyway
         return start, []
     if not fit_cfg["stabilise"]:
         fit_checks.add(
