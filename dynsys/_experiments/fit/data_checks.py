@@ -83,7 +83,7 @@ def _refuse_constant_inputs(config: dict, data, source: str) -> None:
         advice = (
             f"leave {'them' if s else 'it'} out of config key "
             f"'data.inputs' (keeping {', '.join(repr(n) for n in others)}), or "
-            "record it excited (steps, noise, a chirp)"
+            f"record {'them' if s else 'it'} excited (steps, noise, a chirp)"
         )
     else:
         advice = "excite the system (steps, noise, a chirp) and record it again"
