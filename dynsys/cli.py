@@ -596,7 +596,10 @@ def _add_fit_parser(commands) -> None:
         "1..10 with and without D, scored on the held-out data, unless --order / "
         "--feedthrough / --no-feedthrough), "
         "refined by an output-error fit, then compared on held-out experiments "
-        "with residual analysis and a Bode plot. Writes a run folder: config.toml, "
+        "with residual analysis and a Bode plot (--loss prediction: a noise model "
+        "fitted by its prediction error; --structure armax|bj, one output: a "
+        "polynomial model with a noise model instead). Writes a run folder: "
+        "config.toml, "
         "model.dynsys, metrics.json, history.csv, PNG figures and summary.md (the "
         "same as `dynsys run` with kind = 'fit').",
     )

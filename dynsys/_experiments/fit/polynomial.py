@@ -171,6 +171,12 @@ def polynomial_stages(config: dict, data, found: list[str], echo):
             orders = dict(zip(ORDER_NAMES[structure], fit_cfg["orders"]))
             chosen = "given"
     seconds = time.perf_counter() - started  # the scan's (0 without one)
+    notes += [
+        f"A {NAMES[structure]} model has no subspace step and no optimiser history: "
+        "no singular_values.png, loss.png or order_scan.png; the residual figure "
+        "and tests are of its innovations (one-step prediction errors).",
+        "",
+    ]
     estimate = _estimate(config, structure, orders, train, found, echo, "fit")
     start = Start(
         subspace=None,
