@@ -258,6 +258,10 @@ def _fit(args: argparse.Namespace) -> int:
             config["fit"][key] = getattr(args, key)
     if args.order is not None:
         config["fit"]["order"] = args.order
+    if args.structure is not None:
+        config["fit"]["structure"] = args.structure
+    if args.orders is not None:
+        config["fit"]["orders"] = args.orders
     if args.feedthrough is not None:
         config["fit"]["feedthrough"] = args.feedthrough
     _check_fit_config(config, args.out)
@@ -361,6 +365,19 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _orders(text: str) -> list[int]:
+    """A comma-separated list of polynomial orders (argparse type)."""
+    try:
+        orders = [int(k) for k in text.split(",")]
+    except ValueError:
+        orders = None
+    if orders is None or any(k < 0 for k in orders):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated orders >= 0, e.g. 2,2,1,1, got {text!r}"
+        )
+    return orders
+
+
 def _indices(text: str) -> list[int]:
     """A comma-separated list of state indices (argparse type)."""
     try:
@@ -376,7 +393,9 @@ _OPTIONS = {
     "'data.inputs'": "--inputs",
     "'data.outputs'": "--outputs",
     "'data.measured_states'": "--measure",
+    "'fit.orders'": "--orders",
     "'fit.order'": "--order",
+    "'fit.structure'": "--structure",
     "'fit.optimizer'": "--optimizer",
     "'fit.model'": "--model",
     "'fit.loss'": "--loss",
@@ -577,7 +596,10 @@ def _add_fit_parser(commands) -> None:
         "1..10 with and without D, scored on the held-out data, unless --order / "
         "--feedthrough / --no-feedthrough), "
         "refined by an output-error fit, then compared on held-out experiments "
-        "with residual analysis and a Bode plot. Writes a run folder: config.toml, "
+        "with residual analysis and a Bode plot (--loss prediction: a noise model "
+        "fitted by its prediction error; --structure armax|bj, one output: a "
+        "polynomial model with a noise model instead). Writes a run folder: "
+        "config.toml, "
         "model.dynsys, metrics.json, history.csv, PNG figures and summary.md (the "
         "same as `dynsys run` with kind = 'fit').",
     )
@@ -597,9 +619,11 @@ def _add_fit_parser(commands) -> None:
     )
     fit.add_argument(
         "--loss",
-        choices=["simulation", "one_step", "shooting"],
+        choices=["simulation", "one_step", "shooting", "prediction"],
         default="simulation",
-        help="simulation (free run), one_step, or shooting (MultipleShooting)",
+        help="simulation (free run), one_step, shooting (MultipleShooting), or "
+        "prediction (a noise model, fitted by its one-step prediction error: "
+        "saved as an InnovationSystem)",
     )
     fit.add_argument("--horizon", type=int, default=20, help="shooting window")
     fit.add_argument(
@@ -619,6 +643,21 @@ def _add_fit_parser(commands) -> None:
         default=None,
         help="model order for output data (default: a scan of orders 1..10 "
         "scored on the held-out data)",
+    )
+    fit.add_argument(
+        "--structure",
+        choices=["state-space", "armax", "bj"],
+        default=None,
+        help="state-space (default); armax or bj: a polynomial model with a noise "
+        "model, one output, fitted by prediction error and saved as an "
+        "InnovationSystem",
+    )
+    fit.add_argument(
+        "--orders",
+        type=_orders,
+        default=None,
+        help="armax: na,nb,nc,nk; bj: nb,nc,nd,nf,nk (default: a scan of equal "
+        "orders 1..4, nk 0 or 1, on the held-out data)",
     )
     fit.add_argument(
         "--measure",

@@ -69,7 +69,7 @@ def _input_findings(us_rows, names, order, dtype) -> list[DataFinding]:
                     "(the model's response to it is undefined).",
                 )
             )
-        elif np.ptp(u) <= _round_off(u, dtype):
+        elif _is_constant(u, dtype):
             findings.append(
                 DataFinding(
                     "warn",
@@ -83,6 +83,30 @@ def _input_findings(us_rows, names, order, dtype) -> list[DataFinding]:
     if exciting:
         findings += _excitation_findings(us_rows, names, exciting, order)
     return findings
+
+
+def _is_constant(u: np.ndarray, dtype) -> bool:
+    """Whether an input channel varies by no more than round-off."""
+    return bool(np.ptp(u) <= _round_off(u, dtype))
+
+
+def constant_inputs(data, dtype=None) -> list[tuple[str, float]]:
+    """The input channels of `data` that are zero or constant over every valid
+    step (`check_data`'s `input_zero` and `input_constant`): `(name, value)` each
+    (`name` the column's, else `"input j"`)."""
+    us = getattr(data, "us", None)
+    if us is None or np.asarray(us).shape[-1] == 0 or not _on_this_host(us):
+        return []
+    us = np.asarray(us)
+    lengths = tuple(getattr(data, "lengths", None) or (us.shape[1],) * us.shape[0])
+    flat = np.concatenate(_valid_rows(us, lengths))
+    dtype = np.dtype(dtype if dtype is not None else us.dtype)
+    names = tuple(getattr(data, "input_names", ()) or ())
+    return [
+        (names[j] if j < len(names) else f"input {j}", float(flat[0, j]))
+        for j in range(flat.shape[1])
+        if _is_constant(flat[:, j], dtype)
+    ]
 
 
 def _hankel_gram(us_rows, columns, depth: int) -> np.ndarray:

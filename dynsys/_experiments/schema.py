@@ -147,7 +147,12 @@ def _fit_options() -> dict[str, Option]:
     """The `[fit]` keys of a fit experiment."""
     return {
         "model": Option((str,), "linear", ("linear", "stable", "neural")),
-        "loss": Option((str,), "simulation", ("simulation", "one_step", "shooting")),
+        "loss": Option(
+            (str,),
+            "simulation",
+            ("simulation", "one_step", "shooting", "prediction"),
+            "prediction: a noise model, the one-step prediction error (PEM)",
+        ),
         "horizon": Option((int,), 20, low=1, high=MAX_STEPS, help="shooting window"),
         "optimizer": Option(
             (str,), "default", ("default", "adam", "lbfgs"), "see fit()"
@@ -162,6 +167,20 @@ def _fit_options() -> dict[str, Option]:
             (int,), None, low=1, help="default: chosen by a structure scan"
         ),
         "subspace_horizon": Option((int,), None, low=1),
+        "structure": Option(
+            (str,),
+            "state-space",
+            ("state-space", "armax", "bj"),
+            "state-space, or a polynomial model with a noise model (one output)",
+        ),
+        "orders": Option(
+            (list,),
+            None,
+            items=int,
+            low=0,
+            high=MAX_DEPTH,
+            help="armax: [na, nb, nc, nk]; bj: [nb, nc, nd, nf, nk]; default: a scan",
+        ),
         "feedthrough": Option(
             (bool,), None, help="fit D (y = C x + D u); default: from the data"
         ),

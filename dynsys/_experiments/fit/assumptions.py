@@ -70,7 +70,7 @@ def assumption_lines(start, estimate, validation) -> list[str]:
     """Every line above for an input–output fit (`start` a `Start`, `estimate` an
     `Estimate`, `validation` a `Validation`)."""
     fitted = validation.comparisons["fitted"]
-    which = next(iter(validation.rows)).split(" fit %")[0]
+    which = list(validation.rows)[-1].split(" fit %")[0]
     residuals = validation.residuals
     return [
         *no_dt_line(estimate.fitted.dt),

@@ -36,9 +36,23 @@ def captured_warnings(found: list[str]):
                 add(found, str(item.message))
 
 
+# Advice of the library's warnings written as a Python call, as the config key
+# that does the same in a fit run (`dynsys fit` names its option instead).
+_RUN_ADVICE = {
+    "fit(fit_subspace(data, noise_model=True), data, loss=Prediction())": (
+        "config key 'fit.loss' prediction (a noise model fitted by its one-step "
+        "prediction error), or config key 'fit.structure' armax or bj for one "
+        "output"
+    ),
+}
+
+
 def add(found: list[str], message: str) -> None:
-    """Append `message` (one line, no trailing full stop doubled) unless present."""
+    """Append `message` (one line, no trailing full stop doubled, a library
+    call's advice as the run's config key: `_RUN_ADVICE`) unless present."""
     line = " ".join(message.split()).rstrip(".") + "."
+    for call, key in _RUN_ADVICE.items():
+        line = line.replace(call, key)
     if line not in found:
         found.append(line)
 

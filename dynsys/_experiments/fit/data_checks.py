@@ -4,6 +4,7 @@ fitted."""
 
 import dataclasses
 import hashlib
+import pathlib
 
 import numpy as np
 
@@ -46,8 +47,13 @@ def run_data_checks(config: dict, data, source: str, echo) -> list[dict]:
     from ..._data.checks import check_data
 
     findings = check_data(data, order=config["fit"]["order"], dtype=config["precision"])
+    unexcited = ("input_zero", "input_constant")  # refused here: no model of B
+    findings = [
+        f._replace(level="refuse") if f.kind in unexcited else f for f in findings
+    ]
     for finding in findings:
         echo(f"  data check ({finding.level}): {finding.message}")
+    _refuse_constant_inputs(config, data, source)
     refused = [f.message for f in findings if f.level == "refuse"]
     if refused:
         key = "data.file" if config["data"]["file"] is not None else "data"
@@ -55,6 +61,40 @@ def run_data_checks(config: dict, data, source: str, echo) -> list[dict]:
             f"config key '{key}': {source} cannot support a model: " + " ".join(refused)
         )
     return [finding._asdict() for finding in findings]
+
+
+def _refuse_constant_inputs(config: dict, data, source: str) -> None:
+    """A `ConfigError` naming the input columns that are zero or constant
+    throughout: a model cannot learn their effect (`B`), and a fit would still
+    "succeed" and validate on held-out data of the same kind. With other inputs
+    that vary, the advice is to leave the constant ones out of `data.inputs`."""
+    from ..._data.checks import constant_inputs
+
+    constant = constant_inputs(data, config["precision"])
+    if not constant:
+        return
+    names = [name for name, _ in constant]
+    others = [n for n in (data.input_names or ()) if n not in names]
+    which = ", ".join(repr(n) for n in names)
+    values = ", ".join(f"{v:.6g}" for _, v in constant)
+    is_are = "is" if len(names) == 1 else "are"
+    s = "" if len(names) == 1 else "s"
+    if others:
+        advice = (
+            f"leave {'them' if s else 'it'} out of config key "
+            f"'data.inputs' (keeping {', '.join(repr(n) for n in others)}), or "
+            f"record {'them' if s else 'it'} excited (steps, noise, a chirp)"
+        )
+    else:
+        advice = "excite the system (steps, noise, a chirp) and record it again"
+    file = config["data"]["file"]
+    key = "data.inputs" if file is not None else "data.input_scale"
+    where = pathlib.Path(file).name if file is not None else source.split(":")[0]
+    raise ConfigError(
+        f"config key '{key}': the input{s} {which} {is_are} constant ({values} "
+        f"throughout) in {where}: no model can learn {'their' if s else 'its'} "
+        f"effect (B); {advice}."
+    )
 
 
 def _fingerprints(data) -> list[str]:

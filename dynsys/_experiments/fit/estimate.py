@@ -36,7 +36,13 @@ def stable_if_asked(fit_cfg: dict, model):
 
 
 def as_linear(model):
-    """A stable linear model as the linear system it is; other models as they are."""
+    """A stable linear model as the linear system it is; other models (an
+    `InnovationSystem`, whose noise model the validation's residuals use) as they
+    are."""
+    from ..._systems.innovation import InnovationSystem
+
+    if isinstance(model, InnovationSystem):
+        return model
     return model.to_linear() if hasattr(model, "to_linear") else model
 
 
@@ -108,8 +114,9 @@ def fit_outputs_model(config, start, train, val, progress, found, echo) -> Estim
     fit_checks.model_warnings("fitted", estimate.fitted, train, found)
     continued = estimate.continued
     scanned = f" ({continued} of them the structure scan's)" if continued else ""
+    kind = "prediction-error" if fit_cfg["loss"] == "prediction" else "output-error"
     echo(
-        f"  output-error fit ({fit_cfg['loss']} loss, {estimate.optimiser}): "
+        f"  {kind} fit ({fit_cfg['loss']} loss, {estimate.optimiser}): "
         f"{len(result.losses)} steps{scanned}, {estimate.seconds:.1f} s, best "
         f"step {result.best_step}"
     )
@@ -126,6 +133,28 @@ def fit_outputs_model(config, start, train, val, progress, found, echo) -> Estim
 REFIT_STEPS = 30
 
 
+def _unstable_predictor(model, found: list[str], echo) -> bool:
+    """Whether `model` has a noise model whose Kalman predictor is unstable (a
+    prediction-error fit cannot start from it), with the warning that the refit
+    is skipped."""
+    from ..._fitting.prediction_fit import predictor_radius
+    from ..._systems.innovation import InnovationSystem
+
+    if not isinstance(model, InnovationSystem):
+        return False
+    radius = predictor_radius(model)
+    if radius < 1.0:
+        return False
+    line = (
+        f"the fitted model's Kalman predictor is unstable (spectral radius of K - L C "
+        f"{radius:.4g}), so the refit on all the estimation data cannot start from "
+        "it: the model fitted on their first part is kept as the final one"
+    )
+    echo(f"  warning: {line}")
+    fit_checks.add(found, line)
+    return True
+
+
 def refit_on_estimation_data(config, estimate, data, progress, found, echo):
     """The final model when the held-out data were carved from the estimation data
     (`data.carved`): the chosen structure refitted on all of them, from the model
@@ -138,6 +167,8 @@ def refit_on_estimation_data(config, estimate, data, progress, found, echo):
     capped = min(steps, REFIT_STEPS) if steps is not None else REFIT_STEPS
     short = {**config, "fit": {**config["fit"], "steps": capped}}
     said: list[str] = []  # the refit's own warnings: only for a refit that is kept
+    if _unstable_predictor(estimate.result.model, found, echo):
+        return None
     with fit_checks.captured_warnings(said):
         final = fit_model(
             short,

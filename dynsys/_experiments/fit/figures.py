@@ -35,17 +35,21 @@ def _plain_figures(report, singular_values, order, residuals, result) -> dict:
     from ... import plot
 
     p = report.output_size
-    return {
-        "singular_values.png": plot.singular_values(singular_values, order=order),
-        "residuals.png": plot.residuals(
-            residuals, channels=None if p <= 8 else range(8)
-        ),
-        "loss.png": _loss_figure(
+    figures = {}
+    if singular_values is not None:  # none for a polynomial structure
+        figures["singular_values.png"] = plot.singular_values(
+            singular_values, order=order
+        )
+    figures["residuals.png"] = plot.residuals(
+        residuals, channels=None if p <= 8 else range(8)
+    )
+    if len(result.losses):  # a polynomial fit has no optimiser history
+        figures["loss.png"] = _loss_figure(
             result,
             "output-error loss",
             "output error (each channel's squared error / its variance)",
-        ),
-    }
+        )
+    return figures
 
 
 def _output_figures(
@@ -101,7 +105,7 @@ def _output_figures(
         report, shown, ROLES, where, extras.get("comparison.png", {})
     )
     figures |= {
-        "singular_values.png": plain["singular_values.png"],
+        "singular_values.png": plain.get("singular_values.png"),
         "bode.png": plot.bode(
             estimated,
             **responses,
@@ -123,8 +127,9 @@ def _output_figures(
             title="eigenvalues of K" + flag("eigenvalues.png", "confidence"),
             **extras.get("eigenvalues.png", {}),
         ),
-        "loss.png": plain["loss.png"],
+        "loss.png": plain.get("loss.png"),
     }
+    figures = {name: f for name, f in figures.items() if f is not None}
     return figures | plain  # the rest of `plain` (the structure scan's) last
 
 
@@ -269,7 +274,7 @@ def submit_plain_figures(data, start, validation, estimate) -> dict:
         plain = _plain_figures(
             data.report,
             start.singular_values,
-            start.subspace.state_size,
+            None if start.subspace is None else start.subspace.state_size,
             validation.residuals,
             estimate.result,
         )

@@ -44,7 +44,12 @@ def estimate_outputs(
     them: the start (the structure scan when order or feedthrough is not given),
     the output-error fit with early stopping on `data.val`, and, when `data.val`
     was carved from the estimation data, the refit on all of them. The warnings go
-    to `found`; the console lines to `echo`."""
+    to `found`; the console lines to `echo`. A polynomial structure
+    (`fit.structure`, `polynomial.py`) has stages of its own, of the same shape."""
+    from .polynomial import is_polynomial, polynomial_stages
+
+    if is_polynomial(config["fit"]):
+        return Stages(*polynomial_stages(config, data, found, echo))
     train, val = data.train, data.val
     start = find_start(config, train, val, found, echo)
     estimate = fit_outputs_model(config, start, train, val, progress, found, echo)
@@ -61,8 +66,10 @@ class Identified:
     **Fields:**
 
     - `model`: the identified model, as `dynsys fit` saves it in `model.dynsys`: a
-        `LinearSystem` (`StableLinearSystem` with `model="stable"`). With a held-out
-        part carved from `data`, the chosen structure refitted on all of `data`
+        `LinearSystem` (`StableLinearSystem` with `model="stable"`; an
+        `InnovationSystem` with `loss="prediction"` or `structure="armax"` or
+        `"bj"`). With a held-out part carved from `data`, the chosen structure
+        refitted on all of `data`
         (or `first_part` when that refit ended unstable).
     - `order`, `feedthrough`: its structure (`feedthrough`: whether it has `D`).
     - `held_out_fit_percent`: the fit % per output channel (MATLAB's `compare`)
@@ -93,6 +100,8 @@ class Identified:
 
 # The config keys `identify`'s arguments set, by argument (named after the keys).
 _FIT_KEYS = (
+    "structure",
+    "orders",
     "order",
     "feedthrough",
     "model",
@@ -109,6 +118,7 @@ _FIT_KEYS = (
 _ARGUMENTS = {
     **{f"fit.{key}": key for key in _FIT_KEYS},
     "data.file": "data",
+    "data.inputs": "data",
     "data": "data",
     "data.validation_file": "validation",
     "data.validation": "validation_fraction",
@@ -190,6 +200,8 @@ def identify(
     data: "Dataset",
     *,
     validation: "Dataset | None" = None,
+    structure: str = "state-space",
+    orders: tuple[int, ...] | list[int] | None = None,
     order: int | None = None,
     feedthrough: bool | None = None,
     model: str = "linear",
@@ -230,11 +242,20 @@ def identify(
     - `validation`: a `Dataset` with the same channels, a clean test that chooses
         nothing and only scores `model` (`--validation-data`); with
         `select_on_validation=True` it is the held-out data that choose instead.
+    - `structure`: `"state-space"` (the default), or `"armax"` / `"bj"`: a
+        polynomial model with a noise model (one output), fitted by prediction
+        error (`fit_armax`, `fit_box_jenkins`) and returned as an
+        `InnovationSystem` (`dynsys fit --structure`).
+    - `orders`: the polynomial orders, `(na, nb, nc, nk)` for `"armax"`,
+        `(nb, nc, nd, nf, nk)` for `"bj"` (default: a scan of equal orders 1 to 4
+        with `nk` 0 or 1 on the held-out part).
     - `order`: the model order (default: chosen by the structure scan).
     - `feedthrough`: fit `D` (`y = C x + D u`); default: chosen by the scan.
     - `model`: `"linear"` or `"stable"` (a `StableLinearSystem`).
     - `loss`, `horizon`: `"simulation"`, `"one_step"` or `"shooting"` (with a
-        window of `horizon` steps).
+        window of `horizon` steps), or `"prediction"`: a noise model (start
+        `fit_subspace(..., noise_model=True)`) fitted by its one-step prediction
+        error, an `InnovationSystem`.
     - `optimizer`, `steps`, `lr`, `batch_size`: `"default"` (Levenberg–Marquardt,
         no tuning), `"adam"` (learning rate `lr`) or `"lbfgs"`; the step cap
         (default: the optimiser's); trajectories per step.
@@ -276,6 +297,8 @@ def identify(
     checked = (validation_fraction, validation_split, select_on_validation)
     _check_arguments(data, validation, model, *checked)
     fit_keys = {
+        "structure": structure,
+        "orders": None if orders is None else [int(k) for k in orders],
         "order": order,
         "feedthrough": feedthrough,
         "model": model,
@@ -394,8 +417,10 @@ def _refuse_unusable(config: dict, data: FitData, found: list[str], echo) -> Non
     the split: repeated experiments, an option that holds nothing out) to
     `found`."""
     from .data_checks import check_data
+    from .polynomial import check_structure_choice
 
     findings = check_data(config, data, echo).findings
+    check_structure_choice(config, data)
     found += [f["message"] for f in findings if f["level"] == "warn"]
 
 
@@ -414,11 +439,13 @@ def _identified(data: FitData, stages: Stages, found: list[str]) -> Identified:
         return tuple(float(v) for v in np.asarray(compare(model, on).fit_percent))
 
     scan = stages.start.scan
-    subspace = stages.start.subspace
+    structure = stages.start.subspace  # the chosen structure's start
+    if structure is None:  # a polynomial structure: its first fit
+        structure = estimate.result.model
     return Identified(
         model=kept.result.model,
-        order=int(subspace.state_size),
-        feedthrough=subspace.D is not None,
+        order=int(structure.state_size),
+        feedthrough=structure.D is not None,
         held_out_fit_percent=percent(estimate.fitted, data.val),
         test_fit_percent=percent(kept.fitted, data.test),
         first_part=estimate.result.model,

@@ -57,7 +57,10 @@ def scan_structure(fit_cfg: dict, train, val, echo):
     if train.us is None:
         feedthrough = (False,)
     refine = {}
-    if val is not None and len(orders) * len(feedthrough) > 1:
+    # The refinement is an output-error fit; a prediction-error fit starts from the
+    # chosen subspace estimate with its noise model instead.
+    prediction = fit_cfg["loss"] == "prediction"
+    if val is not None and len(orders) * len(feedthrough) > 1 and not prediction:
         refine = {
             "method": "fit",
             "refine": SCAN_REFINE,
@@ -85,6 +88,7 @@ def scan_structure(fit_cfg: dict, train, val, echo):
             horizon=fit_cfg["subspace_horizon"],
             feedthrough=scan.feedthrough,
             offset=fit_cfg["offset"],
+            noise_model=prediction,
         )
     except ValueError as error:
         key = "fit.subspace_horizon" if "(horizon=" in str(error) else "fit.order"

@@ -129,16 +129,12 @@ def output_outcome(
     result = estimate.result
     fitted = (final if final is not None else estimate).fitted  # the saved model
     report, channels = data.report, list(data.report.output_names)
-    subspace = start.subspace
     metrics = {
         "source": data.run.source,
         "columns": _column_names(data.run.data),
         "model": fit_cfg["model"],
-        "order": subspace.state_size,
-        "order_chosen": fit_cfg["order"] is None,
-        **scan_metrics(start.scan, subspace, fit_cfg),
-        "singular_values": start.singular_values.tolist(),
-        "loss": fit_cfg["loss"],
+        **_structure_metrics(start, fitted, fit_cfg),
+        "loss": fit_cfg["loss"] if start.polynomial is None else "prediction",
         "optimizer": estimate.optimiser,
         "steps_run": int(len(result.losses)),
         "steps_continued": estimate.continued,
@@ -146,8 +142,8 @@ def output_outcome(
         "stop_reason": estimate.stop_reason,
         "warnings": list(found),
         "dt": report.dt,
-        "offset_removed": subspace.output_level is not None,
-        "stabilised_start": start.begin is not subspace,
+        "offset_removed": fitted.output_level is not None,
+        "stabilised_start": start.begin is not start.subspace,
         "input_level": _levels(fitted.input_level),
         "output_level": _levels(fitted.output_level),
         "fit_metrics": result.metrics,
@@ -173,21 +169,64 @@ def output_outcome(
         )
     if neural is not None:
         metrics["neural"] = neural.metrics
-    described = (
-        f"Subspace start of order {subspace.state_size} ({start.chosen}); "
-        f"output-error fit with {estimate.optimiser}, {fit_cfg['loss']} loss."
-    )
+    described = _described(start, estimate, fit_cfg)
     notes = _head_notes(data, described, start.notes, result)
     notes += _roles_notes(config, data, validation.final)
     notes += [f"Warning: {line}" for line in found] + [""] * bool(found)
     assumed = assumption_lines(start, estimate, validation)
     notes += [f"Note: {line}." for line in assumed] + [""] * bool(assumed)
-    notes += with_caveat(uncertainty.notes, metrics, validation.residuals)
+    notes += with_caveat(
+        uncertainty.notes, metrics, validation.residuals, validation.models["fitted"]
+    )
     summary = _output_summary(validation.rows, data.which, data.clean_val)
     summary.update(_final_summary(validation.final))
     metrics = _with_data_checks(metrics, checks)
     kept = final.result.model if final is not None else None
     return _outcome(data, estimate, metrics, summary, figures, notes, neural, kept)
+
+
+def _structure_metrics(start, fitted, fit_cfg: dict) -> dict:
+    """The keys of metrics.json about the model's structure: `structure`, the
+    order (state size), the structure scan, the singular values; a polynomial
+    structure's orders and the Kalman gain under `polynomial`."""
+    if start.polynomial is None:
+        return {
+            "structure": "state-space",
+            "order": start.subspace.state_size,
+            "order_chosen": fit_cfg["order"] is None,
+            **scan_metrics(start.scan, start.subspace, fit_cfg),
+            "singular_values": start.singular_values.tolist(),
+        }
+    return {
+        "structure": fit_cfg["structure"],
+        "order": int(fitted.state_size),
+        "order_chosen": start.polynomial["orders_chosen"],
+        "feedthrough": fitted.D is not None,
+        "feedthrough_chosen": start.polynomial["orders_chosen"],
+        "structure_scan": None,
+        "singular_values": None,
+        "polynomial": start.polynomial,
+        "kalman_gain": np.asarray(fitted.kalman_gain).tolist(),
+    }
+
+
+def _described(start, estimate, fit_cfg: dict) -> str:
+    """summary.md's line on what was fitted."""
+    from .polynomial import NAMES, orders_text
+
+    if start.polynomial is None:
+        return (
+            f"Subspace start of order {start.subspace.state_size} ({start.chosen}); "
+            f"output-error fit with {estimate.optimiser}, {fit_cfg['loss']} loss."
+        )
+    described = start.polynomial
+    return (
+        f"{NAMES[described['structure']]} model "
+        f"({orders_text(described['orders'])}; {start.chosen}), fitted by "
+        f"{estimate.optimiser} of the one-step prediction errors; saved as an "
+        f"InnovationSystem of state size {described['state_size']} (its Kalman "
+        "predictor is the model's one-step predictor)."
+    )
 
 
 def _roles_metrics(config, data, scores) -> dict:

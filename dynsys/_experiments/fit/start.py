@@ -21,11 +21,14 @@ class Start:
 
     subspace: Any  # the subspace estimate
     begin: Any  # what the fit starts from: `subspace`, or its stabilised copy
-    singular_values: np.ndarray
+    singular_values: np.ndarray | None  # None for a polynomial structure
     seconds: float  # the subspace step's, the structure scan's included
     chosen: str  # how the order was chosen, in words
     scan: Any  # `(StructureScan, seconds)`, or None without a scan
     notes: list[str]  # summary.md lines: operating point, scan, stabilisation
+    # A polynomial structure (`polynomial.py`; then `subspace`, `begin` and
+    # `singular_values` are `None`): metrics.json's `polynomial` entry.
+    polynomial: dict | None = None
 
 
 def find_start(config: dict, train, val, found: list[str], echo) -> Start:
@@ -155,6 +158,7 @@ def _subspace_start(fit_cfg: dict, train, val, echo):
                 horizon=horizon,
                 feedthrough=fit_cfg["feedthrough"],
                 offset=offset,
+                noise_model=fit_cfg["loss"] == "prediction",
             )
         except ValueError as error:
             key = "fit.subspace_horizon" if "(horizon=" in str(error) else "fit.order"
@@ -203,6 +207,8 @@ def _stabilised_if_needed(fit_cfg: dict, start, train, val, found, echo):
 
     rho = fit_checks.spectral_radius(start)
     if rho < 1.0 or not fit_checks.looks_bounded(train):
+        return start, []
+    if fit_cfg["loss"] == "prediction":  # its Kalman predictor is stable anyway
         return start, []
     if not fit_cfg["stabilise"]:
         fit_checks.add(

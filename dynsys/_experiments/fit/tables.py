@@ -105,24 +105,29 @@ def echo_outputs(start, estimate, validation, channels, echo, final=None) -> dic
     for line in final_lines(validation.final):
         echo(f"  {line}")
     echo("")
-    _echo_caveat(validation.residuals, echo)
+    _echo_caveat(validation.residuals, validation.models["fitted"], echo)
     for line in assumption_lines(start, estimate, validation):
         echo(f"  note: {line}.")
     refit = "" if final is None else f", refit {final.seconds:.1f} s"
+    first = "structure scan" if start.polynomial is not None else "subspace"
     echo(
-        f"  time: subspace {start.seconds:.2f} s, fit {estimate.seconds:.1f} s"
+        f"  time: {first} {start.seconds:.2f} s, fit {estimate.seconds:.1f} s"
         f"{refit}, validation {validation.seconds:.2f} s"
     )
     return eigenvalues
 
 
-def _echo_caveat(residuals, echo) -> None:
-    """One line when the residual tests fail: the bands are too narrow."""
-    from .uncertainty import band_caveat
+def _echo_caveat(residuals, fitted, echo) -> None:
+    """One line when the residual tests fail: the bands are too narrow; and one
+    when a noise model may whiten them (`noise_model_hint`)."""
+    from .uncertainty import band_caveat, noise_model_hint
 
     caveat = band_caveat(residuals)
     if caveat is not None:
         echo(f"  bands: {caveat}.")
+    hint = noise_model_hint(residuals, fitted)
+    if hint is not None:
+        echo(f"  hint: {hint}.")
 
 
 def final_lines(scores: dict | None) -> list[str]:

@@ -18,7 +18,8 @@ class FitConfig:
 
     **Fields:**
 
-    - `loss`: the loss object (`Simulation()`, `OneStep()`, `MultipleShooting(h)`).
+    - `loss`: the loss object (`Simulation()`, `OneStep()`, `MultipleShooting(h)`,
+        `Prediction(1)`).
     - `solver`: `None` (the default: let `fit` choose) or an optax transform.
     - `num_steps`: the step cap (`None`: the solver's own).
     - `batch_size`: trajectories per step (`None`: all).
@@ -69,12 +70,14 @@ def _solver(fit_cfg: dict):
 
 def _loss(fit_cfg: dict, train_data):
     """`fit`'s loss object from the config key `fit.loss`."""
-    from ..._fitting.losses import MultipleShooting, OneStep, Simulation
+    from ..._fitting.losses import MultipleShooting, OneStep, Prediction, Simulation
 
     if fit_cfg["loss"] == "simulation":
         return Simulation()
     if fit_cfg["loss"] == "one_step":
         return OneStep()
+    if fit_cfg["loss"] == "prediction":
+        return Prediction(1)  # the prediction-error method, on a noise model
     if fit_cfg["horizon"] > train_data.num_steps:
         raise ConfigError(
             f"config key 'fit.horizon': the shooting window ({fit_cfg['horizon']} "

@@ -195,8 +195,7 @@ def band_caveat(residuals) -> str | None:
     found = []
     auto = np.abs(np.asarray(residuals.autocorrelation)[1:])
     cross = residuals.cross_correlation
-    tested = auto.size + (0 if cross is None else np.asarray(cross).size)
-    bound = _family_bound(float(residuals.bound), tested)
+    bound = _tested_bound(residuals)
     if auto.size and np.max(auto) > bound:
         lag, i = np.unravel_index(np.argmax(auto), auto.shape)
         found.append(
@@ -220,6 +219,33 @@ def band_caveat(residuals) -> str | None:
         f"the residuals are {' and '.join(found)}: the model misses part of the "
         f"dynamics or the noise is coloured, so the {100 * LEVEL:g} % bands and the "
         "± values assume what the data do not show and are too narrow"
+    )
+
+
+def _tested_bound(residuals) -> float:
+    """`residuals.bound` widened for every lag and channel `band_caveat` tests."""
+    auto = np.asarray(residuals.autocorrelation)[1:]
+    cross = residuals.cross_correlation
+    tested = auto.size + (0 if cross is None else np.asarray(cross).size)
+    return _family_bound(float(residuals.bound), tested)
+
+
+def noise_model_hint(residuals, fitted) -> str | None:
+    """One line when a state-space model of one output (`fitted` not an
+    `InnovationSystem`) leaves residuals that are not white (`band_caveat`'s
+    test): a polynomial structure with its own noise model may whiten them, and
+    the option that fits one. `None` otherwise."""
+    from ..._systems.innovation import InnovationSystem
+
+    auto = np.abs(np.asarray(residuals.autocorrelation)[1:])
+    if isinstance(fitted, InnovationSystem) or auto.ndim != 2 or auto.shape[1] != 1:
+        return None
+    if not auto.size or np.max(auto) <= _tested_bound(residuals):
+        return None
+    return (
+        "the residuals are coloured: a model with its own noise model may explain "
+        "them; fit one with config key 'fit.structure' armax or bj (one output; "
+        "docs/structure-selection.md)"
     )
 
 
@@ -253,12 +279,16 @@ def _lag_ranges(lags) -> str:
     return ", ".join(parts)
 
 
-def with_caveat(notes: list[str], metrics: dict, residuals) -> list[str]:
+def with_caveat(notes: list[str], metrics: dict, residuals, fitted=None) -> list[str]:
     """The summary.md section `notes` (`uncertainty_notes`) with `band_caveat`'s
     line under its heading, also recorded in `metrics["uncertainty"]["caveat"]`
-    (`None` when the residual tests pass)."""
+    (`None` when the residual tests pass), and `noise_model_hint`'s for the
+    model `fitted` (`metrics["uncertainty"]["hint"]`)."""
     caveat = band_caveat(residuals)
+    hint = noise_model_hint(residuals, fitted)
     metrics.setdefault("uncertainty", {})["caveat"] = caveat
+    metrics["uncertainty"]["hint"] = hint
     if caveat is None:
         return notes
-    return [*notes[:2], f"Caveat: {caveat}.", "", *notes[2:]]
+    hinted = [] if hint is None else [f"Hint: {hint}.", ""]
+    return [*notes[:2], f"Caveat: {caveat}.", "", *hinted, *notes[2:]]

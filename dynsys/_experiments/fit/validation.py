@@ -43,7 +43,7 @@ def validate_outputs(data, start, estimate, found: list[str], final=None) -> Val
     fitted = estimate.fitted
     if final is not None and data.test is not None:
         fitted = final.fitted
-    models = {"subspace": start.subspace}
+    models = {} if start.subspace is None else {"subspace": start.subspace}
     if start.begin is not start.subspace:
         models["stabilised"] = start.begin
     if final is not None and data.test is not None:
@@ -91,7 +91,8 @@ def _compare(models: dict, report, clean_val, which: str):
     from ..._sysid.validation import compare, residual_analysis
 
     comparisons = {name: compare(m, report) for name, m in models.items()}
-    rows = {
+    rows = _prediction_rows(models, report, which)
+    rows |= {
         f"{which} fit % vs measurements": {
             name: np.asarray(c.fit_percent).tolist() for name, c in comparisons.items()
         }
@@ -106,6 +107,24 @@ def _compare(models: dict, report, clean_val, which: str):
     max_lag = max(1, min(25, max(report.lengths) - 1))  # short data: fewer lags
     residuals = residual_analysis(models["fitted"], report, max_lag=max_lag)
     return comparisons, rows, residuals
+
+
+def _prediction_rows(models: dict, report, which: str) -> dict:
+    """The one-step prediction's fit % row of the models with a noise model
+    (`InnovationSystem`: their Kalman predictor), first, so that the free run's
+    row stays the headline; `{}` when none has one."""
+    from ..._sysid.validation import compare
+    from ..._systems.innovation import InnovationSystem
+
+    noisy = {n: m for n, m in models.items() if isinstance(m, InnovationSystem)}
+    if not noisy:
+        return {}
+    return {
+        f"{which} 1-step prediction fit % (Kalman predictor)": {
+            name: np.asarray(compare(m, report, horizon=1).fit_percent).tolist()
+            for name, m in noisy.items()
+        }
+    }
 
 
 def _fit_percent_masked(reference, predicted, mask) -> list[float]:
