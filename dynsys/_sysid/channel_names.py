@@ -8,7 +8,38 @@ its file); what carries the data's context (a `Dataset`, an `Identified`) does.
 """
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class ChannelNames(NamedTuple):
+    """The channel names of a model's data, as a model file records them
+    (`dynsys.load_names`); pass it as `names=` to `present`, `to_control`,
+    `plot.bode` or `plot.step_response`.
+
+    **Fields:**
+
+    - `input_names`: `(m,)` strings, units included as the data name them.
+    - `output_names`: `(p,)` strings.
+    """
+
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+
+
+def names_of(call: str, value) -> ChannelNames:
+    """The `ChannelNames` of `value` (a `Dataset`, an `Identified`, a
+    `ChannelNames`).
+
+    **Raises:** `ValueError` naming `call`'s `names` argument otherwise."""
+    if not carries_names(value):
+        raise ValueError(
+            f"{call}(names=...): expected a Dataset or an Identified (with "
+            f"input_names and output_names), got {type(value).__name__}."
+        )
+    return ChannelNames(
+        tuple(str(name) for name in value.input_names),
+        tuple(str(name) for name in value.output_names),
+    )
 
 
 def carries_names(value) -> bool:
@@ -39,18 +70,14 @@ def chosen_names(
     carried: tuple = (None, None),
 ) -> tuple[Sequence[str] | None, Sequence[str] | None]:
     """`(input names, output names)`, each `None` where nothing names it: the
-    given `input_names` / `output_names` first, then those of `names` (a `Dataset`
-    or an `Identified`), then `carried` (the identified model's own).
+    given `input_names` / `output_names` first, then those of `names` (a `Dataset`,
+    an `Identified` or a model file's `ChannelNames`), then `carried` (the identified model's own).
 
     **Raises:** `ValueError` when `names` holds no channel names."""
     from_names: tuple = (None, None)
     if names is not None:
-        if not carries_names(names):
-            raise ValueError(
-                f"{call}(names=...): expected a Dataset or an Identified (with "
-                f"input_names and output_names), got {type(names).__name__}."
-            )
-        from_names = (_tuple(names.input_names), _tuple(names.output_names))
+        given = names_of(call, names)
+        from_names = (_tuple(given.input_names), _tuple(given.output_names))
     inputs = _first(input_names, from_names[0], carried[0])
     outputs = _first(output_names, from_names[1], carried[1])
     return inputs, outputs
