@@ -319,7 +319,9 @@ def identify(
     **Returns:**
 
     An `Identified`: `.model`, `.order`, `.feedthrough`, `.held_out_fit_percent`,
-    `.scan` (the structure scan's table: `.scan.markdown()`), `.warnings`.
+    `.scan` (the structure scan's table: `.scan.markdown()`), `.warnings`, the
+    data's `.input_names`, `.output_names` and the model's `.covariance`;
+    `print(found)` shows the model as MATLAB's `present(sys)` does.
 
     **Raises:**
 
@@ -332,6 +334,7 @@ def identify(
     data = dynsys.load_dataset("heating.csv", inputs=["drive_V"], outputs=["temp_C"])
     found = dynsys.identify(data)
     found.order, found.held_out_fit_percent  # 7, (85.9,): as `dynsys fit`
+    print(found)  # drive_V → temp_C: poles, zeros, static gain ± std
     ```
     """
     from ..schema import resolve_config
