@@ -71,7 +71,8 @@ def chosen_names(
 ) -> tuple[Sequence[str] | None, Sequence[str] | None]:
     """`(input names, output names)`, each `None` where nothing names it: the
     given `input_names` / `output_names` first, then those of `names` (a `Dataset`,
-    an `Identified` or a model file's `ChannelNames`), then `carried` (the identified model's own).
+    an `Identified` or a model file's `ChannelNames`), then `carried` (the
+    identified model's own).
 
     **Raises:** `ValueError` when `names` holds no channel names."""
     from_names: tuple = (None, None)

@@ -204,7 +204,8 @@ def test_a_float64_file_loads_in_a_float32_session_with_a_warning(tmp_path):
     first, message = done.stdout.splitlines()[:2]
     assert first == "float32 0.5 1"  # one warning, in one line
     assert "float64 -> float32" in message and "jax_enable_x64" in message
-    assert message.startswith(f"load(path={str(tmp_path / 'model.dynsys')!r}): 2 arrays ")
+    path = str(tmp_path / "model.dynsys")
+    assert message.startswith(f"load(path={path!r}): 2 arrays ")
     assert len(done.stdout.splitlines()) == 2
     np.testing.assert_array_equal(np.load(tmp_path / "K.npy"), K.astype(np.float32))
 
@@ -275,7 +276,8 @@ def test_a_model_file_records_the_datas_channel_names(tmp_path):
     `names=`); a file without them gives `None`; a damaged entry is refused."""
     model = dynsys.LinearSystem(0.5 * np.eye(2), np.ones((2, 1)), np.ones((1, 2)))
     data = dynsys.Dataset(us=np.zeros((1, 4, 1)), ys=np.zeros((1, 4, 1)),
-                          input_names=["drive (V)"], output_names=["temp (°C)"])  # fmt: skip
+                          input_names=["drive (V)"],
+                          output_names=["temp (°C)"])  # fmt: skip
     path = tmp_path / "m.dynsys"
     dynsys.save(path, model, names=data)
     names = dynsys.load_names(path)

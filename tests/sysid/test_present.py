@@ -151,7 +151,8 @@ def test_names_travel_with_an_identified_model_into_the_plots():
         titles = _titles(draw({"fitted": found, "start": _model()}))
         assert titles == ["drive_V → temp_C", "fan → temp_C"], (draw, titles)
     data = dynsys.Dataset(us=jnp.zeros((1, 5, 2)), ys=jnp.zeros((1, 5, 1)),
-                          input_names=["a (V)", "b (V)"], output_names=["c (K)"])  # fmt: skip
+                          input_names=["a (V)", "b (V)"],
+                          output_names=["c (K)"])  # fmt: skip
     assert _titles(dynsys.plot.bode(_model(), names=data)) == [
         "a (V) → c (K)", "b (V) → c (K)"
     ]  # fmt: skip
@@ -174,8 +175,9 @@ def test_names_travel_with_an_identified_model_into_python_control():
 
 def _physical_outputs(model, us) -> np.ndarray:
     """The model's outputs in physical units from x0 = 0, by a plain loop of
-    $x_{t+1} = K x + B (u - \\bar u) + a$, $y = C x + D (u - \\bar u) + \\bar y$."""
-    K, B, C, D = (np.asarray(a, np.float64) for a in (model.K, model.B, model.C, model.D))
+    $x_{t+1} = K x + B (u - \\bar u) + \\mathrm{offset}$,
+    $y = C x + D (u - \\bar u) + \\bar y$."""
+    K, B, C, D = (np.asarray(getattr(model, name), np.float64) for name in "KBCD")
     u_bar, y_bar = np.asarray(model.input_level), np.asarray(model.output_level)
     offset = 0.0 if model.offset is None else np.asarray(model.offset)
     x, ys = np.zeros(K.shape[0]), []
