@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from ._fitting.train import train as train, TrainResult as TrainResult
 
     # Model files and many hosts.
-    from ._io import load as load, save as save
+    from ._io import load as load, load_names as load_names, save as save
 
     # Rollout: the engine that records trajectories.
     from ._rollout.adjoint import (
@@ -129,6 +129,7 @@ if TYPE_CHECKING:
         monte_carlo as monte_carlo,
         propagate_std as propagate_std,
     )
+    from ._sysid.channel_names import ChannelNames as ChannelNames
     from ._sysid.present import present as present
     from ._sysid.python_control import (
         from_control as from_control,

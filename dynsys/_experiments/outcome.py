@@ -54,3 +54,5 @@ class Outcome:
     files: dict[str, Callable[[pathlib.Path], None]] = dataclasses.field(
         default_factory=dict
     )  # extra files: name -> writer(path)
+    # The data's channel names recorded in model.dynsys (`ChannelNames`), or None.
+    names: Any = None

@@ -32,7 +32,7 @@ def _write_files(config, folder: pathlib.Path, outcome: Outcome) -> list:
             dump_toml(_recorded(config)), encoding="utf-8"
         )
         (folder / "history.csv").write_text("\n".join(outcome.history) + "\n")
-        save(folder / "model.dynsys", outcome.model)
+        save(folder / "model.dynsys", outcome.model, names=outcome.names)
         for name, writer in outcome.files.items():
             writer(folder / name)
     figures = [folder / name for name in outcome.figures]

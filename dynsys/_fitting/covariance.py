@@ -124,6 +124,16 @@ class ParameterCovariance:
     def num_parameters(self) -> int:
         return int(self.matrix.shape[0])
 
+    def __repr__(self) -> str:
+        variance = ", ".join(f"{v:.3g}" for v in np.asarray(self.channel_variance))
+        return (
+            f"ParameterCovariance({self.num_parameters} parameters, {self.rank} "
+            f"identifiable, {self.num_residuals} residuals, channel variance "
+            f"[{variance}]; read it through identifiable quantities: "
+            "print(dynsys.present(covariance.model, covariance)) shows the poles and "
+            "static gains ± std)"
+        )
+
     def split(self, model=None):
         """`(flat (P,), rebuild)`: the trained parameters of `model` (default the
         fitted one) as one vector, and `rebuild(flat) -> model`."""
@@ -351,6 +361,17 @@ class LazyCovariance:
             raise ValueError("LazyCovariance.at: the covariance was already computed.")
         objective, _, batch, filter_spec, num_channels = self._arguments
         return LazyCovariance(objective, params, batch, filter_spec, num_channels)
+
+    def __repr__(self) -> str:
+        if self._result is None:
+            return (
+                "<the fit's parameter covariance, computed when FitResult.covariance "
+                "is first read>"
+            )
+        covariance, reason = self._result
+        if covariance is None:
+            return f"<no covariance: {reason}>"
+        return repr(covariance)
 
     def result(self) -> tuple[ParameterCovariance | None, str | None]:
         if self._result is None:

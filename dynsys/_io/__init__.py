@@ -20,6 +20,7 @@ import numpy as np
 from jaxtyping import PyTree
 
 from .._atomic_write import write_atomic as _write_atomic
+from .._sysid.channel_names import ChannelNames, names_of
 from .._systems.innovation import InnovationSystem
 from .._systems.stable import StableLinearSystem
 from .._systems.system import LinearSystem
@@ -174,8 +175,10 @@ def _static_settings(model: PyTree) -> dict[str, Any]:
     return settings
 
 
-def save(path: str | os.PathLike, model: PyTree) -> None:
-    """Save `model` (an equinox module or any pytree of arrays) to `path`.
+def save(path: str | os.PathLike, model: PyTree, *, names=None) -> None:
+    """Save `model` (an equinox module or any pytree of arrays) to `path`, with
+    its data's channel names when `names` gives them (`dynsys fit` records them
+    in its `model.dynsys`; `load_names` reads them back).
 
     The file is a magic line, a JSON header (class, field shapes and dtypes, the
     static settings such as `bound`, activation or widths, the dynsys version, a
@@ -192,12 +195,15 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
 
     - `path`: the file to write (conventionally `*.dynsys`).
     - `model`: the model.
+    - `names`: optional channel names to record: a `Dataset` (its input and
+        output names), an `Identified` or a `ChannelNames`.
 
     **Example:**
 
     ```python
     dynsys.save("model.dynsys", dynsys.LinearSystem(K=0.5 * jnp.eye(2)))
     dynsys.load("model.dynsys").K  # [[0.5, 0], [0, 0.5]]
+    dynsys.save("heating.dynsys", found.model, names=data)  # found = identify(data)
     ```
     """
     if pathlib.Path(path).is_dir():
@@ -205,6 +211,7 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
             f"save(path={str(path)!r}): a folder is there; give a file name such as "
             f"{str(pathlib.Path(path) / 'model.dynsys')!r}."
         )
+    channels = None if names is None else names_of("save", names)
     buffer = io.BytesIO()
     eqx.tree_serialise_leaves(buffer, model)
     payload = buffer.getvalue()
@@ -218,6 +225,11 @@ def save(path: str | os.PathLike, model: PyTree) -> None:
         "payload_bytes": len(payload),
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
     }
+    if channels is not None:
+        header["channels"] = {
+            "inputs": list(channels.input_names),
+            "outputs": list(channels.output_names),
+        }
     if header["class"] in _BUILTIN:
         header["fields"] = _fields(model)
     elif _tree.class_name(model) is not None:
@@ -431,6 +443,38 @@ def load(path: str | os.PathLike, like: PyTree | None = None) -> PyTree:
     return model
 
 
+def load_names(path: str | os.PathLike) -> ChannelNames | None:
+    """The channel names a model file records (`save(..., names=...)`; every
+    `model.dynsys` that `dynsys fit` writes), or `None` for a file without them.
+
+    **Arguments:**
+
+    - `path`: a file written by `dynsys.save`.
+
+    **Returns:**
+
+    A `ChannelNames` (`.input_names`, `.output_names`), which `present`,
+    `to_control`, `plot.bode` and `plot.step_response` take as `names=`; or `None`.
+
+    **Raises:**
+
+    `ValueError` (one line) for a file `load` refuses.
+
+    **Example:**
+
+    ```python
+    model = dynsys.load("runs/heating/model.dynsys")
+    names = dynsys.load_names("runs/heating/model.dynsys")  # drive_V, temp_C
+    dynsys.plot.bode(model, names=names)                    # "drive_V → temp_C"
+    ```
+    """
+    header, _ = _read(pathlib.Path(path))
+    channels = header.get("channels")
+    if channels is None:
+        return None
+    return ChannelNames(tuple(channels["inputs"]), tuple(channels["outputs"]))
+
+
 def _built_template(header: dict[str, Any], fail) -> PyTree:
     """The shape-only model that `load` without `like` reads the leaves into: a
     built-in linear class from the header's fields, a model of dynsys's modules
@@ -495,17 +539,18 @@ def _check_leaf_shapes(expected: list, like: PyTree, built: bool, fail) -> None:
 
 
 def _warn_converted(path: pathlib.Path, conversions, built: bool) -> None:
-    """Say once that leaves were read in another precision than they were saved."""
+    """Say once, in one line, that leaves were read in another precision than they
+    were saved (and, in a float32 session, how to keep float64)."""
     pairs = sorted(set(conversions))
     what = ", ".join(f"{disk} -> {want}" for disk, want in pairs)
-    why = (
-        "JAX's 64-bit mode is off (jax.config.update('jax_enable_x64', True) before "
-        "loading keeps float64)"
-        if built
-        else "the dtypes of like"
-    )
-    warnings.warn(
-        f"load(path={str(path)!r}): {len(conversions)} array(s) converted ({what}) "
-        f"to match {why}.",
-        stacklevel=3,
-    )
+    count = f"{len(conversions)} array{'s' * (len(conversions) != 1)}"
+    if built:
+        said = (
+            f"{count} read in this session's precision ({what}): JAX's 64-bit mode "
+            "is off; to keep the file's float64 (as the dynsys command computes), "
+            'run jax.config.update("jax_enable_x64", True) first, before any array '
+            "is made."
+        )
+    else:
+        said = f"{count} converted ({what}) to match the dtypes of like."
+    warnings.warn(f"load(path={str(path)!r}): {said}", stacklevel=3)

@@ -132,6 +132,11 @@ def parse_header(encoded: bytes, fail) -> dict[str, Any]:
     static = header.get("static")
     if static is not None and not isinstance(static, dict):
         raise fail("the header's 'static' is not a table.")
+    channels = header.get("channels")
+    if channels is not None and not _channel_table(channels):
+        raise fail(
+            "the header's 'channels' is not a table of input and output names."
+        )
     # Files from before the header had its own checksum load unchecked.
     try:
         digest = header_digest(header) if "header_sha256" in header else None
@@ -143,6 +148,18 @@ def parse_header(encoded: bytes, fail) -> dict[str, Any]:
             "static settings such as dt, shapes) does not match."
         )
     return header
+
+
+def _channel_table(channels) -> bool:
+    """Whether `channels` is `{"inputs": [str, ...], "outputs": [str, ...]}`."""
+    return (
+        isinstance(channels, dict)
+        and set(channels) == {"inputs", "outputs"}
+        and all(
+            isinstance(names, list) and all(isinstance(n, str) for n in names)
+            for names in channels.values()
+        )
+    )
 
 
 def array_spec(info: Any, where: str, fail) -> jax.ShapeDtypeStruct:

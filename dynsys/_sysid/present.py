@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.linalg
 
+from .channel_names import chosen_names, unwrapped
 from .response import modes
 from .signals import linear_of
 
@@ -15,6 +16,7 @@ def present(
     model,
     covariance=None,
     *,
+    names=None,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
 ) -> str:
@@ -23,15 +25,18 @@ def present(
     static gain and transfer function of each (input, output) pair; with
     `covariance`, the poles' and static gains' standard deviations (`± std`, by
     linearisation, as `pole_uncertainty` and `static_gain_uncertainty`).
+    `print(found)` of an `Identified` prints this, with its names and covariance.
 
     **Arguments:**
 
     - `model`: a `LinearSystem` (or a model with `to_linear()`, such as an
-        identified `StableLinearSystem`).
+        identified `StableLinearSystem`), or an `Identified` (`dynsys.identify`'s
+        answer: its model, its data's channel names and its covariance).
     - `covariance`: optional `ParameterCovariance` of that model
         (`FitResult.covariance`).
-    - `input_names`, `output_names`: the channels' names (e.g. a `Dataset`'s
-        `input_names`, `output_names`); default `u0, ...`, `y0, ...`.
+    - `names`: a `Dataset` (or an `Identified`) whose channel names to use.
+    - `input_names`, `output_names`: the channels' names, before those of
+        `names`; default: the `Identified`'s, else `u0, ...`, `y0, ...`.
 
     **Returns:**
 
@@ -47,8 +52,17 @@ def present(
     ```python
     model = dynsys.LinearSystem(jnp.array([[0.9]]), jnp.array([[0.5]]), dt=0.1)
     print(dynsys.present(model, input_names=["drive (V)"], output_names=["T (C)"]))
+    # result = dynsys.fit(start, data): the fitted model, ± std, the data's names
+    print(dynsys.present(result.model, result.covariance, names=data))
     ```
     """
+    given = model
+    model, *carried = unwrapped(model)
+    if covariance is None and model is not given:
+        covariance = getattr(given, "covariance", None)
+    input_names, output_names = chosen_names(
+        "present", names, input_names, output_names, tuple(carried)
+    )
     linear = linear_of(model)
     if linear is None:
         raise TypeError(

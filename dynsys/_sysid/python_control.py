@@ -9,6 +9,7 @@ import numpy as np
 from .._systems.innovation import InnovationSystem
 from .._systems.ode import LinearODE
 from .._systems.system import LinearSystem
+from .channel_names import chosen_names, unwrapped
 from .signals import linear_of
 
 
@@ -38,22 +39,36 @@ def _labels(call: str, argument: str, names, count: int) -> dict:
     return {keyword: names}
 
 
+# `to_control(operating_point=...)`: what becomes of a model's operating point.
+_OPERATING_POINT = ("left_out", "as_input")
+
+# The name of the constant input that carries the operating point.
+CONSTANT_INPUT = "1 (operating point)"
+
+
 def to_control(
     system,
     *,
+    names=None,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
     noise_inputs: bool = False,
+    operating_point: str = "left_out",
 ):
     """The python-control state-space system (`control.StateSpace`) of a linear
     system.
 
     A model identified from data carries its operating point (`input_level`
-    $\\bar u$, `output_level` $\\bar y$): the python-control system is the model of
-    the deviations, $u - \\bar u \\mapsto y - \\bar y$ (python-control has no
-    levels); add the levels back to its responses to get physical values. A model
-    with a non-zero operating point gets a `UserWarning` saying so, since the
-    `StateSpace` alone cannot show it.
+    $\\bar u$, `output_level` $\\bar y$), which python-control has no place for.
+    By default (`operating_point="left_out"`) the python-control system is the
+    model of the deviations, $u - \\bar u \\mapsto y - \\bar y$, and a model with a
+    non-zero operating point gets one `UserWarning` line saying so. With
+    `operating_point="as_input"` it is kept, as one more input named
+    `"1 (operating point)"`, to be held at the constant 1: its columns are the
+    constant terms $B_1 = \\mathrm{offset} - B \\bar u$ and $D_1 = \\bar y - D \\bar u$,
+    so the system maps the physical inputs (and that 1) to the physical outputs
+    (MATLAB's `ss` has no levels either). This also carries an `offset`, which the
+    default refuses.
 
     A discrete-time system (`LinearSystem`, or one with `to_linear()` such as
     `StableLinearSystem` and `Discretized`) becomes `control.ss(K, B, C, D, dt)` with
@@ -64,24 +79,31 @@ def to_control(
 
     **Arguments:**
 
-    - `system`: a `LinearSystem`, a system with `to_linear()`, or a `LinearODE`.
-    - `input_names`, `output_names`: the channels' names (e.g. a `Dataset`'s
-        `input_names`, `output_names`), kept as python-control's signal labels.
+    - `system`: a `LinearSystem`, a system with `to_linear()`, a `LinearODE`, or
+        an `Identified` (`dynsys.identify`'s answer: its model, with its data's
+        channel names).
+    - `names`: a `Dataset` (or an `Identified`) whose channel names to use.
+    - `input_names`, `output_names`: the channels' names, before those of `names`
+        (default: the `Identified`'s), kept as python-control's signal labels.
     - `noise_inputs`: for an `InnovationSystem`, also its noise channels: the
         inputs become $[u; e]$ with `B = [B, L]` and `D = [D, I]` (MATLAB's
         `ss(sys, 'augmented')` without the noise scaling); by default only the
         measured inputs (the noise-free model), as for any linear system.
+    - `operating_point`: `"left_out"` (the model of the deviations, with a
+        warning when there is an operating point) or `"as_input"` (a last,
+        constant input that carries it).
 
     **Returns:**
 
-    A `control.StateSpace` (named channels when names are given).
+    A `control.StateSpace` (named channels when names are known).
 
     **Raises:**
 
     `ImportError` when python-control is not installed; `TypeError` for a system that
-    is not linear; `ValueError` for a system with an `offset` (python-control has no
-    affine term) or names that do not match its channels, or `noise_inputs` for a
-    system without a noise model.
+    is not linear; `ValueError` for a system with an `offset` (without
+    `operating_point="as_input"`), names that do not match its channels,
+    `noise_inputs` for a system without a noise model, or another
+    `operating_point`.
 
     **Example:**
 
@@ -89,14 +111,46 @@ def to_control(
     system = dynsys.LinearSystem(jnp.array([[0.5]]), jnp.array([[1.0]]), dt=0.1)
     sys = dynsys.to_control(system)          # needs: pip install control
     sys = dynsys.to_control(system, input_names=["u (V)"], output_names=["y (C)"])
+    found = dynsys.identify(data)            # names from the data, levels kept:
+    sys = dynsys.to_control(found, operating_point="as_input")
+    control.forced_response(sys, U=np.vstack([u, np.ones_like(u)]))  # y in units
     ```
     """
     call = "to_control"
+    if operating_point not in _OPERATING_POINT:
+        raise ValueError(
+            f"{call}(operating_point=...): expected 'left_out' or 'as_input', got "
+            f"{operating_point!r}."
+        )
+    system, *carried = unwrapped(system)
+    input_names, output_names = chosen_names(
+        call, names, input_names, output_names, tuple(carried)
+    )
     control = _import_control(call)
+    A, B, C, D, dt, constants = _matrices(call, system, noise_inputs)
+    labels = _labels(call, "input_names", input_names, B.shape[1])
+    labels |= _labels(call, "output_names", output_names, C.shape[0])
+    if operating_point == "as_input":
+        a, c = constants
+        B = np.concatenate([B, a[:, None]], axis=1)
+        D = np.concatenate([D, c[:, None]], axis=1)
+        named = labels.get("inputs") or [f"u[{k}]" for k in range(B.shape[1] - 1)]
+        labels["inputs"] = [*named, CONSTANT_INPUT]
+    else:
+        _refuse_offset(call, system)
+        _say_levels_dropped(call, linear_of(system) or system)
+    return control.ss(A, B, C, D, dt, **labels)
+
+
+def _matrices(call: str, system, noise_inputs: bool):
+    """`(A, B, C, D, dt, (a (n,), c (p,)))` of the python-control system: float64
+    matrices with the missing parts filled in, python-control's `dt`, and the
+    constant terms of the model written without levels (zeros when it has none)."""
     if noise_inputs:
-        return _augmented_control(control, system, input_names, output_names)
+        return _augmented_matrices(call, system)
     if isinstance(system, LinearODE):
-        square, B, C, D, dt, offset = (system.A, system.B, system.C, system.D, 0, None)
+        square, B, C, D, dt = (system.A, system.B, system.C, system.D, 0)
+        constants = (None, None)
     else:
         linear = linear_of(system)
         if linear is None:
@@ -106,26 +160,33 @@ def to_control(
             )
         square, B, C, D = linear.K, linear.B, linear.C, linear.D
         dt = True if linear.dt is None else linear.dt
-        offset = linear.offset
-    if offset is not None:
-        raise ValueError(
-            f"{call}(system=...): the system has an offset (an affine term), which a "
-            "python-control state-space system cannot hold; remove it (offset=None) "
-            "or shift the state or outputs first."
-        )
-    _say_levels_dropped(call, linear_of(system) or system)
+        constants = linear.constant_terms()
     A = np.asarray(square, dtype=np.float64)
     n = A.shape[0]
     B = np.zeros((n, 0)) if B is None else np.asarray(B, dtype=np.float64)
     C = np.eye(n) if C is None else np.asarray(C, dtype=np.float64)
-    D = (
-        np.zeros((C.shape[0], B.shape[1]))
-        if D is None
-        else np.asarray(D, dtype=np.float64)
-    )
-    labels = _labels(call, "input_names", input_names, B.shape[1])
-    labels |= _labels(call, "output_names", output_names, C.shape[0])
-    return control.ss(A, B, C, D, dt, **labels)
+    p = C.shape[0]
+    D = np.zeros((p, B.shape[1])) if D is None else np.asarray(D, dtype=np.float64)
+    return A, B, C, D, dt, _filled(constants, n, p)
+
+
+def _filled(constants, n: int, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """The constant terms `(a, c)` as float64 arrays, zeros where `None`."""
+    a, c = constants
+    a = np.zeros(n) if a is None else np.asarray(a, dtype=np.float64)
+    c = np.zeros(p) if c is None else np.asarray(c, dtype=np.float64)
+    return a, c
+
+
+def _refuse_offset(call: str, system) -> None:
+    linear = system if isinstance(system, LinearODE) else linear_of(system)
+    if getattr(linear, "offset", None) is not None:
+        raise ValueError(
+            f"{call}(system=...): the system has an offset (an affine term), which a "
+            "python-control state-space system cannot hold; pass "
+            "operating_point='as_input' (a constant input carries it), remove it "
+            "(offset=None) or shift the state or outputs first."
+        )
 
 
 def _say_levels_dropped(call: str, system) -> None:
@@ -150,15 +211,14 @@ def _say_levels_dropped(call: str, system) -> None:
     warnings.warn(
         f"{call}: the model's operating point ({said}) is left out: python-control "
         "has no levels, so the StateSpace maps u - input_level to y - output_level; "
-        "add the levels back to its responses for physical values.",
+        "operating_point='as_input' keeps it as a constant input.",
         UserWarning,
         stacklevel=_first_caller_outside(sys._getframe()),  # the user's call
     )
 
 
-def _augmented_control(control, system, input_names, output_names):
-    """`to_control(system, noise_inputs=True)`: inputs $[u; e]$."""
-    call = "to_control"
+def _augmented_matrices(call: str, system):
+    """`to_control(system, noise_inputs=True)`'s matrices: inputs $[u; e]$."""
     if not isinstance(system, InnovationSystem):
         raise ValueError(
             f"{call}(noise_inputs=True): expected an InnovationSystem (a model with a "
@@ -169,12 +229,20 @@ def _augmented_control(control, system, input_names, output_names):
     n, p = A.shape[0], C.shape[0]
     B = np.zeros((n, 0)) if system.B is None else np.asarray(system.B, np.float64)
     D = np.zeros((p, B.shape[1])) if system.D is None else np.asarray(system.D)
+    a, c = _filled(_innovation_constants(system), n, p)
     B = np.concatenate([B, np.asarray(system.kalman_gain, np.float64)], axis=1)
     D = np.concatenate([np.asarray(D, np.float64), np.eye(p)], axis=1)
-    labels = _labels(call, "input_names", input_names, B.shape[1])
-    labels |= _labels(call, "output_names", output_names, p)
     dt = True if system.dt is None else system.dt
-    return control.ss(A, B, C, D, dt, **labels)
+    return A, B, C, D, dt, (a, c)
+
+
+def _innovation_constants(system):
+    """The constant terms of an `InnovationSystem` written without levels."""
+    from .._systems.system import constant_terms
+
+    return constant_terms(
+        system.B, system.D, None, system.input_level, system.output_level
+    )
 
 
 def from_control(

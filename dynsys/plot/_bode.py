@@ -129,6 +129,7 @@ def bode(
     inputs: Sequence[int] | None = None,
     output_names: Sequence[str] | None = None,
     input_names: Sequence[str] | None = None,
+    names=None,
     num: int = 200,
     title: str | None = None,
     fig: "Figure | None" = None,
@@ -147,7 +148,9 @@ def bode(
 
     - `systems`: a linear system (with `K`, `B`, and optionally `C`, `D`), or a
         mapping label → system or precomputed response `(F, p, m)` complex (e.g.
-        from `dynsys.frequency_response`; then `frequencies` is needed).
+        from `dynsys.frequency_response`; then `frequencies` is needed); an
+        `Identified` (`dynsys.identify`'s answer) stands for its model and names
+        the channels after its data.
     - `frequencies`: `(F,)` in rad/s when `dt` is known, else rad/sample
         (default: `num` log-spaced up to Nyquist).
     - `dt`: the sample time (s).
@@ -155,7 +158,9 @@ def bode(
     - `truth`: optional known true system (simulated data only), drawn black.
     - `roles`: optional label → `"fit"` / `"estimate"` (see `plot.STYLES`).
     - `outputs`, `inputs`: the output and input indices to draw (default: all).
-    - `output_names`, `input_names`: labels (default `y0, ...`, `u0, ...`).
+    - `output_names`, `input_names`: labels with units (default: those of
+        `names`, else of an `Identified` among `systems`, else `y0, ...`, `u0, ...`).
+    - `names`: a `Dataset` (or an `Identified`) whose channel names to use.
     - `num`: the number of default frequencies.
     - `title`: the figure title.
     - `fig`: optional empty `Figure` (or `SubFigure`) to draw into.
@@ -183,9 +188,13 @@ def bode(
     chain = zoo.mass_spring_damper(num_masses=2, dt=0.1)
     fig = dynsys.plot.bode({"fitted": chain}, hz=True,
                            output_names=zoo.names("mass_spring_damper").outputs)
+    fig = dynsys.plot.bode(dynsys.identify(data))  # titled "drive_V → temp_C"
     ```
     """
     call = "bode"
+    systems, input_names, output_names = _responses.named(
+        systems, names, input_names, output_names, call
+    )
     systems, series = _responses.labelled(systems, truth)
     dt = _responses.system_dt([*systems.values(), *series.values()], dt)
     if hz and dt is None:

@@ -10,6 +10,28 @@ from . import _layout
 from ._style import model_styles, style
 
 
+def named(systems, names, input_names, output_names, call: str):
+    """`(systems, input names, output names)`: each `Identified` among `systems`
+    (one, or a mapping's values) as its model, and the channel names chosen as
+    `present` chooses them: the given ones, then those of `names` (a `Dataset`),
+    then the first `Identified`'s."""
+    from .._sysid.channel_names import chosen_names, unwrapped
+
+    carried: tuple = (None, None)
+    if isinstance(systems, Mapping):
+        unwrapped_systems = {}
+        for label, system in systems.items():
+            model, *own = unwrapped(system)
+            unwrapped_systems[label] = model
+            carried = carried if carried != (None, None) else tuple(own)
+        systems = unwrapped_systems
+    else:
+        systems, *own = unwrapped(systems)
+        carried = tuple(own)
+    inputs, outputs = chosen_names(call, names, input_names, output_names, carried)
+    return systems, inputs, outputs
+
+
 def labelled(systems, truth) -> tuple[dict, dict]:
     """`(systems, series)`: the systems as a mapping label → system (a single
     system is `"model"`), and the same preceded by `"true system"` when `truth` is

@@ -88,6 +88,7 @@ def step_response(
     inputs: Sequence[int] | None = None,
     output_names: Sequence[str] | None = None,
     input_names: Sequence[str] | None = None,
+    names=None,
     title: str | None = None,
     fig: "Figure | None" = None,
     confidence: Mapping | None = None,
@@ -104,14 +105,17 @@ def step_response(
 
     - `systems`: a system (any `AbstractSystem` with inputs), or a mapping label →
         system or precomputed response `(num_steps, p, m)` (e.g. from
-        `dynsys.step_response`).
+        `dynsys.step_response`); an `Identified` (`dynsys.identify`'s answer)
+        stands for its model and names the channels after its data.
     - `num_steps`: the number of steps (default: the arrays' length, else enough
         for the slowest stable pole to settle to 1 %, between 50 and 5000).
     - `dt`: the sample time (s); default a system's `dt`.
     - `truth`: optional known true system (simulated data only), drawn black.
     - `roles`: optional label → `"fit"` / `"estimate"` (see `plot.STYLES`).
     - `outputs`, `inputs`: the indices to draw (default: all).
-    - `output_names`, `input_names`: labels with units (default `y0, ...`, `u0, ...`).
+    - `output_names`, `input_names`: labels with units (default: those of
+        `names`, else of an `Identified` among `systems`, else `y0, ...`, `u0, ...`).
+    - `names`: a `Dataset` (or an `Identified`) whose channel names to use.
     - `title`: the figure title.
     - `fig`: optional empty `Figure` (or `SubFigure`) to draw into.
     - `confidence`: optional label → `ParameterCovariance` (`FitResult.covariance`):
@@ -144,6 +148,9 @@ def step_response(
     ```
     """
     call = "step_response"
+    systems, input_names, output_names = _responses.named(
+        systems, names, input_names, output_names, call
+    )
     systems, series = _responses.labelled(systems, truth)
     dt = _responses.system_dt(series.values(), dt)
     if num_steps is None:

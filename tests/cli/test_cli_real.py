@@ -63,6 +63,7 @@ def test_real_file_as_received(name, tmp_path, capsys, monkeypatch):
     T = len(y)
     k = T - int(np.floor(T / 3 + 0.5))
     model = dynsys.load(out / "model.dynsys")
+    assert dynsys.load_names(out / "model.dynsys") == (tuple(inputs), tuple(outputs))
     validation = dynsys.Dataset(us=u[None, k:], ys=y[None, k:])
     final = metrics["final_model"]
     if final is None:  # the saved model is the one the held-out table scores

@@ -123,6 +123,8 @@ def test_fit_input_output_csv(tmp_path, capsys):
     held = dynsys.load_dataset(path, inputs=["force"], outputs=["pos_a", "pos_b"])
     reported_final = final["estimation_fit_percent"]
     model = dynsys.load(out / "model.dynsys")
+    # The file records the data's channel names (issue 50 item 7).
+    assert dynsys.load_names(out / "model.dynsys") == (("force",), ("pos_a", "pos_b"))
     model = model.to_linear() if hasattr(model, "to_linear") else model
     np.testing.assert_allclose(model.C, metrics["C"])
     found = np.sort_complex(np.linalg.eigvals(np.asarray(model.K)))

@@ -162,7 +162,9 @@ def test_a_float32_session_gets_float32_models_and_a_warning(recwarn):
     """With JAX's 64-bit mode off, `identify` still computes in float64 (inside
     `jax.enable_x64`, the session's setting untouched), says that the data were
     already rounded to float32, and returns float32 models that compute there
-    without JAX's truncation warnings."""
+    without JAX's truncation warnings; `print(found)` shows the model under the
+    data's names, its pole and static gain (against NumPy on its matrices) with
+    their standard deviations."""
     with jax.enable_x64(False):
         true = dynsys.LinearSystem(
             K=np.array([[0.8]]), B=np.array([[1.0]]), C=np.array([[1.0]])
@@ -176,11 +178,27 @@ def test_a_float32_session_gets_float32_models_and_a_warning(recwarn):
             measurement_noise=0.01,
             key=jax.random.key(1),
         )
+        data = dynsys.Dataset(us=data.us, ys=data.ys, input_names=["drive (V)"],
+                              output_names=["temp (C)"])  # fmt: skip
         found = dynsys.identify(data, order=1, feedthrough=False, steps=5)
         assert jax.config.jax_enable_x64 is False
         assert found.model.K.dtype == found.first_part.K.dtype == np.float32
         fit = np.asarray(dynsys.compare(found.model, data).fit_percent)
+        text = str(found)
+        _, gain_std = dynsys.static_gain_uncertainty(found.covariance)
     assert fit > 90.0
+    assert (found.input_names, found.output_names) == (("drive (V)",), ("temp (C)",))
+    K, B, C = (np.asarray(getattr(found.model, name), np.float64) for name in "KBC")
+    (pole,) = np.linalg.eigvals(K)
+    gain = (C @ np.linalg.solve(np.eye(1) - K, B))[0, 0]
+    assert abs(pole - 0.8) < 0.02 and abs(gain - 5.0) < 0.1  # the plant's
+    assert f"\n  {pole.real:.6g}; " in text
+    assert f"static gain {gain:.6g} ± {float(np.asarray(gain_std)[0, 0]):.2g}" in text
+    assert "drive (V) → temp (C):" in text
+    assert f"held-out fit: temp (C) {found.held_out_fit_percent[0]:.1f} %" in text
+    short = repr(found)
+    assert "order 1, drive (V) → temp (C); held-out fit temp (C)" in short
+    assert "\n" not in short
     assert [w for w in found.warnings if "the data are float32" in w]
     truncated = [w for w in recwarn if "will be truncated" in str(w.message)]
     assert not truncated, truncated[0].message

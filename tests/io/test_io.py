@@ -202,8 +202,11 @@ def test_a_float64_file_loads_in_a_float32_session_with_a_warning(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     first, message = done.stdout.splitlines()[:2]
-    assert first == "float32 0.5 1"
+    assert first == "float32 0.5 1"  # one warning, in one line
     assert "float64 -> float32" in message and "jax_enable_x64" in message
+    path = str(tmp_path / "model.dynsys")
+    assert message.startswith(f"load(path={path!r}): 2 arrays ")
+    assert len(done.stdout.splitlines()) == 2
     np.testing.assert_array_equal(np.load(tmp_path / "K.npy"), K.astype(np.float32))
 
 
@@ -265,3 +268,25 @@ def test_files_without_a_header_checksum_still_load(tmp_path):
     back = dynsys.load(path)
     assert back.dt == 0.1
     np.testing.assert_array_equal(back.K, 0.5 * np.eye(2))
+
+
+def test_a_model_file_records_the_datas_channel_names(tmp_path):
+    """`save(names=data)` records the data's input and output names; `load_names`
+    gives them back (a `ChannelNames` that the plots and `present` take as
+    `names=`); a file without them gives `None`; a damaged entry is refused."""
+    model = dynsys.LinearSystem(0.5 * np.eye(2), np.ones((2, 1)), np.ones((1, 2)))
+    data = dynsys.Dataset(us=np.zeros((1, 4, 1)), ys=np.zeros((1, 4, 1)),
+                          input_names=["drive (V)"],
+                          output_names=["temp (°C)"])  # fmt: skip
+    path = tmp_path / "m.dynsys"
+    dynsys.save(path, model, names=data)
+    names = dynsys.load_names(path)
+    assert names == dynsys.ChannelNames(("drive (V)",), ("temp (°C)",))
+    assert "drive (V) → temp (°C):" in dynsys.present(dynsys.load(path), names=names)
+    dynsys.save(tmp_path / "plain.dynsys", model)
+    assert dynsys.load_names(tmp_path / "plain.dynsys") is None
+    with pytest.raises(ValueError, match=r"save\(names=...\): expected a Dataset"):
+        dynsys.save(path, model, names=["drive (V)"])
+    _edit_header(path, lambda header: header.update(channels={"inputs": [1]}))
+    with pytest.raises(ValueError, match="the header's 'channels' is not a table"):
+        dynsys.load_names(path)

@@ -287,6 +287,8 @@ def test_cli_run_folder_neural_files_reproduce_the_printed_fit(tmp_path, capsys)
         type(model) is dynsys.NeuralStateSpace and type(encoder) is dynsys.StateEncoder
     )
     assert type(dynsys.load(out / "model.dynsys")) is dynsys.LinearSystem
+    for name in ("model.dynsys", "neural_model.dynsys", "neural_linear_model.dynsys"):
+        assert dynsys.load_names(out / name) == (("u",), ("y",)), name
     past = encoder.past
     # The free run from sample `past`, started by the encoder, scored with numpy.
     data = dynsys.Dataset(us=u[None], ys=y[None])

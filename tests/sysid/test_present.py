@@ -71,11 +71,22 @@ def test_present_with_a_covariance_gives_the_std():
     ys = ys + 0.05 * rng.normal(size=ys.shape)
     data = dynsys.Dataset(us=jnp.asarray(u), ys=jnp.asarray(ys))
     result = dynsys.fit(dynsys.fit_subspace(data, 1), data, progress=False)
+    lazy = repr(result.uncertainty)
+    assert "computed when FitResult.covariance is first read" in lazy
     text = dynsys.present(result.model, result.covariance)
     _, std = dynsys.static_gain_uncertainty(result.covariance)
     assert f"± {float(np.asarray(std)[0, 0]):.2g}" in text
     poles = dynsys.pole_uncertainty(result.covariance)
     assert f"± {float(np.asarray(poles.natural_frequency_std)[0]):.2g}" in text
+    covariance = result.covariance  # its repr: short, and how to read it
+    short = repr(covariance)
+    assert short == repr(result.uncertainty)  # once computed, the same
+    assert (
+        f"{covariance.num_parameters} parameters, {covariance.rank} identifiable"
+        in short
+    )
+    assert f"[{float(np.asarray(covariance.channel_variance)[0]):.3g}]" in short
+    assert "present(" in short and "\n" not in short and len(short) < 300
 
 
 def test_names_through_plot_bode():
@@ -111,3 +122,96 @@ def test_the_operating_point_warning_points_at_the_callers_line():
         dynsys.to_control(_model(levels=True))
     (warning,) = caught
     assert warning.filename == __file__
+
+
+def _identified(model, covariance=None) -> dynsys.Identified:
+    """An `Identified` of `model` with the heating record's channel names (as
+    `dynsys.identify` returns it, without running it)."""
+    return dynsys.Identified(
+        model=model, order=model.state_size, feedthrough=model.D is not None,
+        held_out_fit_percent=(85.94,), test_fit_percent=None, first_part=model,
+        scan=None, held_out="the last 33% held out", warnings=(),
+        input_names=("drive_V", "fan"), output_names=("temp_C",),
+        covariance=covariance,
+    )  # fmt: skip
+
+
+def _titles(fig) -> list[str]:
+    return [a.get_title() for a in fig.axes if a.get_title()]
+
+
+def test_names_travel_with_an_identified_model_into_the_plots():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    found = _identified(_model())
+    for draw in (dynsys.plot.bode, dynsys.plot.step_response):
+        titles = _titles(draw(found))
+        assert titles == ["drive_V → temp_C", "fan → temp_C"], (draw, titles)
+        titles = _titles(draw({"fitted": found, "start": _model()}))
+        assert titles == ["drive_V → temp_C", "fan → temp_C"], (draw, titles)
+    data = dynsys.Dataset(us=jnp.zeros((1, 5, 2)), ys=jnp.zeros((1, 5, 1)),
+                          input_names=["a (V)", "b (V)"],
+                          output_names=["c (K)"])  # fmt: skip
+    assert _titles(dynsys.plot.bode(_model(), names=data)) == [
+        "a (V) → c (K)", "b (V) → c (K)"
+    ]  # fmt: skip
+    given = dynsys.plot.bode(found, names=data, input_names=["p", "q"])
+    assert _titles(given) == ["p → c (K)", "q → c (K)"]  # given names come first
+    with pytest.raises(ValueError, match=r"bode\(names=...\): expected a Dataset"):
+        dynsys.plot.bode(_model(), names=["drive_V"])
+
+
+def test_names_travel_with_an_identified_model_into_python_control():
+    pytest.importorskip("control")
+    found = _identified(_model())
+    sys = dynsys.to_control(found)
+    assert sys.input_labels == ["drive_V", "fan"]
+    assert sys.output_labels == ["temp_C"]
+    assert dynsys.to_control(_model(), names=found).input_labels == ["drive_V", "fan"]
+    text = dynsys.present(found)
+    assert "drive_V → temp_C:" in text and "fan → temp_C:" in text
+
+
+def _physical_outputs(model, us) -> np.ndarray:
+    """The model's outputs in physical units from x0 = 0, by a plain loop of
+    $x_{t+1} = K x + B (u - \\bar u) + \\mathrm{offset}$,
+    $y = C x + D (u - \\bar u) + \\bar y$."""
+    K, B, C, D = (np.asarray(getattr(model, name), np.float64) for name in "KBCD")
+    u_bar, y_bar = np.asarray(model.input_level), np.asarray(model.output_level)
+    offset = 0.0 if model.offset is None else np.asarray(model.offset)
+    x, ys = np.zeros(K.shape[0]), []
+    for u in us:
+        ys.append(C @ x + D @ (u - u_bar) + y_bar)
+        x = K @ x + B @ (u - u_bar) + offset
+    return np.array(ys)
+
+
+@pytest.mark.parametrize("offset", [None, (0.2, -0.1)])
+def test_to_control_keeps_the_operating_point_as_a_constant_input(offset):
+    control = pytest.importorskip("control")
+    model = _model(levels=True)
+    if offset is not None:
+        model = dynsys.LinearSystem(model.K, model.B, model.C, model.D,
+                                    offset=jnp.array(offset), dt=2.0,
+                                    input_level=model.input_level,
+                                    output_level=model.output_level)  # fmt: skip
+    us = np.random.default_rng(1).normal(6.0, 1.0, size=(30, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is left out: nothing to say
+        sys = dynsys.to_control(model, input_names=["drive_V", "fan"],
+                                operating_point="as_input")  # fmt: skip
+    assert sys.input_labels == ["drive_V", "fan", "1 (operating point)"]
+    U = np.vstack([us.T, np.ones(len(us))])
+    response = control.forced_response(sys, T=2.0 * np.arange(len(us)), U=U)
+    np.testing.assert_allclose(
+        np.asarray(response.outputs).reshape(len(us), -1),
+        _physical_outputs(model, us),
+        rtol=1e-9,
+    )
+    if offset is not None:
+        with pytest.raises(ValueError, match="operating_point='as_input'"):
+            dynsys.to_control(model)
+    with pytest.raises(ValueError, match=r"to_control\(operating_point=...\)"):
+        dynsys.to_control(model, operating_point="keep")
+

@@ -59,9 +59,16 @@ def estimate_outputs(
     return Stages(start, estimate, final)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class Identified:
-    """What `dynsys.identify` found.
+    """What `dynsys.identify` found; `print(found)` shows it as MATLAB's
+    `present(sys)` does (`summary()`): its structure and scores, then the model's
+    operating point, poles, zeros, static gains and transfer functions, with
+    `± std` from its covariance, under the data's channel names.
+
+    Its names travel with it: `dynsys.present(found)`, `dynsys.to_control(found)`,
+    `dynsys.plot.bode(found)` and `dynsys.plot.step_response(found)` take the model
+    and name the channels after the data.
 
     **Fields:**
 
@@ -85,6 +92,11 @@ class Identified:
     - `held_out`: how the held-out data were chosen, in words.
     - `warnings`: what not to trust, one line each (the run's `dynsys fit:
         warning:` lines).
+    - `input_names`, `output_names`: the data's channel names (units included,
+        as the file's columns name them).
+    - `covariance`: the `ParameterCovariance` of `model`'s parameters
+        (Gauss–Newton at the fit, `FitResult.covariance`), or `None` with the
+        reason in `covariance_reason`.
     """
 
     model: Any
@@ -96,6 +108,57 @@ class Identified:
     scan: "OrderSelection | None"
     held_out: str
     warnings: tuple[str, ...]
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+    covariance: Any = None
+    covariance_reason: str | None = None
+
+    def summary(self) -> str:
+        """What `print(found)` shows: the structure, the fit % per output, the
+        warnings, then `dynsys.present` of the model (with `± std`)."""
+        return identified_summary(self)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        scores = _scores(self.output_names, self.held_out_fit_percent)
+        channels = f"{', '.join(self.input_names) or 'no input'} → " + ", ".join(
+            self.output_names
+        )
+        return (
+            f"<Identified: order {self.order}{' with D' * self.feedthrough}, "
+            f"{channels}; held-out fit {scores or 'none'}; print() it for the "
+            "model's poles, zeros and static gains>"
+        )
+
+
+def identified_summary(found: Identified) -> str:
+    """`Identified.summary()`: a few lines of what was identified and how well,
+    then the model as `dynsys.present` shows it."""
+    from ..._sysid.present import present
+
+    structure = f"order {found.order}, {'with' if found.feedthrough else 'no'} D"
+    lines = [f"identified: {structure}; {found.held_out}"]
+    held_out = _scores(found.output_names, found.held_out_fit_percent)
+    if held_out:
+        lines.append(f"held-out fit: {held_out}")
+    test = _scores(found.output_names, found.test_fit_percent)
+    if test:
+        lines.append(f"fit on the validation data (a clean test): {test}")
+    lines += [f"warning: {line}" for line in found.warnings]
+    if found.covariance is None and found.covariance_reason:
+        lines.append(f"no ± std: the covariance was {found.covariance_reason}")
+    lines.append(present(found))
+    return "\n".join(lines)
+
+
+def _scores(names, percents) -> str:
+    """`"temp_C 85.9 %"`, one per output (`""` for none)."""
+    if percents is None:
+        return ""
+    names = names or [f"y{k}" for k in range(len(percents))]
+    return ", ".join(f"{name} {value:.1f} %" for name, value in zip(names, percents))
 
 
 # The config keys `identify`'s arguments set, by argument (named after the keys).
@@ -277,7 +340,9 @@ def identify(
     **Returns:**
 
     An `Identified`: `.model`, `.order`, `.feedthrough`, `.held_out_fit_percent`,
-    `.scan` (the structure scan's table: `.scan.markdown()`), `.warnings`.
+    `.scan` (the structure scan's table: `.scan.markdown()`), `.warnings`, the
+    data's `.input_names`, `.output_names` and the model's `.covariance`;
+    `print(found)` shows the model as MATLAB's `present(sys)` does.
 
     **Raises:**
 
@@ -290,6 +355,7 @@ def identify(
     data = dynsys.load_dataset("heating.csv", inputs=["drive_V"], outputs=["temp_C"])
     found = dynsys.identify(data)
     found.order, found.held_out_fit_percent  # 7, (85.9,): as `dynsys fit`
+    print(found)  # drive_V → temp_C: poles, zeros, static gain ± std
     ```
     """
     from ..schema import resolve_config
@@ -372,10 +438,16 @@ def _in_session_precision(identified: Identified) -> Identified:
             return a.astype(jnp.float32)
         return a
 
+    covariance = identified.covariance
+    if covariance is not None:
+        covariance = dataclasses.replace(
+            covariance, model=jax.tree.map(to_float32, covariance.model)
+        )
     return dataclasses.replace(
         identified,
         model=jax.tree.map(to_float32, identified.model),
         first_part=jax.tree.map(to_float32, identified.first_part),
+        covariance=covariance,
     )
 
 
@@ -429,6 +501,7 @@ def _identified(data: FitData, stages: Stages, found: list[str]) -> Identified:
     import numpy as np
 
     from ..._sysid.validation import compare
+    from .uncertainty import covariance_of
 
     estimate, final = stages.estimate, stages.final
     kept = final if final is not None else estimate
@@ -442,6 +515,8 @@ def _identified(data: FitData, stages: Stages, found: list[str]) -> Identified:
     structure = stages.start.subspace  # the chosen structure's start
     if structure is None:  # a polynomial structure: its first fit
         structure = estimate.result.model
+    whole = data.run.data
+    covariance, reason = covariance_of(kept.result)
     return Identified(
         model=kept.result.model,
         order=int(structure.state_size),
@@ -452,4 +527,8 @@ def _identified(data: FitData, stages: Stages, found: list[str]) -> Identified:
         scan=None if scan is None else scan[0],
         held_out=data.held,
         warnings=tuple(_named(line) for line in found),
+        input_names=tuple(whole.input_names),
+        output_names=tuple(whole.output_names),
+        covariance=covariance,
+        covariance_reason=reason,
     )

@@ -213,7 +213,7 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
         metrics,
         {"neural_comparison.png": figure},
         notes,
-        _model_files(result, linear),
+        _model_files(result, linear, report),
     )
 
 
@@ -228,16 +228,19 @@ def _stop_reason(result, options) -> str | None:
     return None
 
 
-def _model_files(result, linear) -> dict:
+def _model_files(result, linear, data) -> dict:
     """`neural_model.dynsys` (the `NeuralStateSpace`), `neural_encoder.dynsys`
     (its `StateEncoder`) and `neural_linear_model.dynsys` (the `linear` model it
     starts from and is scored against), all written by `dynsys.save` (atomic) and
-    read back by `dynsys.load(path)` without a template."""
+    read back by `dynsys.load(path)` without a template; the models with `data`'s
+    channel names."""
     from ..._io import save
+    from ..._sysid.channel_names import names_of
 
+    names = names_of("fit", data)
     return {
-        "neural_model.dynsys": lambda path: save(path, result.model),
+        "neural_model.dynsys": lambda path: save(path, result.model, names=names),
         "neural_encoder.dynsys": lambda path: save(path, result.encoder),
-        "neural_linear_model.dynsys": lambda path: save(path, linear),
+        "neural_linear_model.dynsys": lambda path: save(path, linear, names=names),
     }
 

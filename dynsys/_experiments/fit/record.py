@@ -5,6 +5,7 @@ The run folder's files are written from it by `_experiments/report.py`."""
 
 import numpy as np
 
+from ..._sysid.channel_names import names_of
 from ..outcome import loss_history_lines, Outcome
 from .assumptions import assumption_lines
 from .data import _columns
@@ -91,6 +92,7 @@ def _outcome(
         figures=figures,
         notes=notes,
         files=files,
+        names=names_of("fit", data.run.data),
     )
 
 
