@@ -109,6 +109,11 @@ if TYPE_CHECKING:
         step_response_band as step_response_band,
     )
     from ._sysid.box_jenkins import fit_box_jenkins as fit_box_jenkins
+    from ._sysid.delay import (
+        delay_inputs as delay_inputs,
+        estimate_delay as estimate_delay,
+        with_input_delay as with_input_delay,
+    )
     from ._sysid.impulse import (
         impulse_estimate as impulse_estimate,
         ImpulseEstimate as ImpulseEstimate,
