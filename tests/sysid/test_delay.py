@@ -1,0 +1,146 @@
+"""Input delays: `estimate_delay` against simulated plants with known dead times
+(and none), `with_input_delay` against a plain numpy loop of the delayed plant,
+`delay_inputs` against index arithmetic."""
+
+import numpy as np
+import pytest
+
+import dynsys
+
+
+def _delayed_plant(rng, delays, T=400, noise=0.05, feedthrough=False):
+    """Data of a stable MIMO first-order plant per output, `x_{t+1} = a x_t + B
+    u_{t-d}` (each input j delayed by `delays[j]`), `y_t = x_t (+ D u_{t-d}) +
+    noise`, from zero initial conditions; returns the data and (K, B, C, D)."""
+    m = len(delays)
+    p = 2 if m > 1 else 1
+    K = np.diag([0.8, 0.6][:p])
+    B = np.array([[0.5, -0.3], [0.2, 0.7]])[:p, :m]
+    C = np.eye(p)
+    D = np.array([[0.4, 0.0], [0.1, -0.3]])[:p, :m] if feedthrough else None
+    us = rng.standard_normal((T, m))
+    ys = np.zeros((T, p))
+    x = np.zeros(p)
+    for t in range(T):
+        ud = np.array([us[t - d, j] if t >= d else 0.0 for j, d in enumerate(delays)])
+        ys[t] = C @ x + (0.0 if D is None else D @ ud) + noise * rng.standard_normal(p)
+        x = K @ x + B @ ud
+    return dynsys.Dataset(us=us, ys=ys), (K, B, C, D)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_estimate_delay_recovers_a_known_dead_time(seed):
+    rng = np.random.default_rng(seed)
+    data, _ = _delayed_plant(rng, (3,))
+    assert dynsys.estimate_delay(data, max_delay=8) == (3,)
+
+
+def test_estimate_delay_per_input_of_a_mimo_plant():
+    rng = np.random.default_rng(2)
+    data, _ = _delayed_plant(rng, (0, 4))
+    assert dynsys.estimate_delay(data, max_delay=6) == (0, 4)
+
+
+@pytest.mark.parametrize("feedthrough", [False, True])
+def test_estimate_delay_invents_none(feedthrough):
+    # Plants without dead time, with and without feedthrough, several noise draws;
+    # and a second-order plant without feedthrough (response from lag 1).
+    for seed in range(4):
+        rng = np.random.default_rng(10 + seed)
+        data, _ = _delayed_plant(rng, (0,), noise=0.2, feedthrough=feedthrough)
+        assert dynsys.estimate_delay(data, max_delay=10) == (0,)
+    K = np.array([[1.5, -0.7], [1.0, 0.0]])
+    model = dynsys.LinearSystem(K, np.array([[1.0], [0.0]]), np.array([[0.5, 0.3]]))
+    rng = np.random.default_rng(20)
+    us = rng.standard_normal((300, 1))
+    ys = np.asarray(dynsys.rollout(model, np.zeros(2), 300, inputs=us).ys)
+    ys = ys + 0.1 * rng.standard_normal(ys.shape)
+    assert dynsys.estimate_delay(dynsys.Dataset(us=us, ys=ys)) == (0,)
+
+
+def _numpy_free_run(K, B, C, D, delays, us, u_bar, y_bar):
+    """The delayed plant by a plain loop, from zero state and zero past inputs
+    (in deviations): `x_{t+1} = K x_t + B v_t`, `y_t = C x_t + D v_t + y_bar`, with
+    `v_{j,t} = u_{j,t-d_j} - u_bar_j` (0 before the record)."""
+    T, m = us.shape
+    x = np.zeros(K.shape[0])
+    ys = []
+    for t in range(T):
+        v = np.array(
+            [us[t - d, j] - u_bar[j] if t >= d else 0.0 for j, d in enumerate(delays)]
+        )
+        ys.append(C @ x + D @ v + y_bar)
+        x = K @ x + B @ v
+    return np.array(ys)
+
+
+def test_with_input_delay_free_run_equals_the_delayed_plant_loop():
+    rng = np.random.default_rng(3)
+    K = np.array([[0.7, 0.2], [-0.1, 0.5]])
+    B = rng.standard_normal((2, 3))
+    C = rng.standard_normal((2, 2))
+    D = rng.standard_normal((2, 3))
+    u_bar, y_bar = np.array([0.5, -1.0, 2.0]), np.array([3.0, -4.0])
+    model = dynsys.LinearSystem(K, B, C, D, input_level=u_bar, output_level=y_bar)
+    delays = (2, 0, 3)
+    delayed = dynsys.with_input_delay(model, delays)
+    assert delayed.K.shape == (2 + 5, 2 + 5)
+    T = 20
+    us = rng.standard_normal((T, 3)) + u_bar
+    # The register starts with the past inputs at their level (deviation 0).
+    x0 = np.zeros(7)
+    got = np.asarray(dynsys.rollout(delayed, x0, T, inputs=us).ys)
+    want = _numpy_free_run(K, B, C, D, delays, us, u_bar, y_bar)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+    assert dynsys.with_input_delay(model, 0) is model
+
+
+def test_delay_inputs_shifts_each_input_and_drops_the_first_steps():
+    us = np.arange(20.0).reshape(10, 2)
+    ys = 100 + np.arange(10.0)[:, None]
+    data = dynsys.Dataset(us=us, ys=ys, ts=0.5 * np.arange(10))
+    shifted = dynsys.delay_inputs(data, (3, 1))
+    assert shifted.lengths == (7,)
+    np.testing.assert_array_equal(shifted.ys[0, :, 0], ys[3:, 0])
+    np.testing.assert_array_equal(shifted.us[0, :, 0], us[0:7, 0])  # t - 3
+    np.testing.assert_array_equal(shifted.us[0, :, 1], us[2:9, 1])  # t - 1
+    assert shifted.dt == 0.5
+
+
+def test_fit_behind_the_estimated_delay_validates_as_the_true_model():
+    rng = np.random.default_rng(4)
+    train, (K, B, C, _) = _delayed_plant(rng, (3,), T=300)
+    test, _ = _delayed_plant(rng, (3,), T=200)
+    delays = dynsys.estimate_delay(train)
+    assert delays == (3,)
+    model = dynsys.with_input_delay(
+        dynsys.fit_subspace(dynsys.delay_inputs(train, delays), order=1), delays
+    )
+    true = dynsys.with_input_delay(dynsys.LinearSystem(K, B, C), (3,))
+    fit = float(dynsys.compare(model, test).fit_percent[0])
+    fit_true = float(dynsys.compare(true, test).fit_percent[0])
+    assert fit > fit_true - 1.0
+    plain = dynsys.fit_subspace(train, order=1)
+    assert float(dynsys.compare(plain, test).fit_percent[0]) < fit - 20
+
+
+def test_delay_errors():
+    rng = np.random.default_rng(5)
+    data, (K, B, C, _) = _delayed_plant(rng, (1,), T=60)
+    model = dynsys.LinearSystem(K, B, C)
+    with pytest.raises(ValueError, match=r"with_input_delay\(delays=...\): expected one"):
+        dynsys.with_input_delay(model, (1, 2))
+    with pytest.raises(ValueError, match=r"with_input_delay\(delays=...\): must be >= 0"):
+        dynsys.with_input_delay(model, (-1,))
+    with pytest.raises(TypeError, match=r"with_input_delay\(model=...\): expected a"):
+        dynsys.with_input_delay(object(), (1,))
+    with pytest.raises(ValueError, match=r"no inputs to delay"):
+        dynsys.with_input_delay(dynsys.LinearSystem(K), (1,))
+    with pytest.raises(ValueError, match=r"estimate_delay\(significance=...\)"):
+        dynsys.estimate_delay(data, significance=1.5)
+    with pytest.raises(ValueError, match=r"estimate_delay\(data=...\): the data \("):
+        dynsys.estimate_delay(data, max_delay=40)
+    with pytest.raises(ValueError, match=r"estimate_delay\(data=...\): the data has no"):
+        dynsys.estimate_delay(dynsys.Dataset(ys=np.zeros((50, 1))))
+    with pytest.raises(ValueError, match=r"delay_inputs\(delays=...\): every"):
+        dynsys.delay_inputs(data, (60,))
