@@ -71,18 +71,17 @@ def estimate_delay(
     feedthrough: the output first responds to $u_{j,t}$ at step $t + d_j + 1$
     (ARX $n_k = d_j + 1$). A sampled plant without dead time has $d_j = 0$, with or
     without a feedthrough. For each input in turn (the others at their current
-    estimate; two passes):
+    estimate, with $n_b$ terms; two passes when there are several):
 
-    1. ARX models ($n_a$ past outputs, $n_b$ terms of the input from lag $n_k$,
-        a constant) are fitted by least squares on the same steps for
-        $n_k = 0 \\dots$ `max_delay` + 1; $n_k^*$ minimises the residual sum of
-        squares (summed over outputs scaled to unit variance).
-    2. The delay is accepted only where the data show it: one ARX model with the
-        input's terms at every lag $0 \\dots n_k^* + n_b - 1$ is fitted, and the
-        largest $k \\le n_k^*$ is taken for which the coefficients at lags
-        $0 \\dots k-1$ are jointly insignificant on every output (F-test at level
-        `significance` / p); the delay is $k - 1$, or 0 when $n_k^* \\le 1$ or no
-        such $k \\ge 2$ exists.
+    1. One ARX model is fitted by least squares with $n_a$ past outputs, a
+        constant and the input's terms at every lag $0 \\dots$ `max_delay` $+ n_b$;
+        for $k = 1, 2, \\dots$ the coefficients at lags $0 \\dots k-1$ are tested
+        jointly zero on every output (F-test at level `significance` / p). The
+        last $k$ before the first rejection gives $n_k = k$: the first lag at
+        which the input acts, and the delay $d = \\max(n_k - 1, 0)$.
+    2. A delay is kept only when the ARX model with it ($n_b$ terms from lag
+        $n_k$) has a smaller residual sum of squares than the one without
+        ($n_k = 0$), on the same steps: MATLAB's scan over $n_k$ as a check.
 
     Coloured equation noise makes the test reject more often, which gives a
     smaller delay: the estimate errs towards none. A plant whose response starts
@@ -95,7 +94,7 @@ def estimate_delay(
     - `max_delay`: the largest delay tried (`>= 0`).
     - `na`, `nb`: the ARX orders of the scan (`na >= 0`, `nb >= 1`; MATLAB's
         defaults are 2 and 2).
-    - `significance`: the level of the test of step 2, in `(0, 1)`.
+    - `significance`: the level of the test of step 1, in `(0, 1)`.
 
     **Returns:**
 
@@ -155,29 +154,36 @@ def estimate_delay(
 
     for _ in range(2 if m > 1 else 1):
         for j in range(m):
-            losses = []
-            for k in range(max_delay + 2):
-                Phi, Y = _regression(
-                    ys, us, s.lengths, na, lags_with(j, list(range(k, k + nb))), start
-                )
-                losses.append(np.sum(_residual_sums(Phi, Y)))
-            best = int(np.argmin(losses))
-            delay = 0
-            if best >= 2:
-                Phi, Y = _regression(
-                    ys, us, s.lengths, na, lags_with(j, list(range(best + nb))), start
-                )
-                full = _residual_sums(Phi, Y)
-                dof = Phi.shape[0] - Phi.shape[1]
-                first = na * p + sum(len(lags) for lags in lags_with(j, [])[:j])
-                for k in range(best, 1, -1):
-                    kept = np.r_[0:first, first + k : Phi.shape[1]]
-                    restricted = _residual_sums(Phi[:, kept], Y)
-                    F = (restricted - full) / k / np.maximum(full / dof, 1e-300)
-                    p_values = scipy.stats.f.sf(F, k, dof)
-                    if np.all(p_values > significance / p):
-                        delay = k - 1
-                        break
+            # The first significant lag: lags 0 .. k-1 of input j tested jointly
+            # zero in a model with every lag up to max_delay + nb, for k = 1, 2, ...
+            Phi, Y = _regression(
+                ys, us, s.lengths, na, lags_with(j, list(range(max_delay + 1 + nb))),
+                start,
+            )
+            full = _residual_sums(Phi, Y)
+            dof = Phi.shape[0] - Phi.shape[1]
+            first = na * p + nb * j
+            silent = 0
+            for k in range(1, max_delay + 2):
+                kept = np.r_[0:first, first + k : Phi.shape[1]]
+                restricted = _residual_sums(Phi[:, kept], Y)
+                F = (restricted - full) / k / np.maximum(full / dof, 1e-300)
+                if np.any(scipy.stats.f.sf(F, k, dof) <= significance / p):
+                    break
+                silent = k
+            delay = max(silent - 1, 0)
+            if delay > 0:
+                # The ARX model with that delay must also explain the data better
+                # than the one without (nk = 0), on the same steps.
+                def loss(nk_j):
+                    lags_j = list(range(nk_j, nk_j + nb))
+                    Phi, Y = _regression(
+                        ys, us, s.lengths, na, lags_with(j, lags_j), start
+                    )
+                    return np.sum(_residual_sums(Phi, Y))
+
+                if loss(delay + 1) >= loss(0):
+                    delay = 0
             delays[j] = delay
             nk[j] = delay + 1 if delay > 0 else 0
     return tuple(delays)
