@@ -1,6 +1,7 @@
-"""Input delays (dead times): estimated from the data by an ARX scan over the
-delay with a significance test (as MATLAB's `delayest`), and carried by an ordinary
-`LinearSystem` whose state holds a shift register per delayed input."""
+"""Input delays (dead times): estimated from the data by an ARX model's first
+significant lag, checked by an ARX scan over the delay (as MATLAB's `delayest`), and
+carried by an ordinary `LinearSystem` whose state holds a shift register per delayed
+input."""
 
 from collections.abc import Sequence
 
