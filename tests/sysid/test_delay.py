@@ -145,3 +145,24 @@ def test_delay_errors():
         dynsys.estimate_delay(dynsys.Dataset(ys=np.zeros((50, 1))))
     with pytest.raises(ValueError, match=r"delay_inputs\(delays=...\): every"):
         dynsys.delay_inputs(data, (60,))
+
+
+def test_the_delayed_model_survives_save_load_and_python_control(tmp_path):
+    control = pytest.importorskip("control")
+    K, B, C, D = np.array([[0.6]]), np.array([[1.0, 0.5]]), np.array([[2.0]]), None
+    delayed = dynsys.with_input_delay(dynsys.LinearSystem(K, B, C, D, dt=0.5), (2, 1))
+    path = tmp_path / "delayed.dynsys"
+    dynsys.save(path, delayed)
+    back = dynsys.load(path)
+    np.testing.assert_array_equal(np.asarray(back.K), np.asarray(delayed.K))
+    np.testing.assert_array_equal(np.asarray(back.B), np.asarray(delayed.B))
+    # python-control's impulse response: input j first reaches y at lag d_j + 1,
+    # then C K^(t - d_j - 1) B_j (the closed form of the delayed first-order plant).
+    sys = dynsys.to_control(back)
+    T = 8
+    for j, d in enumerate((2, 1)):
+        u = np.zeros((2, T))
+        u[j, 0] = 1.0
+        y = control.forced_response(sys, T=0.5 * np.arange(T), U=u).outputs
+        want = [0.0 if t <= d else 2.0 * 0.6 ** (t - d - 1) * B[0, j] for t in range(T)]
+        np.testing.assert_allclose(np.ravel(y), want, atol=1e-12)
