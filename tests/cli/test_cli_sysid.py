@@ -95,7 +95,10 @@ def test_fit_input_output_csv(tmp_path, capsys):
     held_out = metrics["fit_percent"]["held-out fit % vs measurements"]
     assert set(held_out) == {"subspace", "fitted"}
     assert all(len(v) == 2 for v in held_out.values())
-    assert sum(r["refined"] for r in scan["table"]) == 3
+    # the best three by the subspace score, and up to three simpler ones validating
+    # within the scan's margin of the best (select_order's own tests pin the rule)
+    assert 3 <= sum(r["refined"] for r in scan["table"]) <= 6
+    assert chosen[0]["refined"]
     row_fit = np.mean(chosen[0]["fit_percent"])
     if chosen[0]["refined"]:
         assert row_fit >= np.mean(held_out["subspace"]) - 1e-6
