@@ -264,6 +264,8 @@ def _fit(args: argparse.Namespace) -> int:
         config["fit"]["orders"] = args.orders
     if args.feedthrough is not None:
         config["fit"]["feedthrough"] = args.feedthrough
+    if args.delay is not None:
+        config["fit"]["input_delay"] = _delays(args.delay)
     _check_fit_config(config, args.out)
 
     import dynsys
@@ -388,6 +390,18 @@ def _indices(text: str) -> list[int]:
         ) from None
 
 
+def _delays(text: str | int):
+    """`--delay`: `"3"` as 3, `"3,1"` as `[3, 1]` (one per input); anything else
+    as given, for the config check to name (`--no-delay` gives 0)."""
+    if isinstance(text, int):
+        return text
+    try:
+        values = [int(k) for k in text.split(",")]
+    except ValueError:
+        return text
+    return values[0] if len(values) == 1 and "," not in text else values
+
+
 _OPTIONS = {
     "'data.states'": "--states",
     "'data.inputs'": "--inputs",
@@ -400,6 +414,7 @@ _OPTIONS = {
     "'fit.model'": "--model",
     "'fit.loss'": "--loss",
     "'fit.feedthrough'": "--feedthrough/--no-feedthrough",
+    "'fit.input_delay'": "--delay",
     "'fit.offset'": "--no-offset",
     "'fit.stabilise'": "--no-stabilise",
     "'fit.neural_steps'": "--neural-steps",
@@ -724,6 +739,19 @@ def _add_validation_options(fit: argparse.ArgumentParser) -> None:
         dest="feedthrough",
         action="store_false",
         help="no D (y = C x)",
+    )
+    fit.add_argument(
+        "--delay",
+        metavar="N[,M...]",
+        help="input delay (dead time) in samples, one for every input or one per "
+        "input (default: estimated from the data)",
+    )
+    fit.add_argument(
+        "--no-delay",
+        dest="delay",
+        action="store_const",
+        const=0,
+        help="no input delay",
     )
     fit.add_argument(
         "--no-offset",

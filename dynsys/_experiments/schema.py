@@ -190,6 +190,14 @@ def _fit_options() -> dict[str, Option]:
         "stabilise": Option(
             (bool,), True, help="retry from a stabilised start if it is unstable"
         ),
+        "input_delay": Option(
+            (str, int, list),
+            "auto",
+            items=int,
+            low=0,
+            help="input delay in samples: 'auto' (estimated), one for every input "
+            "or a list of one per input; 0: none",
+        ),
         # model = "neural": fit_neural's options (docs/nonlinear-models.md).
         "neural_horizon": Option(
             (int,), 64, low=1, high=MAX_STEPS, help="simulated window"

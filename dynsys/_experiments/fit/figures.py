@@ -274,7 +274,7 @@ def submit_plain_figures(data, start, validation, estimate) -> dict:
         plain = _plain_figures(
             data.report,
             start.singular_values,
-            None if start.subspace is None else start.subspace.state_size,
+            None if start.subspace is None else start.structure.state_size,
             validation.residuals,
             estimate.result,
         )

@@ -17,6 +17,7 @@ from ..._type_checks import checks_own_arguments
 from ..config import ConfigError
 from .data import FitData, given_data, other_channels
 from .estimate import Estimate, fit_outputs_model, refit_on_estimation_data
+from .input_delay import delayed_data, delayed_models, input_delay
 from .start import find_start, Start
 
 
@@ -50,13 +51,16 @@ def estimate_outputs(
 
     if is_polynomial(config["fit"]):
         return Stages(*polynomial_stages(config, data, found, echo))
-    train, val = data.train, data.val
+    delay = input_delay(config, data, echo)
+    # The scan and the fits see the plant behind the delay; its models carry it.
+    plant = delayed_data(data, delay.delays)
+    train, val = plant.train, plant.val
     start = find_start(config, train, val, found, echo)
     estimate = fit_outputs_model(config, start, train, val, progress, found, echo)
     final = None
-    if data.carved:  # the chosen structure refitted on all the estimation data
-        final = refit_on_estimation_data(config, estimate, data, progress, found, echo)
-    return Stages(start, estimate, final)
+    if plant.carved:  # the chosen structure refitted on all the estimation data
+        final = refit_on_estimation_data(config, estimate, plant, progress, found, echo)
+    return delayed_models(Stages(start, estimate, final), delay)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -78,7 +82,10 @@ class Identified:
         `"bj"`). With a held-out part carved from `data`, the chosen structure
         refitted on all of `data`
         (or `first_part` when that refit ended unstable).
-    - `order`, `feedthrough`: its structure (`feedthrough`: whether it has `D`).
+    - `order`, `feedthrough`: the plant's structure (`feedthrough`: whether it
+        has `D`), without the input delay's registers.
+    - `input_delay`: the delay of each input in samples, `(m,)`, which `model`
+        carries (`with_input_delay`; its order is `order + sum(input_delay)`).
     - `held_out_fit_percent`: the fit % per output channel (MATLAB's `compare`)
         of `first_part` on the held-out data that chose the structure and the
         kept optimiser step (`None` without held-out data). What `dynsys fit`
@@ -112,6 +119,7 @@ class Identified:
     output_names: tuple[str, ...] = ()
     covariance: Any = None
     covariance_reason: str | None = None
+    input_delay: tuple[int, ...] = ()
 
     def summary(self) -> str:
         """What `print(found)` shows: the structure, the fit % per output, the
@@ -139,6 +147,9 @@ def identified_summary(found: Identified) -> str:
     from ..._sysid.present import present
 
     structure = f"order {found.order}, {'with' if found.feedthrough else 'no'} D"
+    if any(found.input_delay):
+        values = ", ".join(str(d) for d in found.input_delay)
+        structure += f", input delay {values}"
     lines = [f"identified: {structure}; {found.held_out}"]
     held_out = _scores(found.output_names, found.held_out_fit_percent)
     if held_out:
@@ -177,6 +188,7 @@ _FIT_KEYS = (
     "subspace_horizon",
     "offset",
     "stabilise",
+    "input_delay",
 )
 _ARGUMENTS = {
     **{f"fit.{key}": key for key in _FIT_KEYS},
@@ -277,6 +289,7 @@ def identify(
     subspace_horizon: int | None = None,
     offset: bool = True,
     stabilise: bool = True,
+    input_delay: str | int | tuple[int, ...] | list[int] = "auto",
     validation_split: float | None = None,
     validation_fraction: float | None = None,
     select_on_validation: bool = False,
@@ -325,6 +338,11 @@ def identify(
     - `subspace_horizon`, `offset`, `stabilise`: the subspace method's horizon;
         whether the data's means are removed and kept in the model; whether an
         unstable start on bounded data is stabilised.
+    - `input_delay`: the input delay (dead time) in samples: `"auto"` (the
+        default) estimates it on the estimation data's first part
+        (`estimate_delay`); an integer (every input) or one per input gives it;
+        0 turns it off. The scan and the fits run on the delayed inputs and
+        `model` carries the delay (`with_input_delay`).
     - `validation_split`: hold out this last share of each experiment by time.
     - `validation_fraction`: hold out this share of whole experiments (config key
         `data.validation`; default 0.25 of several experiments).
@@ -377,6 +395,9 @@ def identify(
         "subspace_horizon": subspace_horizon,
         "offset": offset,
         "stabilise": stabilise,
+        "input_delay": (
+            list(input_delay) if isinstance(input_delay, tuple) else input_delay
+        ),
     }
     data_keys = {
         "validation": validation_fraction,
@@ -491,8 +512,11 @@ def _refuse_unusable(config: dict, data: FitData, found: list[str], echo) -> Non
     from .data_checks import check_data
     from .polynomial import check_structure_choice
 
+    from .input_delay import check_input_delay
+
     findings = check_data(config, data, echo).findings
     check_structure_choice(config, data)
+    check_input_delay(config, data)
     found += [f["message"] for f in findings if f["level"] == "warn"]
 
 
@@ -512,9 +536,10 @@ def _identified(data: FitData, stages: Stages, found: list[str]) -> Identified:
         return tuple(float(v) for v in np.asarray(compare(model, on).fit_percent))
 
     scan = stages.start.scan
-    structure = stages.start.subspace  # the chosen structure's start
+    structure = stages.start.structure  # the chosen structure's start (the plant's)
     if structure is None:  # a polynomial structure: its first fit
         structure = estimate.result.model
+    delay = stages.start.delay
     whole = data.run.data
     covariance, reason = covariance_of(kept.result)
     return Identified(
@@ -531,4 +556,5 @@ def _identified(data: FitData, stages: Stages, found: list[str]) -> Identified:
         output_names=tuple(whole.output_names),
         covariance=covariance,
         covariance_reason=reason,
+        input_delay=() if delay is None else tuple(delay.delays),
     )

@@ -30,6 +30,7 @@ from .data_checks import check_data, DataChecks
 from .estimate import fit_model, stable_if_asked
 from .figures import output_figures, state_figures, submit_plain_figures
 from .identify import estimate_outputs
+from .input_delay import check_input_delay
 from .polynomial import check_structure_choice
 from .record import output_outcome, state_outcome
 from .states import least_squares_start, score_free_runs
@@ -45,6 +46,7 @@ def run_fit(config: dict, *, progress: bool, echo) -> Outcome:
     checks = check_data(config, data, echo)
     _check_model_choice(config, data)
     check_structure_choice(config, data)
+    check_input_delay(config, data)
     if data.run.data.ys is None:
         return _fit_states(config, data, checks, progress, echo)
     return _fit_outputs(config, data, checks, progress, echo)

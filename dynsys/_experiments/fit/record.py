@@ -146,6 +146,8 @@ def output_outcome(
         "dt": report.dt,
         "offset_removed": fitted.output_level is not None,
         "stabilised_start": start.begin is not start.subspace,
+        "input_delay": None if start.delay is None else list(start.delay.delays),
+        "input_delay_estimated": None if start.delay is None else start.delay.estimated,
         "input_level": _levels(fitted.input_level),
         "output_level": _levels(fitted.output_level),
         "fit_metrics": result.metrics,
@@ -194,9 +196,9 @@ def _structure_metrics(start, fitted, fit_cfg: dict) -> dict:
     if start.polynomial is None:
         return {
             "structure": "state-space",
-            "order": start.subspace.state_size,
+            "order": start.structure.state_size,
             "order_chosen": fit_cfg["order"] is None,
-            **scan_metrics(start.scan, start.subspace, fit_cfg),
+            **scan_metrics(start.scan, start.structure, fit_cfg),
             "singular_values": start.singular_values.tolist(),
         }
     return {
@@ -218,7 +220,7 @@ def _described(start, estimate, fit_cfg: dict) -> str:
 
     if start.polynomial is None:
         return (
-            f"Subspace start of order {start.subspace.state_size} ({start.chosen}); "
+            f"Subspace start of order {start.structure.state_size} ({start.chosen}); "
             f"output-error fit with {estimate.optimiser}, {fit_cfg['loss']} loss."
         )
     described = start.polynomial

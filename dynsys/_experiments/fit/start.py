@@ -29,6 +29,16 @@ class Start:
     # A polynomial structure (`polynomial.py`; then `subspace`, `begin` and
     # `singular_values` are `None`): metrics.json's `polynomial` entry.
     polynomial: dict | None = None
+    # The input delay (`input_delay.InputDelay`) the models carry, and the
+    # subspace start without it (the plant's structure), or None.
+    delay: Any = None
+    plant: Any = None
+
+    @property
+    def structure(self):
+        """The subspace start without the delay: its order and `D` are the
+        plant's."""
+        return self.subspace if self.plant is None else self.plant
 
 
 def find_start(config: dict, train, val, found: list[str], echo) -> Start:
