@@ -86,6 +86,12 @@ class Identified:
         has `D`), without the input delay's registers.
     - `input_delay`: the delay of each input in samples, `(m,)`, which `model`
         carries (`with_input_delay`; its order is `order + sum(input_delay)`).
+    - `plant`, `plant_covariance`: with a delay, the model without it (of order
+        `order`) and its `ParameterCovariance` (`covariance` is then `None`: the
+        delayed model's parameters are not the fitted ones):
+        `dynsys.present(found.plant, found.plant_covariance, names=found)` shows
+        its poles and static gains `± std`; without a delay, `model` and
+        `covariance`.
     - `held_out_fit_percent`: the fit % per output channel (MATLAB's `compare`)
         of `first_part` on the held-out data that chose the structure and the
         kept optimiser step (`None` without held-out data). What `dynsys fit`
@@ -120,6 +126,8 @@ class Identified:
     covariance: Any = None
     covariance_reason: str | None = None
     input_delay: tuple[int, ...] = ()
+    plant: Any = None
+    plant_covariance: Any = None
 
     def summary(self) -> str:
         """What `print(found)` shows: the structure, the fit % per output, the
@@ -158,6 +166,13 @@ def identified_summary(found: Identified) -> str:
     if test:
         lines.append(f"fit on the validation data (a clean test): {test}")
     lines += [f"warning: {line}" for line in found.warnings]
+    if any(found.input_delay) and found.plant_covariance is not None:
+        lines.append(
+            f"the plant without its input delay ({values} samples; the model "
+            "carries it as that many more states, poles at 0):"
+        )
+        lines.append(present(found.plant, found.plant_covariance, names=found))
+        return "\n".join(lines)
     if found.covariance is None and found.covariance_reason:
         lines.append(f"no ± std: the covariance was {found.covariance_reason}")
     lines.append(present(found))
@@ -459,13 +474,18 @@ def _in_session_precision(identified: Identified) -> Identified:
             return a.astype(jnp.float32)
         return a
 
-    covariance = identified.covariance
-    if covariance is not None:
-        covariance = dataclasses.replace(
+    def covariance_to_float32(covariance):
+        if covariance is None:
+            return None
+        return dataclasses.replace(
             covariance, model=jax.tree.map(to_float32, covariance.model)
         )
+
+    covariance = covariance_to_float32(identified.covariance)
     return dataclasses.replace(
         identified,
+        plant=jax.tree.map(to_float32, identified.plant),
+        plant_covariance=covariance_to_float32(identified.plant_covariance),
         model=jax.tree.map(to_float32, identified.model),
         first_part=jax.tree.map(to_float32, identified.first_part),
         covariance=covariance,
@@ -539,9 +559,18 @@ def _identified(data: FitData, stages: Stages, found: list[str]) -> Identified:
     structure = stages.start.structure  # the chosen structure's start (the plant's)
     if structure is None:  # a polynomial structure: its first fit
         structure = estimate.result.model
-    delay = stages.start.delay
     whole = data.run.data
     covariance, reason = covariance_of(kept.result)
+    delay = stages.start.delay
+    plant, plant_covariance = kept.result.model, covariance
+    if delay is not None and any(delay.delays):
+        # The fits ran on the plant behind the delay: the covariance is of its
+        # parameters, not of the delayed model's.
+        plant = covariance.model if covariance is not None else None
+        covariance, reason = None, (
+            "computed for the plant without its input delay: "
+            "dynsys.present(found.plant, found.plant_covariance, names=found)"
+        )
     return Identified(
         model=kept.result.model,
         order=int(structure.state_size),
@@ -557,4 +586,6 @@ def _identified(data: FitData, stages: Stages, found: list[str]) -> Identified:
         covariance=covariance,
         covariance_reason=reason,
         input_delay=() if delay is None else tuple(delay.delays),
+        plant=plant,
+        plant_covariance=plant_covariance,
     )

@@ -69,11 +69,15 @@ def _given(fit_cfg: dict, m: int) -> tuple[int, ...] | None:
     return tuple(value)
 
 
-def _longest(data) -> int:
-    """The longest delay the split leaves room for: half the shortest experiment
-    of the estimation and held-out parts."""
+def _shortest(data) -> int:
+    """The shortest experiment of the estimation and held-out parts, in samples."""
     parts = [d for d in (data.train, data.val, data.test) if d is not None]
-    return min(min(d.lengths) for d in parts) // 2
+    return min(min(d.lengths) for d in parts)
+
+
+def _longest(data) -> int:
+    """The longest delay the split leaves room for: half its shortest experiment."""
+    return _shortest(data) // 2
 
 
 def check_input_delay(config: dict, data) -> None:
@@ -97,7 +101,7 @@ def check_input_delay(config: dict, data) -> None:
     if max(delays) > longest:
         raise ConfigError(
             f"{KEY}: expected at most {longest} samples (half the shortest "
-            f"experiment of the split), got {max(delays)}."
+            f"experiment of the split, {_shortest(data)} samples), got {max(delays)}."
         )
 
 
