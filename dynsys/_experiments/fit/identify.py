@@ -53,7 +53,7 @@ def estimate_outputs(
         return Stages(*polynomial_stages(config, data, found, echo))
     delay = input_delay(config, data, echo)
     # The scan and the fits see the plant behind the delay; its models carry it.
-    plant = delayed_data(data, delay.delays)
+    plant = delayed_data(config, data, delay.delays)
     train, val = plant.train, plant.val
     start = find_start(config, train, val, found, echo)
     estimate = fit_outputs_model(config, start, train, val, progress, found, echo)

@@ -135,10 +135,13 @@ def input_delay(config: dict, data, echo) -> InputDelay:
     return found
 
 
-def delayed_data(data, delays: tuple[int, ...]):
-    """The `FitData` as the plant behind the delays sees it (`delay_inputs` on
-    every part the estimation stages read)."""
+def delayed_data(config: dict, data, delays: tuple[int, ...]):
+    """The `FitData` as the plant behind the delays sees it: the whole record
+    delayed (`delay_inputs`: its first `max(delays)` samples dropped), then split
+    as the record was, so that each part's first inputs are the samples before
+    it rather than dropped too."""
     from ..._sysid.delay import delay_inputs
+    from .data import _split
 
     if not any(delays):
         return data
@@ -146,10 +149,16 @@ def delayed_data(data, delays: tuple[int, ...]):
     def shift(part):
         return None if part is None else delay_inputs(part, delays)
 
-    run = dataclasses.replace(data.run, data=shift(data.run.data))
+    run = dataclasses.replace(
+        data.run,
+        data=shift(data.run.data),
+        clean=shift(data.run.clean),
+        validation=shift(data.run.validation),
+    )
+    train, val, clean_val, _ = _split(config, run)
+    test = None if data.test is None else run.validation
     return dataclasses.replace(
-        data, run=run, train=shift(data.train), val=shift(data.val),
-        test=shift(data.test), clean_val=None,
+        data, run=run, train=train, val=val, clean_val=clean_val, test=test
     )
 
 
