@@ -82,7 +82,9 @@ def _fit_outputs(
     channels = list(data.report.output_names)
     eigenvalues = echo_outputs(start, shown, validation, channels, echo, final)
     plain = submit_plain_figures(data, start, validation, shown)  # drawn meanwhile
-    uncertainty = assess_uncertainty(data.report, shown)
+    delay = start.delay
+    delayed = delay is not None and any(delay.delays)
+    uncertainty = assess_uncertainty(data.report, shown, delayed)
     figures = output_figures(data, validation, uncertainty, plain)
     # The neural model builds on the model fitted on the first part: its early
     # stopping on the held-out part stays honest (the final model has seen it).

@@ -23,13 +23,21 @@ class Uncertainty:
     notes: list[str]  # the summary.md section
 
 
-def assess_uncertainty(report, estimate) -> Uncertainty:
+def assess_uncertainty(report, estimate, delayed: bool = False) -> Uncertainty:
     """The fitted model's covariance (from `estimate`, an `Estimate`), what it says
     of the poles and static gains, and the references the figures of `report` (the
-    data scored on) draw."""
+    data scored on) draw. With an input delay (`delayed`) the covariance is of the
+    plant behind it: its poles and static gains are the model's (the delay adds
+    exact poles at 0 and keeps the gains), but its bands would be drawn without
+    the delay, so the figures get none."""
     with stage("uncertainty"):
         covariance, reason = covariance_of(estimate.result)
         metrics = uncertainty_metrics(covariance, reason)
+        if delayed:
+            metrics["uncertainty"]["bands"] = (
+                "not drawn: the covariance is of the plant without its input delay"
+            )
+            covariance = None
         references = {
             "bode.png": bode_references(report, covariance),
             "comparison.png": comparison_band(report, covariance),
