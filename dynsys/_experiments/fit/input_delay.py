@@ -26,12 +26,20 @@ class InputDelay:
     delays: tuple[int, ...]
     estimated: bool
     seconds: float = 0.0
+    rejected: tuple[int, ...] | None = None  # the ARX estimate the held-out data refused
 
     def line(self) -> str:
         """`"input delay: 1 sample (estimated)"`, one number per input."""
         values = ", ".join(str(d) for d in self.delays)
         unit = "sample" if self.delays == (1,) else "samples"
-        return f"input delay: {values} {unit} ({'estimated' if self.estimated else 'given'})"
+        how = "estimated" if self.estimated else "given"
+        if self.rejected is not None:
+            refused = ", ".join(str(d) for d in self.rejected)
+            how += (
+                f"; the ARX estimate {refused} did not validate better on the "
+                "held-out data"
+            )
+        return f"input delay: {values} {unit} ({how})"
 
 
 def applies(fit_cfg: dict, data) -> bool:
@@ -126,13 +134,54 @@ def input_delay(config: dict, data, echo) -> InputDelay:
         started = time.perf_counter()
         top = min(MAX_ESTIMATED, _longest(data))
         try:
-            delays = estimate_delay(data.train, max_delay=top)
+            delays = tuple(estimate_delay(data.train, max_delay=top))
         except ValueError:  # too short for the scan: nothing is invented
             delays = (0,) * m
-        found = InputDelay(tuple(delays), True, time.perf_counter() - started)
+        rejected = None
+        if any(delays) and not _validates(config, data, delays):
+            delays, rejected = (0,) * m, delays
+        found = InputDelay(delays, True, time.perf_counter() - started, rejected)
     timing = f", {found.seconds:.1f} s" if found.estimated else ""
     echo(f"  {found.line()}{timing}")
     return found
+
+
+def _validates(config: dict, data, delays: tuple[int, ...]) -> bool:
+    """Whether the estimated delay validates: the best subspace candidate of the
+    structure scan's orders and feedthroughs (unrefined) fits the held-out data
+    at least as well behind the delay as without it. A slow start (a small first
+    Markov parameter, e.g. a sampled position driven by a force) passes the ARX
+    test as a delay that a model without one fits better. Without held-out data
+    the ARX estimate stands."""
+    from ..._sysid.order import select_order
+    from ..._sysid.subspace import largest_order
+    from .order import SCAN_MAX_ORDER
+
+    if data.val is None:
+        return True
+    fit_cfg = config["fit"]
+    given = fit_cfg["feedthrough"]
+
+    def best(part) -> float:
+        shortest = min(part.val.lengths) - 1
+        top = max(1, min(SCAN_MAX_ORDER, largest_order(part.train), shortest))
+        orders = range(1, top + 1) if fit_cfg["order"] is None else (fit_cfg["order"],)
+        scan = select_order(
+            part.train,
+            orders,
+            feedthrough=(False, True) if given is None else (given,),
+            criterion="validation",
+            val_data=part.val,
+            horizon=fit_cfg["subspace_horizon"],
+            offset=fit_cfg["offset"],
+        )
+        fits = [c.mean_fit for c in scan.candidates if c.mean_fit is not None]
+        return max(fits) if fits else -float("inf")
+
+    try:
+        return best(delayed_data(config, data, delays)) >= best(data)
+    except ValueError:  # the scan cannot run: the ARX estimate stands
+        return True
 
 
 def delayed_data(config: dict, data, delays: tuple[int, ...]):
