@@ -191,6 +191,9 @@ def test_simulated_outputs_config(tmp_path):
     assert metrics["columns"]["states"] == []
     assert metrics["columns"]["outputs"] == ["p1 (m)", "p2 (m)"]
     assert metrics["order"] == 4
+    # The positions' small first Markov parameter passes the ARX test as a delay;
+    # the held-out check refuses it: no delay is invented.
+    assert metrics["input_delay"] == [0]
     against_truth = metrics["fit_percent"]["held-out fit % vs noise-free outputs"]
     # The fitted model is as good as the true one on the noise-free outputs, within
     # a point, and no worse than the subspace start.

@@ -26,7 +26,8 @@ class InputDelay:
     delays: tuple[int, ...]
     estimated: bool
     seconds: float = 0.0
-    rejected: tuple[int, ...] | None = None  # the ARX estimate the held-out data refused
+    # The ARX estimate that the held-out data refused (then `delays` are 0).
+    rejected: tuple[int, ...] | None = None
 
     def line(self) -> str:
         """`"input delay: 1 sample (estimated)"`, one number per input."""
@@ -226,7 +227,8 @@ def delayed_models(stages, delay: InputDelay):
         )
 
     def carry(model):
-        return with_input_delay(model.to_linear() if hasattr(model, "to_linear") else model, delays)
+        linear = model.to_linear() if hasattr(model, "to_linear") else model
+        return with_input_delay(linear, delays)
 
     def carried(estimate):
         if estimate is None:
@@ -234,7 +236,9 @@ def delayed_models(stages, delay: InputDelay):
         result = dataclasses.replace(
             estimate.result, model=carry(estimate.result.model)
         )
-        return dataclasses.replace(estimate, result=result, fitted=carry(estimate.fitted))
+        return dataclasses.replace(
+            estimate, result=result, fitted=carry(estimate.fitted)
+        )
 
     subspace = carry(start.subspace)
     begin = subspace if start.begin is start.subspace else carry(start.begin)
