@@ -28,6 +28,9 @@ class PlantFile:
         run folder names them, or `None`.
     - `truth`: `(name, system)`, the zoo model the data were simulated from when
         the run folder says so (a `dynsys fit` without a data file), or `None`.
+    - `neural`: the `NeuralStateSpace` of a neural model file, or `None`. It is
+        then the plant and the observer's model; `linear` is its linear base
+        (set-point map and observer gain) and no LQG baseline is scored.
     """
 
     path: pathlib.Path
@@ -38,6 +41,7 @@ class PlantFile:
     output_range: tuple[np.ndarray, np.ndarray] | None
     names: dict | None
     truth: tuple[str, object] | None
+    neural: object = None
 
 
 def load_plant(config: dict) -> PlantFile:
@@ -52,8 +56,17 @@ def load_plant(config: dict) -> PlantFile:
     except (ValueError, TypeError, OSError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise ConfigError(f"config key 'system.file': {reason}") from None
+    from ..._systems.neural_state_space import NeuralStateSpace
+
     linear = _linear_model(config, path, model)
-    if isinstance(model, InnovationSystem):
+    neural = model if isinstance(model, NeuralStateSpace) else None
+    if neural is not None:
+        gain, words = _kalman_observer(config, linear)
+        observer = (
+            "the neural model itself run alongside, corrected by " + words[2:]
+            + " of its linear base"
+        )
+    elif isinstance(model, InnovationSystem):
         gain = np.asarray(model.kalman_gain, np.float64)
         observer = "the model's own Kalman predictor (InnovationSystem)"
     else:
@@ -61,7 +74,9 @@ def load_plant(config: dict) -> PlantFile:
     radius = float(np.max(np.abs(np.linalg.eigvals(np.asarray(linear.K)))))
     output_range, names = _identification_data(path)
     truth = _simulated_from(path, linear)
-    return PlantFile(path, linear, gain, observer, radius, output_range, names, truth)
+    return PlantFile(
+        path, linear, gain, observer, radius, output_range, names, truth, neural
+    )
 
 
 def _linear_model(config: dict, path: pathlib.Path, model):
@@ -72,10 +87,7 @@ def _linear_model(config: dict, path: pathlib.Path, model):
     key = "config key 'system.file'"
     if isinstance(model, NeuralStateSpace):
         _check_encoder(config, path)
-        raise ConfigError(
-            f"{key}: {path.name} is a neural model; a neural plant is not supported "
-            "yet: give the linear model.dynsys that `dynsys fit` writes beside it."
-        )
+        model = model.base  # the linear base: set-point map and observer gain
     linear = model.to_linear() if hasattr(model, "to_linear") else model
     if not isinstance(linear, LinearSystem):
         raise ConfigError(
