@@ -9,6 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import dynsys
 
@@ -30,6 +31,19 @@ def _neural_model():
     return eqx.tree_at(lambda m: m.state_net, model, net)
 
 
+def _encoder(states: int, channels: int = 2):
+    """An encoder of 3 past samples of `channels` channels (one input, one output
+    by default) giving `states` states."""
+    from dynsys._fitting.encoder import StateEncoder
+
+    rng = np.random.default_rng(0)
+    us = rng.normal(size=(20, 3, 1))
+    ys = rng.normal(size=(20, 3, channels - 1))
+    return StateEncoder.from_states(
+        us, ys, rng.normal(size=(20, states)), width_size=4, key=jax.random.key(2)
+    )
+
+
 def _toml(config: dict) -> str:
     def value(v):
         return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
@@ -46,7 +60,7 @@ def test_a_neural_model_file_is_the_plant(tmp_path, monkeypatch):
     (tmp_path / "models").mkdir()
     (tmp_path / "configs").mkdir()
     dynsys.save(tmp_path / "models" / "neural_model.dynsys", _neural_model())
-    (tmp_path / "models" / "neural_encoder.dynsys").write_bytes(b"")
+    dynsys.save(tmp_path / "models" / "neural_encoder.dynsys", _encoder(2))
     config = {
         "kind": "train_controller",
         "name": "on_neural",
@@ -96,3 +110,35 @@ def test_the_gradient_through_the_neural_plant_and_observer_is_exact(tmp_path):
         numeric = (cost(gain + bump) - cost(gain - bump)) / (2 * step)
         np.testing.assert_allclose(grad[index], numeric, rtol=1e-6)
     assert np.all(grad != 0)
+
+
+@pytest.mark.parametrize(
+    "encoder, message",
+    [
+        ("empty", r"does not read as the StateEncoder"),
+        ("three states", r"gives 3 states from 6 values, but neural_model.dynsys "
+                         r"has 2 states"),
+        ("three channels", r"gives 2 states from 9 values.*an encoder of another"),
+    ],
+)  # fmt: skip
+def test_a_wrong_encoder_is_refused_in_one_line(encoder, message, tmp_path):
+    jax.config.update("jax_enable_x64", True)
+    dynsys.save(tmp_path / "neural_model.dynsys", _neural_model())
+    file = tmp_path / "neural_encoder.dynsys"
+    if encoder == "empty":
+        file.write_bytes(b"")
+    else:
+        dynsys.save(file, _encoder(*((3,) if encoder == "three states" else (2, 3))))
+    config = {
+        "kind": "train_controller",
+        "name": "bad",
+        "system": {"file": str(tmp_path / "neural_model.dynsys")},
+        "controller": {"type": "linear"},
+        "cost": {"set_point": [6.0]},
+        "train": {"horizon": 10, "steps": 10**8},
+    }
+    with pytest.raises(dynsys.ConfigError, match=message) as refused:
+        dynsys.run_experiment(
+            config, out_root=tmp_path / "runs", progress=False, echo=None
+        )
+    assert "\n" not in str(refused.value)

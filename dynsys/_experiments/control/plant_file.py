@@ -86,7 +86,7 @@ def _linear_model(config: dict, path: pathlib.Path, model):
 
     key = "config key 'system.file'"
     if isinstance(model, NeuralStateSpace):
-        _check_encoder(config, path)
+        _check_encoder(config, path, model)
         model = model.base  # the linear base: set-point map and observer gain
     linear = model.to_linear() if hasattr(model, "to_linear") else model
     if not isinstance(linear, LinearSystem):
@@ -107,14 +107,38 @@ def _linear_model(config: dict, path: pathlib.Path, model):
     return linear
 
 
-def _check_encoder(config: dict, path: pathlib.Path) -> None:
-    """A neural model needs its encoder: `system.encoder` or the one beside it."""
+def _check_encoder(config: dict, path: pathlib.Path, model) -> None:
+    """A neural model needs its encoder: `system.encoder` or the one beside it,
+    one that reads the model's inputs and outputs and gives its state."""
+    from ..._fitting.encoder import StateEncoder
+    from ..._io import load
+
+    key = "config key 'system.encoder'"
     given = config["system"]["encoder"]
-    if given is None and not (path.parent / ENCODER_NAME).is_file():
+    file = pathlib.Path(given) if given is not None else path.parent / ENCODER_NAME
+    if given is None and not file.is_file():
         raise ConfigError(
-            f"config key 'system.encoder': {path.name} is a neural model, which "
+            f"{key}: {path.name} is a neural model, which "
             f"starts from its encoder; no {ENCODER_NAME} beside it; give "
             "system.encoder."
+        )
+    try:
+        encoder = load(file)
+    except (ValueError, TypeError, OSError):
+        encoder = None
+    if not isinstance(encoder, StateEncoder):
+        raise ConfigError(
+            f"{key}: {file.name} does not read as the StateEncoder that "
+            "`dynsys fit --model neural` writes beside its model."
+        )
+    channels = model.input_size + model.output_size
+    reads = encoder.feature_mean.shape[-1]
+    if encoder.state_size != model.state_size or reads != encoder.past * channels:
+        raise ConfigError(
+            f"{key}: {file.name} gives {encoder.state_size} states from {reads} "
+            f"values, but {path.name} has {model.state_size} states and "
+            f"{channels} channels ({encoder.past} samples: "
+            f"{encoder.past * channels} values): an encoder of another model."
         )
 
 
