@@ -37,10 +37,11 @@ def _encoder(states: int, channels: int = 2):
     from dynsys._fitting.encoder import StateEncoder
 
     rng = np.random.default_rng(0)
-    us = rng.normal(size=(20, 3, 1))
-    ys = rng.normal(size=(20, 3, channels - 1))
+    us = jnp.asarray(rng.normal(size=(20, 3, 1)))
+    ys = jnp.asarray(rng.normal(size=(20, 3, channels - 1)))
     return StateEncoder.from_states(
-        us, ys, rng.normal(size=(20, states)), width_size=4, key=jax.random.key(2)
+        us, ys, jnp.asarray(rng.normal(size=(20, states))), width_size=4,
+        key=jax.random.key(2),
     )
 
 
