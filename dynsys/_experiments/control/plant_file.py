@@ -63,8 +63,8 @@ def load_plant(config: dict) -> PlantFile:
     if neural is not None:
         gain, words = _kalman_observer(config, linear)
         observer = (
-            "the neural model itself run alongside, corrected by " + words[2:]
-            + " of its linear base"
+            "the neural model itself run alongside, corrected by the gain of "
+            + words + " of its linear base"
         )
     elif isinstance(model, InnovationSystem):
         gain = np.asarray(model.kalman_gain, np.float64)
