@@ -26,7 +26,9 @@ def _neural_model():
     model = dynsys.NeuralStateSpace(base, width_size=4, key=jax.random.key(0))
     leaves, tree = jax.tree.flatten(eqx.filter(model.state_net, eqx.is_inexact_array))
     keys = jax.random.split(jax.random.key(1), len(leaves))
-    leaves = [0.05 * jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
+    leaves = [
+        0.05 * jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)
+    ]
     net = eqx.combine(jax.tree.unflatten(tree, leaves), model.state_net)
     return eqx.tree_at(lambda m: m.state_net, model, net)
 
