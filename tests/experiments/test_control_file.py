@@ -221,9 +221,6 @@ def _neural(tmp_path, encoder: bool) -> str:
         ({"system": {"file": "neural_without"}},
          r"^config key 'system.encoder': neural_model.dynsys is a neural model.*no "
          r"neural_encoder.dynsys beside it"),
-        ({"system": {"file": "neural_with"}},
-         r"^config key 'system.file': neural_model.dynsys is a neural model; a neural "
-         r"plant is not supported yet"),
         ({"system": {"file": None, "model": "pendulum"}},
          r"^config key 'cost.set_point': only for a plant with system.file"),
     ],

@@ -28,6 +28,9 @@ class PlantFile:
         run folder names them, or `None`.
     - `truth`: `(name, system)`, the zoo model the data were simulated from when
         the run folder says so (a `dynsys fit` without a data file), or `None`.
+    - `neural`: the `NeuralStateSpace` of a neural model file, or `None`. It is
+        then the plant and the observer's model; `linear` is its linear base
+        (set-point map and observer gain) and no LQG baseline is scored.
     """
 
     path: pathlib.Path
@@ -38,6 +41,7 @@ class PlantFile:
     output_range: tuple[np.ndarray, np.ndarray] | None
     names: dict | None
     truth: tuple[str, object] | None
+    neural: object = None
 
 
 def load_plant(config: dict) -> PlantFile:
@@ -52,8 +56,17 @@ def load_plant(config: dict) -> PlantFile:
     except (ValueError, TypeError, OSError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise ConfigError(f"config key 'system.file': {reason}") from None
+    from ..._systems.neural_state_space import NeuralStateSpace
+
     linear = _linear_model(config, path, model)
-    if isinstance(model, InnovationSystem):
+    neural = model if isinstance(model, NeuralStateSpace) else None
+    if neural is not None:
+        gain, words = _kalman_observer(config, linear)
+        observer = (
+            "the neural model itself run alongside, corrected by the gain of "
+            + words + " of its linear base"
+        )
+    elif isinstance(model, InnovationSystem):
         gain = np.asarray(model.kalman_gain, np.float64)
         observer = "the model's own Kalman predictor (InnovationSystem)"
     else:
@@ -61,7 +74,9 @@ def load_plant(config: dict) -> PlantFile:
     radius = float(np.max(np.abs(np.linalg.eigvals(np.asarray(linear.K)))))
     output_range, names = _identification_data(path)
     truth = _simulated_from(path, linear)
-    return PlantFile(path, linear, gain, observer, radius, output_range, names, truth)
+    return PlantFile(
+        path, linear, gain, observer, radius, output_range, names, truth, neural
+    )
 
 
 def _linear_model(config: dict, path: pathlib.Path, model):
@@ -71,11 +86,8 @@ def _linear_model(config: dict, path: pathlib.Path, model):
 
     key = "config key 'system.file'"
     if isinstance(model, NeuralStateSpace):
-        _check_encoder(config, path)
-        raise ConfigError(
-            f"{key}: {path.name} is a neural model; a neural plant is not supported "
-            "yet: give the linear model.dynsys that `dynsys fit` writes beside it."
-        )
+        _check_encoder(config, path, model)
+        model = model.base  # the linear base: set-point map and observer gain
     linear = model.to_linear() if hasattr(model, "to_linear") else model
     if not isinstance(linear, LinearSystem):
         raise ConfigError(
@@ -95,14 +107,38 @@ def _linear_model(config: dict, path: pathlib.Path, model):
     return linear
 
 
-def _check_encoder(config: dict, path: pathlib.Path) -> None:
-    """A neural model needs its encoder: `system.encoder` or the one beside it."""
+def _check_encoder(config: dict, path: pathlib.Path, model) -> None:
+    """A neural model needs its encoder: `system.encoder` or the one beside it,
+    one that reads the model's inputs and outputs and gives its state."""
+    from ..._fitting.encoder import StateEncoder
+    from ..._io import load
+
+    key = "config key 'system.encoder'"
     given = config["system"]["encoder"]
-    if given is None and not (path.parent / ENCODER_NAME).is_file():
+    file = pathlib.Path(given) if given is not None else path.parent / ENCODER_NAME
+    if given is None and not file.is_file():
         raise ConfigError(
-            f"config key 'system.encoder': {path.name} is a neural model, which "
+            f"{key}: {path.name} is a neural model, which "
             f"starts from its encoder; no {ENCODER_NAME} beside it; give "
             "system.encoder."
+        )
+    try:
+        encoder = load(file)
+    except (ValueError, TypeError, OSError):
+        encoder = None
+    if not isinstance(encoder, StateEncoder):
+        raise ConfigError(
+            f"{key}: {file.name} does not read as the StateEncoder that "
+            "`dynsys fit --model neural` writes beside its model."
+        )
+    channels = model.input_size + model.output_size
+    reads = encoder.feature_mean.shape[-1]
+    if encoder.state_size != model.state_size or reads != encoder.past * channels:
+        raise ConfigError(
+            f"{key}: {file.name} gives {encoder.state_size} states from {reads} "
+            f"values, but {path.name} has {model.state_size} states and "
+            f"{channels} channels ({encoder.past} samples: "
+            f"{encoder.past * channels} values): an encoder of another model."
         )
 
 

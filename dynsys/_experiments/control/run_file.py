@@ -46,7 +46,8 @@ def run_on_model_file(config: dict, *, progress: bool, echo) -> Outcome:
     result, seconds = train_timed(
         config, label, cost, start_controller, z_train, k_batch, progress, echo
     )
-    controllers = {"trained": result.model} | _baselines(task, linear, typed.bound)
+    baselines = {} if plant.neural else _baselines(task, linear, typed.bound)
+    controllers = {"trained": result.model} | baselines
     scores, nominal = _scores(task, controllers, z_test, linear.dt)
     before = float(cost(start_controller, z_test))
     _echo_scores(echo, before, scores)
@@ -204,7 +205,7 @@ def _figures(config, task, result, nominal, names, bound, dt) -> dict:
 def _outcome(config, plant, result, before, scores, warnings, seconds, figures):
     """The metrics, summary (trained against LQG), history and figures."""
     after = scores["trained"]["held_out_cost"]
-    baseline = next(name for name in scores if name != "trained")
+    baseline = next((name for name in scores if name != "trained"), None)
     metrics = {
         **training_metrics(config, str(plant.path), result, before, after),
         "observer": plant.observer,
@@ -216,8 +217,11 @@ def _outcome(config, plant, result, before, scores, warnings, seconds, figures):
     summary = {
         "cost before training": before,
         "cost after training": after,
-        f"cost, {baseline}": scores[baseline]["held_out_cost"],
     }
+    if baseline is not None:
+        summary[f"cost, {baseline}"] = scores[baseline]["held_out_cost"]
+    else:
+        summary["baseline"] = "none: no LQG baseline for a neural plant"
     return Outcome(
         metrics=metrics,
         summary=summary,

@@ -102,6 +102,10 @@ def set_point_task(config: dict, plant: PlantFile) -> SetPointTask:
         linear.K, linear.B, linear.C, linear.D,
         input_level=linear.input_level, output_level=linear.output_level,
     )  # fmt: skip
+    if plant.neural is not None:  # the neural model on the stepped base
+        import equinox as eqx
+
+        stepped = eqx.tree_at(lambda model: model.base, plant.neural, stepped)
     return SetPointTask(
         loop=ObservedPlant(stepped, stepped, plant.observer_gain),
         references=references,
