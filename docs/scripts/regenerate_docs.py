@@ -121,14 +121,17 @@ def regenerate_console() -> None:
         if not found:
             continue
         lines = text.splitlines()
+        changed = 0
         for name, a, b in reversed(found):
             same = [normalise(x) for x in lines[a:b]] == [
                 normalise(x) for x in outputs[name]
             ]
             if not same:  # only timings differ: keep the quoted run's times
                 lines[a:b] = outputs[name]
-        write_atomic(page, "\n".join(lines) + "\n")
-        print(f"rewrote {len(found)} block(s) in {page.relative_to(ROOT)}")
+                changed += 1
+        if changed:
+            write_atomic(page, "\n".join(lines) + "\n")
+        print(f"{page.relative_to(ROOT)}: {changed} of {len(found)} block(s) rewritten")
 
 
 def regenerate_figures() -> None:
