@@ -12,6 +12,7 @@ import pytest
 
 import dynsys
 from dynsys import cli
+from tests.docs_console import assert_console_matches_docs
 
 
 def _record(path, num_steps: int, seed: int, pole: float = 0.9) -> str:
@@ -157,7 +158,9 @@ def test_the_recorded_config_keeps_the_choice(tmp_path, select):
 REAL = pathlib.Path(__file__).parents[2] / "data" / "real"
 
 
-def test_the_refit_never_turns_a_stable_choice_unstable_on_a_real_record(tmp_path):
+def test_the_refit_never_turns_a_stable_choice_unstable_on_a_real_record(
+    tmp_path, capsys
+):
     """The heating record as received: the model fitted on the first two thirds is
     stable; the refit on the whole file drifts unstable within its 30 steps there,
     so the first part's model is kept, with a warning, and the run reports no
@@ -165,6 +168,8 @@ def test_the_refit_never_turns_a_stable_choice_unstable_on_a_real_record(tmp_pat
     run says about it matches it."""
     argv = ["fit", str(REAL / "heating.csv"), "--inputs", "drive_V"]
     out, metrics = _run(tmp_path, "run", [*argv, "--outputs", "temp_C"])
+    printed = capsys.readouterr()
+    assert_console_matches_docs("heating", printed.out + printed.err)
     model = dynsys.load(out / "model.dynsys")
     assert np.max(np.abs(np.linalg.eigvals(np.asarray(model.K)))) < 1.0
     kept_first = any("ended unstable" in w for w in metrics["warnings"])
