@@ -29,9 +29,11 @@ CONSOLE: dict[str, dict] = {
         "argv": ["fit", "data/real/heating.csv", "--inputs", "drive_V",
                  "--outputs", "temp_C"],  # fmt: skip
         "keep": (
+            "input delay:",
             "structure scan:",
             "subspace start:",
             "operating point:",
+            "the subspace start is",
             "output-error fit",
             "held-out fit %",
             "channel",
