@@ -32,6 +32,20 @@ def test_refined_levels_print_the_model_levels_not_the_data_means():
     assert assumptions.refined_levels_line(start, start, ["drive_V"], ["temp_C"]) == []
 
 
+def test_refined_levels_name_the_data_mean_apart_from_the_start_offset():
+    """A subspace start that fitted a constant offset starts away from the data's
+    mean: the line names both, not the start's level as the mean."""
+    K, B, C = jnp.array([[0.5]]), jnp.array([[1.0]]), jnp.array([[1.0]])
+    start = dynsys.LinearSystem(K, B, C, output_level=jnp.array([142.3]))
+    fitted = dynsys.LinearSystem(K, B, C, output_level=jnp.array([143.6]))
+    means = (None, np.array([143.58]))
+    (line,) = assumptions.refined_levels_line(start, fitted, [], ["temp_C"], means)
+    assert "temp_C 143.6 (subspace start 142.3, data mean 143.6)" in line
+    at_mean = dynsys.LinearSystem(K, B, C, output_level=jnp.array([143.58]))
+    (line,) = assumptions.refined_levels_line(at_mean, fitted, [], ["temp_C"], means)
+    assert "(data mean 143.6)" in line and "subspace start" not in line
+
+
 def test_flat_held_out_output_explains_a_very_negative_fit_percent():
     rng = np.random.default_rng(0)
     u = rng.normal(size=(1, 400, 1))

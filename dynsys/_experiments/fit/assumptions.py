@@ -20,9 +20,14 @@ def no_dt_line(dt) -> list[str]:
     ]
 
 
-def refined_levels_line(subspace, fitted, input_names, output_names) -> list[str]:
-    """A line when the fit moved the operating point away from the data's means
-    (the subspace start's levels): the model holds the refined levels."""
+def refined_levels_line(
+    subspace, fitted, input_names, output_names, data_means=None
+) -> list[str]:
+    """A line when the fit moved the operating point away from the subspace start's
+    levels: the model holds the refined levels. `data_means`: the estimation data's
+    `(ū (m,) or None, ȳ (p,))`, which the start's levels equal unless the subspace
+    estimate fitted a constant offset on top of them (then both are named)."""
+    means = dict(zip(("input", "output"), data_means or (None, None)))
     pairs = []
     for what, names in (("output", output_names), ("input", input_names)):
         start = getattr(subspace, f"{what}_level", None)
@@ -32,9 +37,10 @@ def refined_levels_line(subspace, fitted, input_names, output_names) -> list[str
         start, end = np.asarray(start), np.asarray(end)
         if np.allclose(start, end, rtol=1e-4, atol=0.0):
             continue
+        mean = start if means[what] is None else np.asarray(means[what])
         values = ", ".join(
-            f"{name} {b:.4g} (data mean {a:.4g})"
-            for name, a, b in zip(names, start, end)
+            f"{name} {b:.4g} ({_level_origin(a, m)})"
+            for name, a, b, m in zip(names, start, end, mean)
         )
         pairs.append(f"{what} level {values}")
     if not pairs:
@@ -42,6 +48,14 @@ def refined_levels_line(subspace, fitted, input_names, output_names) -> list[str
     return [
         "operating point refined by the fit: the model holds " + "; ".join(pairs)
     ]
+
+
+def _level_origin(start: float, mean: float) -> str:
+    """Where a refined level started: the data's mean, or the mean plus the
+    subspace estimate's constant offset."""
+    if np.isclose(start, mean, rtol=1e-4, atol=0.0):
+        return f"data mean {mean:.4g}"
+    return f"subspace start {start:.4g}, data mean {mean:.4g}"
 
 
 def flat_output_lines(comparison, which: str) -> list[str]:
@@ -75,7 +89,11 @@ def assumption_lines(start, estimate, validation) -> list[str]:
     return [
         *no_dt_line(estimate.fitted.dt),
         *refined_levels_line(
-            start.subspace, estimate.fitted, residuals.input_names, fitted.names
+            start.subspace,
+            estimate.fitted,
+            residuals.input_names,
+            fitted.names,
+            start.data_means,
         ),
         *flat_output_lines(fitted, which),
     ]

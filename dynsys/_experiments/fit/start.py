@@ -33,6 +33,8 @@ class Start:
     # subspace start without it (the plant's structure), or None.
     delay: Any = None
     plant: Any = None
+    # The estimation data's means `(ū (m,) or None, ȳ (p,))`, or None.
+    data_means: Any = None
 
     @property
     def structure(self):
@@ -51,14 +53,18 @@ def find_start(config: dict, train, val, found: list[str], echo) -> Start:
         subspace, singular_values, seconds, chosen, scan = _subspace_start(
             fit_cfg, train, val, echo
         )
-    notes = _levels_note(subspace, echo)
+    means = _data_means(train)
+    notes = _levels_note(subspace, means, echo)
     notes += scan_notes(scan, held_out=val is not None)
     begin, stabilised = _stabilised_if_needed(
         fit_cfg, subspace, train, val, found, echo
     )
     notes += stabilised
     fit_checks.model_warnings("subspace start", begin, train, found)
-    return Start(subspace, begin, singular_values, seconds, chosen, scan, notes)
+    return Start(
+        subspace, begin, singular_values, seconds, chosen, scan, notes,
+        data_means=means,
+    )  # fmt: skip
 
 
 def _check_order(config: dict, train, val) -> None:
@@ -185,24 +191,43 @@ def _subspace_start(fit_cfg: dict, train, val, echo):
     return start, singular_values, seconds, chosen, scan
 
 
-def _levels_note(start, echo) -> list[str]:
-    """Say that the estimation data's means were removed and kept in the model."""
+def _data_means(train) -> tuple:
+    """The estimation data's mean input and output, `(ū (m,) or None, ȳ (p,))`."""
+    from ..._sysid.operating_point import data_levels
+    from ..._sysid.signals import signals
+
+    return tuple(
+        None if level is None else np.asarray(level)
+        for level in data_levels(signals(train, "fit"))
+    )
+
+
+def _levels_note(start, data_means, echo) -> list[str]:
+    """Say that the estimation data's means were removed and what the model keeps:
+    the means, or the means plus the constant offset the subspace estimate fits."""
     if start.output_level is None:
         return []
 
     def values(levels) -> str:
         return ", ".join(f"{v:.4g}" for v in np.asarray(levels))
 
-    line = (
-        "operating point: the estimation data's means were removed and are kept in "
-        f"the model (output level {values(start.output_level)}"
-        + (
-            f"; input level {values(start.input_level)})"
-            if start.input_level is not None
-            else ")"
+    levels = [("output", start.output_level, data_means[1])]
+    if start.input_level is not None:
+        levels.append(("input", start.input_level, data_means[0]))
+    kept = "; ".join(f"{what} level {values(level)}" for what, level, _ in levels)
+    if all(np.allclose(level, mean, rtol=1e-4) for _, level, mean in levels):
+        line = (
+            "operating point: the estimation data's means were removed and are kept "
+            f"in the model ({kept})"
         )
-        + "; it simulates raw data in their units"
-    )
+    else:
+        means = "; ".join(f"{what} {values(mean)}" for what, _, mean in levels)
+        line = (
+            f"operating point: the estimation data's means ({means}) were removed; "
+            f"the model keeps them plus the constant offset the subspace estimate "
+            f"fits ({kept})"
+        )
+    line += "; it simulates raw data in their units"
     echo(f"  {line}")
     return [line[0].upper() + line[1:] + ".", ""]
 
