@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 _LABELS = {
-    "validation": "validation fit % (mean over channels, 100 = perfect)",
+    "validation": "validation fit %\n(mean over channels, 100 = perfect)",
     "aic": "AIC (lower is better)",
     "bic": "BIC (lower is better)",
     "fpe": "FPE (lower is better)",
@@ -118,6 +118,6 @@ def order_scan(
             low = max(finite.min(), np.max(finite) - 60.0)
             ax.set_ylim(low - 2.0, min(100.0, np.max(finite)) + 2.0)
     ax.grid(True, alpha=0.3)
-    _layout.figure_legend(fig, [ax], created=created, ncol=3)
+    _layout.figure_legend(fig, [ax], created=created)
     _layout.suptitle(fig, title)
     return fig

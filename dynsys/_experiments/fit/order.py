@@ -168,8 +168,10 @@ def scan_figure(scanned, held_out: bool) -> dict:
     if scanned is None:
         return {}
     scan = scanned[0]
+    refined = any(row.refined for row in scan.candidates)
     title = "structure scan: " + (
-        "held-out fit % of each subspace candidate"
+        "held-out fit % of each candidate"
+        + (" (the refined ones after refinement)" if refined else "")
         if held_out
         else "AIC of each subspace candidate"
     )
