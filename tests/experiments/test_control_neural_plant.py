@@ -1,7 +1,8 @@
 """From measured data to a controller: a neural model file (`NeuralStateSpace`,
 with its encoder beside it) as the plant of `train_controller`; the model itself
 runs alongside as the observer, corrected by its linear base's Kalman gain, inside
-the one differentiable rollout."""
+the one differentiable rollout, and started by its encoder on the measured window
+before the task."""
 
 import json
 
@@ -145,3 +146,102 @@ def test_a_wrong_encoder_is_refused_in_one_line(encoder, message, tmp_path):
             config, out_root=tmp_path / "runs", progress=False, echo=None
         )
     assert "\n" not in str(refused.value)
+
+
+def _task(tmp_path, model, encoder, **train):
+    """The set-point task of a config on the neural `model` file with `encoder`
+    beside it (set point 6, spread 0.3 about the operating point's 5)."""
+    from dynsys._experiments.control.plant_file import load_plant
+    from dynsys._experiments.control.task import set_point_task
+
+    dynsys.save(tmp_path / "neural_model.dynsys", model)
+    dynsys.save(tmp_path / "neural_encoder.dynsys", encoder)
+    config = dynsys.resolve_config({
+        "kind": "train_controller",
+        "name": "start",
+        "system": {"file": str(tmp_path / "neural_model.dynsys")},
+        "controller": {"type": "linear"},
+        "cost": {"set_point": [6.0], "Q": 1.0, "R": 1e-4},
+        "train": {"horizon": 30, "spread": 0.3, **train},
+    })  # fmt: skip
+    return set_point_task(config, load_plant(config))
+
+
+def _plant_starts(task, count=5):
+    from dynsys._experiments.control.task import initial_states
+
+    return initial_states(jax.random.key(3), count, task, np.array([0.3]))
+
+
+def test_the_observer_starts_where_the_encoder_reads_the_window_before_the_task(
+    tmp_path,
+):
+    """Each plant starts at rest; the observer's first state is the encoder on the
+    `past` samples of the input that holds the plant there and the output it
+    measures, built here by hand."""
+    jax.config.update("jax_enable_x64", True)
+    model, encoder = _neural_model(), _encoder(2)
+    task = _task(tmp_path, model, encoder)
+    z0s = np.asarray(_plant_starts(task))
+    at_rest = np.block([[K - np.eye(2), B], [C, np.zeros((1, 1))]])
+    for x, estimate in zip(z0s[:, :2], z0s[:, 2:]):
+        # The linear base's steady state for the output offset C x: the input
+        # that holds it, in the data's units.
+        steady = np.linalg.solve(at_rest, np.r_[0.0, 0.0, C @ x])
+        np.testing.assert_allclose(steady[:2], x, atol=1e-12)
+        u = steady[2:] + 2.0
+        y = np.asarray(model.output(0, jnp.asarray(x), jnp.asarray(u)))
+        past_us, past_ys = np.tile(u, (encoder.past, 1)), np.tile(y, (encoder.past, 1))
+        expected = encoder(jnp.asarray(past_us), jnp.asarray(past_ys))
+        np.testing.assert_allclose(estimate, expected, rtol=1e-10, atol=1e-12)
+    assert np.ptp(z0s[:, 0]) > 0.1  # the plants start at different levels
+    # The step from the operating point starts the observer the same way.
+    origin = np.asarray(task.at_rest(jnp.zeros((1, 1))))[0]
+    held = encoder(jnp.full((encoder.past, 1), 2.0), jnp.full((encoder.past, 1), 5.0))
+    np.testing.assert_allclose(origin, np.r_[0.0, 0.0, held], atol=1e-12)
+
+
+def _exact_encoder(base, past: int = 3):
+    """The encoder of the linear `base`'s state: its affine part fitted on 200
+    noise-free simulated windows (exact, as the state is affine in the past
+    inputs and outputs once `past` is at least the observability index)."""
+    from dynsys._fitting.encoder import StateEncoder
+
+    rng = np.random.default_rng(4)
+    x0 = jnp.asarray(rng.normal(size=(200, 2)))
+    us = jnp.asarray(2.0 + rng.normal(size=(200, past, 1)))
+    trajectory = dynsys.rollout(base, x0, past, inputs=us)
+    return StateEncoder.from_states(
+        us, trajectory.ys, trajectory.xs[:, -1], width_size=4, key=jax.random.key(5)
+    )
+
+
+def test_the_encoder_start_knows_where_the_plant_starts(tmp_path):
+    """On a neural model whose corrections are zero (its linear base) and the
+    encoder of that base, the observer's error at t = 0 is near zero from the
+    encoder, against the plant's whole offset from the operating point; the
+    run's cost still differentiates exactly through the encoder-started loop."""
+    jax.config.update("jax_enable_x64", True)
+    base = dynsys.LinearSystem(K, B, C, **LEVELS)
+    model = dynsys.NeuralStateSpace(base, width_size=4, key=jax.random.key(0))
+    task = _task(tmp_path, model, _exact_encoder(base))
+    z0s = _plant_starts(task)
+    plant, estimate = z0s[:, :2], z0s[:, 2:]
+    from_encoder = np.linalg.norm(estimate - plant, axis=-1)
+    from_operating_point = np.linalg.norm(plant, axis=-1)  # the observer at 0
+    assert np.all(from_operating_point > 0.01)
+    assert np.all(from_encoder < 1e-4 * from_operating_point)
+
+    def cost(gain):
+        controller = dynsys.LinearFeedback(gain)
+        return task.cost(controller, z0s)
+
+    gain = jnp.array([[-0.3, -0.8, 0.5]])  # of [x_hat; r]
+    grad = np.asarray(jax.grad(cost)(gain))
+    step = 1e-6
+    for index in np.ndindex(gain.shape):
+        bump = np.zeros(gain.shape)
+        bump[index] = step
+        numeric = (cost(gain + bump) - cost(gain - bump)) / (2 * step)
+        np.testing.assert_allclose(grad[index], numeric, rtol=1e-6)
+    assert np.all(grad != 0)

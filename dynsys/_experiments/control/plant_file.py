@@ -31,6 +31,8 @@ class PlantFile:
     - `neural`: the `NeuralStateSpace` of a neural model file, or `None`. It is
         then the plant and the observer's model; `linear` is its linear base
         (set-point map and observer gain) and no LQG baseline is scored.
+    - `encoder`: the neural model's `StateEncoder` (it starts the observer), or
+        `None`.
     """
 
     path: pathlib.Path
@@ -42,6 +44,7 @@ class PlantFile:
     names: dict | None
     truth: tuple[str, object] | None
     neural: object = None
+    encoder: object = None
 
 
 def load_plant(config: dict) -> PlantFile:
@@ -58,13 +61,15 @@ def load_plant(config: dict) -> PlantFile:
         raise ConfigError(f"config key 'system.file': {reason}") from None
     from ..._systems.neural_state_space import NeuralStateSpace
 
-    linear = _linear_model(config, path, model)
     neural = model if isinstance(model, NeuralStateSpace) else None
+    encoder = None if neural is None else _checked_encoder(config, path, neural)
+    linear = _linear_model(path, model if neural is None else neural.base)
     if neural is not None:
         gain, words = _kalman_observer(config, linear)
         observer = (
-            "the neural model itself run alongside, corrected by the gain of "
-            + words + " of its linear base"
+            f"the neural model itself run alongside, corrected by the gain of "
+            f"{words} of its linear base, started by its encoder on the window "
+            "before the task"
         )
     elif isinstance(model, InnovationSystem):
         gain = np.asarray(model.kalman_gain, np.float64)
@@ -75,19 +80,17 @@ def load_plant(config: dict) -> PlantFile:
     output_range, names = _identification_data(path)
     truth = _simulated_from(path, linear)
     return PlantFile(
-        path, linear, gain, observer, radius, output_range, names, truth, neural
-    )
+        path, linear, gain, observer, radius, output_range, names, truth, neural,
+        encoder,
+    )  # fmt: skip
 
 
-def _linear_model(config: dict, path: pathlib.Path, model):
-    """The file's model as a `LinearSystem`, or a one-line `ConfigError`."""
-    from ..._systems.neural_state_space import NeuralStateSpace
+def _linear_model(path: pathlib.Path, model):
+    """The file's model (a neural model's linear base: the set-point map and the
+    observer gain) as a `LinearSystem`, or a one-line `ConfigError`."""
     from ..._systems.system import LinearSystem
 
     key = "config key 'system.file'"
-    if isinstance(model, NeuralStateSpace):
-        _check_encoder(config, path, model)
-        model = model.base  # the linear base: set-point map and observer gain
     linear = model.to_linear() if hasattr(model, "to_linear") else model
     if not isinstance(linear, LinearSystem):
         raise ConfigError(
@@ -107,9 +110,10 @@ def _linear_model(config: dict, path: pathlib.Path, model):
     return linear
 
 
-def _check_encoder(config: dict, path: pathlib.Path, model) -> None:
-    """A neural model needs its encoder: `system.encoder` or the one beside it,
-    one that reads the model's inputs and outputs and gives its state."""
+def _checked_encoder(config: dict, path: pathlib.Path, model):
+    """A neural model's encoder: `system.encoder` or the one beside it, one that
+    reads the model's inputs and outputs and gives its state (else a one-line
+    `ConfigError`)."""
     from ..._fitting.encoder import StateEncoder
     from ..._io import load
 
@@ -140,6 +144,7 @@ def _check_encoder(config: dict, path: pathlib.Path, model) -> None:
             f"{channels} channels ({encoder.past} samples: "
             f"{encoder.past * channels} values): an encoder of another model."
         )
+    return encoder
 
 
 def _kalman_observer(config: dict, linear):

@@ -1,6 +1,6 @@
 """How a closed loop answers a set-point step: its cost, overshoot, settling time
-and input peak, from the nominal trajectory (the plant and observer at the
-operating point when the first set point is given)."""
+and input peak, from the nominal trajectory (the plant at the operating point when
+the first set point is given, the observer where the task starts it)."""
 
 import numpy as np
 

@@ -126,7 +126,8 @@ def _scores(task, controllers: dict, z_test, dt):
     import jax.numpy as jnp
 
     evaluate = eqx.filter_jit(task.cost)
-    origin = jnp.zeros((1, z_test.shape[-1]), z_test.dtype)
+    outputs = task.references.shape[-1]
+    origin = task.at_rest(jnp.zeros((1, outputs), z_test.dtype))
     scores, nominal = {}, {}
     for name, controller in controllers.items():
         nominal[name] = task.rollout(controller, origin)

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 
 from ..config import ConfigError
+from .observer_start import encoder_start
 from .plant_file import PlantFile
 from .typed_config import WeightsConfig
 
@@ -23,6 +24,8 @@ class SetPointTask:
     - `set_points`: the set points as given, `(S, p)`.
     - `steady_state`: `(N_x, N_u)` (`steady_state_map`).
     - `input_level`: the operating point's input, `(m,)`.
+    - `encoder`: a neural plant's `StateEncoder`, which starts the observer
+        (`at_rest`), or `None`: the observer starts at the operating point.
     """
 
     loop: object
@@ -33,10 +36,30 @@ class SetPointTask:
     set_points: np.ndarray
     steady_state: tuple[np.ndarray, np.ndarray]
     input_level: np.ndarray
+    encoder: object = None
 
     @property
     def plant_state_size(self) -> int:
         return self.loop.plant.state_size
+
+    def at_rest(self, offsets):
+        """`(N, n_p + n)`: the plant at rest at the steady state of the output
+        `offsets (N, p)` from the operating point (the linear base's, for a
+        neural plant), and the observer at the operating point, or, with an
+        `encoder`, at the state it reads off the plant's window before $t = 0$."""
+        import jax.numpy as jnp
+
+        N_x, N_u = self.steady_state
+        offsets = jnp.asarray(offsets)
+        states = offsets @ jnp.asarray(N_x).T
+        if self.encoder is None:
+            estimates = jnp.zeros_like(states)
+        else:
+            level = jnp.asarray(self.input_level)[None]
+            inputs = offsets @ jnp.asarray(N_u).T + level
+            plant = self.loop.plant
+            estimates = encoder_start(self.encoder, plant, states, inputs)
+        return jnp.concatenate([states, estimates.astype(states.dtype)], axis=-1)
 
     def closed_loop(self, controller):
         """The trained (or baseline) controller `c` of `[x_hat; r]` wrapped as
@@ -115,6 +138,7 @@ def set_point_task(config: dict, plant: PlantFile) -> SetPointTask:
         set_points=set_points,
         steady_state=(N_x, N_u),
         input_level=u_level,
+        encoder=plant.encoder,
     )
 
 
@@ -150,13 +174,12 @@ def schedule(set_points: np.ndarray, horizon: int) -> np.ndarray:
 
 def initial_states(key, count: int, task: SetPointTask, spread: np.ndarray):
     """`(count, n_p + n)`: the plant at rest at outputs drawn uniformly in the
-    operating point ± `spread` (output units), the observer at the operating
-    point (it does not know where the plant starts)."""
+    operating point ± `spread` (output units); the observer, which does not know
+    where the plant starts, at the operating point or at its encoder's estimate
+    (`SetPointTask.at_rest`)."""
     import jax
     import jax.numpy as jnp
 
-    N_x, _ = task.steady_state
-    p = N_x.shape[1]
+    p = task.steady_state[0].shape[1]
     unit = jax.random.uniform(key, (count, p), minval=-1, dtype=float)
-    states = (unit * jnp.asarray(spread)[None]) @ jnp.asarray(N_x).T
-    return jnp.concatenate([states, jnp.zeros_like(states)], axis=-1)
+    return task.at_rest(unit * jnp.asarray(spread)[None])
