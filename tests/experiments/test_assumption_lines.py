@@ -81,3 +81,9 @@ def test_a_neural_fit_at_its_step_cap_has_a_stop_reason():
     assert _stop_reason(early, {"num_steps": 200}) is None
     stopped = types.SimpleNamespace(stop_reason="held-out loss flat", steps_run=120)
     assert _stop_reason(stopped, {"num_steps": 200}) == "held-out loss flat"
+
+
+def test_distinct_digits_tell_two_close_levels_apart():
+    assert assumptions.distinct_digits(143.56, 143.58) == ("143.56", "143.58")
+    assert assumptions.distinct_digits(6.558, 6.558) == ("6.558", "6.558")
+    assert assumptions.distinct_digits(142.3, 143.6) == ("142.3", "143.6")

@@ -55,7 +55,20 @@ def _level_origin(start: float, mean: float) -> str:
     subspace estimate's constant offset."""
     if np.isclose(start, mean, rtol=1e-4, atol=0.0):
         return f"data mean {mean:.4g}"
-    return f"subspace start {start:.4g}, data mean {mean:.4g}"
+    start, mean = distinct_digits(start, mean)
+    return f"subspace start {start}, data mean {mean}"
+
+
+def distinct_digits(a: float, b: float) -> tuple[str, str]:
+    """`a` and `b` with the fewest significant digits (4 to 10) that tell them
+    apart (4 when they are equal)."""
+    if np.isclose(a, b, rtol=1e-9, atol=0.0):
+        return f"{a:.4g}", f"{b:.4g}"
+    for digits in range(4, 11):
+        left, right = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if left != right:
+            break
+    return left, right
 
 
 def flat_output_lines(comparison, which: str) -> list[str]:

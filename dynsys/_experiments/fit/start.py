@@ -12,6 +12,7 @@ import numpy as np
 from ..config import ConfigError
 from ..runtime.compile_clock import stage
 from . import checks as fit_checks
+from .assumptions import distinct_digits
 from .order import scan_notes, scan_structure, wants_scan
 
 
@@ -221,7 +222,12 @@ def _levels_note(start, data_means, echo) -> list[str]:
             f"in the model ({kept})"
         )
     else:
-        means = "; ".join(f"{what} {values(mean)}" for what, _, mean in levels)
+        pairs = [
+            (what, *zip(*map(distinct_digits, np.ravel(level), np.ravel(mean))))
+            for what, level, mean in levels
+        ]
+        kept = "; ".join(f"{what} level {', '.join(ls)}" for what, ls, _ in pairs)
+        means = "; ".join(f"{what} {', '.join(ms)}" for what, _, ms in pairs)
         line = (
             f"operating point: the estimation data's means ({means}) were removed; "
             f"the model keeps them plus the constant offset the subspace estimate "
