@@ -10,9 +10,15 @@ free on the validation record from an initial state fitted by least squares to i
 
 Peers (optional; each row is skipped with a reason when its package is missing):
 SIPPY's N4SID (package `sippy_unipi`) with its default order rule and with its AIC
-order scan over 1..10, and nfoursid's N4SID at the order dynsys's scan or the user
-gives. dynsys itself is not imported here, so that this script runs in a separate
-environment that has the peers installed:
+order scan over 1..10, and nfoursid's N4SID at each order of `--orders` (it has no
+order rule of its own: with `--orders 1,2,...,10` the best row is nfoursid "at its
+best order", chosen on the validation part, hence optimistic). The formula, the
+samples and the initial-state rule are `dynsys fit`'s; the operating point is not
+quite: a model of `dynsys fit` keeps the levels its output-error fit refined, where
+the peers' models here use the estimation means (docs/benchmarks.md, "dynsys's
+default against the peers", says by how much that moves a fit %). dynsys itself is
+not imported here, so that this script runs in a separate environment that has the
+peers installed:
 
     python -m venv /tmp/peers && /tmp/peers/bin/pip install sippy_unipi nfoursid
     /tmp/peers/bin/python benchmarks/compare_peers.py [--orders 2,4] [--files heating]
@@ -41,6 +47,7 @@ ROLES = {
     ),
     "ph_neutralisation": (["acid_flow", "base_flow"], ["pH"]),
     "glass_furnace": (["u1", "u2", "u3"], ["y1", "y2", "y3", "y4", "y5", "y6"]),
+    "cascaded_tanks_estimation": (["pump_V"], ["level_V"]),
 }
 
 
