@@ -228,9 +228,10 @@ def information_criteria(model, data, parameters: int) -> tuple[float, float, fl
         residuals = (np.asarray(s.ys, dtype=np.float64) - free_run(model, s))[mask]
         count, p = residuals.shape
         sigma = residuals.T @ residuals / count
-    sign, logdet = np.linalg.slogdet(sigma)
+    finite = bool(np.all(np.isfinite(sigma)))
+    sign, logdet = np.linalg.slogdet(sigma) if finite else (1.0, np.inf)
     if not np.isfinite(logdet) or sign <= 0:
-        logdet = -np.inf if np.all(np.isfinite(sigma)) else np.inf
+        logdet = -np.inf if finite else np.inf
     constant = count * p * (math.log(2 * math.pi) + 1)
     aic = count * logdet + 2 * parameters + constant
     bic = count * logdet + parameters * math.log(count) + constant

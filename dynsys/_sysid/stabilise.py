@@ -5,6 +5,7 @@ again by least squares for the new `K`."""
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile.jit import device_array
 from .._systems.system import LinearSystem
 from .input_matrices import input_matrices
 from .operating_point import deviations
@@ -56,17 +57,19 @@ def stabilised_start(model: LinearSystem, data) -> LinearSystem:
             f"{call}(data=...): needs input-output data and a model with C."
         )
     dtype = model.K.dtype
-    K = jnp.asarray(reflected(model.K), dtype)
+    K = device_array(reflected(model.K), dtype)
     u_bar, y_bar = model.input_level, model.output_level
     level = y_bar is not None
+    # Zeros and the level's sum made on the host: an eager `jnp` operation compiles
+    # a program of its own (a warm run must trace nothing).
     if level or u_bar is not None:  # least squares on the deviations
-        zero_u = None if s.us is None else jnp.zeros(s.us.shape[-1], dtype)
-        zero_y = jnp.zeros(s.ys.shape[-1], dtype)
+        zero_u = None if s.us is None else np.zeros(s.us.shape[-1], dtype)
+        zero_y = np.zeros(s.ys.shape[-1], dtype)
         s = deviations(
             s, zero_u if u_bar is None else u_bar, zero_y if y_bar is None else y_bar
         )
     B, D, c = input_matrices(K, model.C, s.ys, s.us, s.mask, model.D is not None, level)
-    output_level = y_bar + c if level else None
+    output_level = device_array(np.asarray(y_bar) + np.asarray(c)) if level else None
     return LinearSystem(
         K,
         B,

@@ -239,7 +239,7 @@ def test_a_fit_of_a_data_file_does_not_build_the_zoo_model_it_never_simulates():
         ),
         (
             {"fit": {"epochs": 3}},
-            r"unknown config key 'fit.epochs'; allowed keys in \[fit\]: batch_size, feedthrough, horizon, loss, lr, model, neural_batch_size, neural_depth, neural_horizon, neural_lr, neural_past, neural_steps, neural_width, offset, optimizer, order, orders, ridge, stabilise, steps, structure, subspace_horizon",
+            r"unknown config key 'fit.epochs'; allowed keys in \[fit\]: batch_size, feedthrough, horizon, input_delay, loss, lr, model, neural_batch_size, neural_depth, neural_horizon, neural_lr, neural_past, neural_steps, neural_width, offset, optimizer, order, orders, ridge, stabilise, steps, structure, subspace_horizon",
         ),
         (
             {"controller": {}},
