@@ -50,8 +50,8 @@ def test_real_file_as_received(name, tmp_path, capsys, monkeypatch):
     # Step caps (the fit's, and the structure scan's for each refined candidate)
     # keep CI short; what is checked (the reported fit is the saved model's on the
     # raw held-out samples) does not depend on how far either ran.
-    argv += ["--steps", "20"]
-    monkeypatch.setattr(fit_order, "SCAN_REFINE_STEPS", 10)
+    argv += ["--steps", "2"]
+    monkeypatch.setattr(fit_order, "SCAN_REFINE_STEPS", 2)
     assert cli.main(argv) == 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and "UserWarning" not in err
