@@ -72,6 +72,19 @@ def test_no_delay_is_invented(tmp_path, capsys):
     assert metrics["input_delay"] == [0] and metrics["order"] == 2
 
 
+def test_a_structure_that_carries_no_delay_says_none_was_estimated(
+    tmp_path, capsys
+):
+    """`--loss prediction` fits a noise model's predictor, which is not delayed:
+    the default `"auto"` estimates nothing, and the console says so."""
+    metrics, console, _ = _fit(
+        tmp_path, capsys, _record(tmp_path / "d.csv", 2),
+        "--order", "2", "--loss", "prediction", "--steps", "5",
+    )  # fmt: skip
+    assert "  input delay: not estimated (it is for a state-space model" in console
+    assert metrics["input_delay"] == [0]
+
+
 @pytest.mark.parametrize("flags, delay, line", [
     (["--delay", "2"], [2], "input delay: 2 samples (given)"),
     (["--no-delay"], [0], "input delay: 0 samples (given)"),

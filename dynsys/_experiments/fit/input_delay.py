@@ -125,6 +125,11 @@ def input_delay(config: dict, data, echo) -> InputDelay:
     fit_cfg = config["fit"]
     m = data.run.data.us.shape[-1] if data.run.data.us is not None else 0
     if not applies(fit_cfg, data):
+        if m and data.run.data.ys is not None and fit_cfg["input_delay"] == "auto":
+            echo(
+                "  input delay: not estimated (it is for a state-space model "
+                "fitted by its output error; a polynomial structure has its own nk)"
+            )
         return InputDelay((0,) * m, fit_cfg["input_delay"] == "auto")
     delays = _given(fit_cfg, m)
     if delays is not None:
