@@ -24,7 +24,7 @@ def _record(path, count: int, seed: int, time: float | None = None) -> str:
 
 @pytest.mark.parametrize("other", [["--validation-split", "0.5"],
                                    ["--validation-data", "v.csv"]])  # fmt: skip
-def test_validation_with_a_split_or_a_file_isrefused_in_one_line(other, tmp_path, capsys):
+def test_validation_with_a_split_or_a_file_is_refused(other, tmp_path, capsys):
     """`--validation 0.5 --validation-split 0.5`: --validation did nothing."""
     data = _record(tmp_path / "d.csv", 60, seed=0)
     argv = ["fit", data, "--inputs", "u", "--outputs", "y", "--validation", "0.5"]

@@ -124,7 +124,8 @@ def test_identify_recovers_the_delay_and_the_config_key_sets_it(tmp_path):
 def test_a_bad_delay_is_refused_in_one_line(value, message, tmp_path, capsys):
     data = _record(tmp_path / "d.csv", 0, count=200)
     argv = ["fit", data, "--inputs", "u", "--outputs", "y", f"--delay={value}"]
-    assert refused_in_one_line(argv, tmp_path, capsys) == f"dynsys fit: --delay: {message}"
+    err = refused_in_one_line(argv, tmp_path, capsys)
+    assert err == f"dynsys fit: --delay: {message}"
 
 
 def test_the_config_key_is_refused_by_its_name(tmp_path, capsys):
