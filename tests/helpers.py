@@ -106,3 +106,45 @@ def json_from_child(code: str, *args, cwd) -> dict:
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def assert_gradient_matches_differences(f, x, eps=1e-6, rtol=1e-6):
+    """`jax.grad(f)` at the float64 array `x` equals `f`'s central finite
+    differences (step `eps`, relative tolerance `rtol`; `f` is given JAX arrays)
+    and no entry of it is zero."""
+    import jax
+    import jax.numpy as jnp
+
+    grad = np.asarray(jax.grad(f)(jnp.asarray(x)))
+    numeric = finite_difference_gradient(lambda v: f(jnp.asarray(v)), x, eps)
+    np.testing.assert_allclose(grad, numeric, rtol=rtol)
+    assert np.all(grad != 0)
+
+
+def toml_text(config: dict) -> str:
+    """The config as TOML (flat values and lists of numbers only)."""
+    import json
+
+    def value(v):
+        return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
+
+    lines = [f"{k} = {value(v)}" for k, v in config.items() if not isinstance(v, dict)]
+    for section, keys in config.items():
+        if isinstance(keys, dict):
+            lines += [f"[{section}]", *(f"{k} = {value(v)}" for k, v in keys.items())]
+    return "\n".join(lines) + "\n"
+
+
+def refused_in_one_line(argv, tmp_path, capsys) -> str:
+    """Run `dynsys` with `argv` (no progress, output under `tmp_path / "run"`) and
+    check that it is refused before any work: exit code 2, one line on stderr and
+    no traceback, no run folder. That line."""
+    from dynsys import cli
+
+    out = tmp_path / "run"
+    code = cli.main([*argv, "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()
+    return err

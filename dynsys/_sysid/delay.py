@@ -4,6 +4,7 @@ carried by an ordinary `LinearSystem` whose state holds a shift register per del
 input."""
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -116,6 +117,36 @@ def estimate_delay(
     """
     call = "estimate_delay"
     s = signals(data, call)
+    _check_scan_arguments(call, s, max_delay, na, nb, significance)
+    scan = _scan_data(call, s, max_delay, na, nb)
+    m = scan.us.shape[-1]
+    nk = [0] * m
+    delays = [0] * m
+    for _ in range(2 if m > 1 else 1):
+        for j in range(m):
+            delays[j] = _delay_of_input(scan, nk, j, significance)
+            nk[j] = delays[j] + 1 if delays[j] > 0 else 0
+    return tuple(delays)
+
+
+class _Scan(NamedTuple):
+    """The regression data of `estimate_delay`'s scan: the outputs `ys (N, T, p)`
+    (levels removed, each scaled to unit RMS) and inputs `us (N, T, m)` (levels
+    removed) in float64, the experiments' `lengths`, the orders `na`, `nb`, the
+    largest delay `max_delay`, and `start`, the first step every lag reaches."""
+
+    ys: np.ndarray
+    us: np.ndarray
+    lengths: tuple[int, ...]
+    na: int
+    nb: int
+    max_delay: int
+    start: int
+
+
+def _check_scan_arguments(call: str, s, max_delay, na, nb, significance) -> None:
+    """One-line errors for data `s` without inputs, a bad `max_delay`, `na`, `nb`,
+    or a `significance` outside `(0, 1)`."""
     if s.us is None or s.us.shape[-1] == 0:
         raise ValueError(f"{call}(data=...): the data has no inputs to delay.")
     _check_int(call, "max_delay", max_delay, 0)
@@ -128,6 +159,12 @@ def estimate_delay(
             f"{call}(significance=...): expected a level in (0, 1), got "
             f"{significance!r}."
         )
+
+
+def _scan_data(call: str, s, max_delay, na, nb) -> _Scan:
+    """The scan's data of the signals `s`: levels removed, outputs scaled to unit
+    RMS; a one-line error when they give no more equations than the model with
+    every lag up to `max_delay + nb` has unknowns."""
     u_bar, y_bar = data_levels(s)
     s = deviations(s, u_bar, y_bar)
     ys = np.asarray(s.ys, dtype=np.float64)
@@ -145,49 +182,59 @@ def estimate_delay(
             f"for the scan (max_delay={max_delay}, na={na}, nb={nb}): {equations} "
             f"equations for {unknowns} unknowns."
         )
-    nk = [0] * m
-    delays = [0] * m
+    return _Scan(ys, us, s.lengths, na, nb, max_delay, start)
 
-    def lags_with(j, lags_j):
-        return [
-            lags_j if i == j else list(range(nk[i], nk[i] + nb)) for i in range(m)
-        ]
 
-    for _ in range(2 if m > 1 else 1):
-        for j in range(m):
-            # The first significant lag: lags 0 .. k-1 of input j tested jointly
-            # zero in a model with every lag up to max_delay + nb, for k = 1, 2, ...
-            Phi, Y = _regression(
-                ys, us, s.lengths, na, lags_with(j, list(range(max_delay + 1 + nb))),
-                start,
-            )
-            full = _residual_sums(Phi, Y)
-            dof = Phi.shape[0] - Phi.shape[1]
-            first = na * p + nb * j
-            silent = 0
-            for k in range(1, max_delay + 2):
-                kept = np.r_[0:first, first + k : Phi.shape[1]]
-                restricted = _residual_sums(Phi[:, kept], Y)
-                F = (restricted - full) / k / np.maximum(full / dof, 1e-300)
-                if np.any(scipy.stats.f.sf(F, k, dof) <= significance / p):
-                    break
-                silent = k
-            delay = max(silent - 1, 0)
-            if delay > 0:
-                # The ARX model with that delay must also explain the data better
-                # than the one without (nk = 0), on the same steps.
-                def loss(nk_j):
-                    lags_j = list(range(nk_j, nk_j + nb))
-                    Phi, Y = _regression(
-                        ys, us, s.lengths, na, lags_with(j, lags_j), start
-                    )
-                    return np.sum(_residual_sums(Phi, Y))
+def _lags(nk: list[int], nb, j: int, lags_j: list[int]) -> list[list[int]]:
+    """The lags of each input in a model: `lags_j` for input `j`, `nb` lags from
+    its current `nk` for every other input."""
+    return [
+        lags_j if i == j else list(range(nk[i], nk[i] + nb)) for i in range(len(nk))
+    ]
 
-                if loss(delay + 1) >= loss(0):
-                    delay = 0
-            delays[j] = delay
-            nk[j] = delay + 1 if delay > 0 else 0
-    return tuple(delays)
+
+def _regression_of(scan: _Scan, nk: list[int], j: int, lags_j: list[int]):
+    """`(Phi, Y)` of the ARX model with input `j` at the lags `lags_j` and the
+    other inputs at their current `nk`."""
+    lags = _lags(nk, scan.nb, j, lags_j)
+    return _regression(scan.ys, scan.us, scan.lengths, scan.na, lags, scan.start)
+
+
+def _first_significant_lag(scan: _Scan, nk: list[int], j: int, significance) -> int:
+    """The last `k` before the first rejection: lags `0 .. k-1` of input `j` tested
+    jointly zero (F-test at `significance / p`) in a model with every lag up to
+    `max_delay + nb`, for `k = 1, 2, ...`; 0 when lag 0 already matters."""
+    Phi, Y = _regression_of(scan, nk, j, list(range(scan.max_delay + 1 + scan.nb)))
+    full = _residual_sums(Phi, Y)
+    dof = Phi.shape[0] - Phi.shape[1]
+    p = scan.ys.shape[-1]
+    first = scan.na * p + scan.nb * j
+    silent = 0
+    for k in range(1, scan.max_delay + 2):
+        kept = np.r_[0:first, first + k : Phi.shape[1]]
+        restricted = _residual_sums(Phi[:, kept], Y)
+        F = (restricted - full) / k / np.maximum(full / dof, 1e-300)
+        if np.any(scipy.stats.f.sf(F, k, dof) <= significance / p):
+            break
+        silent = k
+    return silent
+
+
+def _arx_loss(scan: _Scan, nk: list[int], j: int, nk_j: int) -> float:
+    """The residual sum of squares (all outputs) of the ARX model with `nb` terms
+    of input `j` from lag `nk_j`, on the scan's steps."""
+    Phi, Y = _regression_of(scan, nk, j, list(range(nk_j, nk_j + scan.nb)))
+    return np.sum(_residual_sums(Phi, Y))
+
+
+def _delay_of_input(scan: _Scan, nk: list[int], j: int, significance) -> int:
+    """The delay of input `j`, the others at their current `nk`: one less than its
+    first significant lag, kept only when the ARX model with it also explains the
+    data better than the one without (nk = 0), on the same steps."""
+    delay = max(_first_significant_lag(scan, nk, j, significance) - 1, 0)
+    if delay > 0 and _arx_loss(scan, nk, j, delay + 1) >= _arx_loss(scan, nk, j, 0):
+        delay = 0
+    return delay
 
 
 @checks_own_arguments

@@ -19,6 +19,7 @@ from .._fitting.metrics import (
 )
 from .._systems.system import LinearSystem
 from .free_run import free_run
+from .order_choice import choose, stalled, to_refine
 from .signals import linear_of, signals
 from .subspace import largest_order, realise, subspace_bases
 
@@ -297,7 +298,7 @@ def _subspace_scan(data, val_data, orders, feedthrough, options, stop):
             row, model = _subspace_candidate(data, val_data, n, f, options)
             rows.append(row)
             models.append(model)
-        if stop_after is not None and _stalled(rows, criterion, tolerance, stop_after):
+        if stop_after is not None and stalled(rows, criterion, tolerance, stop_after):
             break
     return rows, models
 
@@ -323,51 +324,6 @@ def _refined_candidate(data, val_data, row, start, options, size):
     return refined, model, result
 
 
-def _choose(
-    rows, criterion: str, tolerance: float, stable: bool = False, margin=math.inf
-) -> int:
-    """The index of the chosen row: the lowest criterion; with `"validation"`, the
-    fewest parameters among the rows within `tolerance` points of the best mean
-    fit (a tie: the lower order). With `stable`, only the stable rows compete when
-    there is one and (with `"validation"`) the best of them validates within
-    `margin` points of the best row."""
-    if stable and any(r.stable for r in rows) and not all(r.stable for r in rows):
-        kept = [i for i, r in enumerate(rows) if r.stable]
-        best_stable = max(rows[i].mean_fit for i in kept)
-        best = max(r.mean_fit for r in rows)
-        if criterion != "validation" or best_stable >= best - margin:
-            return kept[_choose([rows[i] for i in kept], criterion, tolerance)]
-    if criterion != "validation":
-        values = [getattr(r, criterion) for r in rows]
-        values = [v if np.isfinite(v) or v < 0 else np.inf for v in values]
-        return int(np.argmin(values))
-    best = max(r.mean_fit for r in rows)
-    if not np.isfinite(best):
-        return 0
-    near = [i for i, r in enumerate(rows) if r.mean_fit >= best - tolerance]
-    return min(near, key=lambda i: (rows[i].parameters, rows[i].order))
-
-
-def _stalled(rows, criterion: str, tolerance: float, count: int) -> bool:
-    """Whether the last `count` orders scanned all failed to beat the best score
-    of the orders before them."""
-    orders = sorted({r.order for r in rows})
-    if len(orders) <= count:
-        return False
-
-    def score(order):  # higher is better
-        values = [
-            r.mean_fit if criterion == "validation" else -getattr(r, criterion)
-            for r in rows
-            if r.order == order
-        ]
-        return max(values)
-
-    earlier = max(score(n) for n in orders[:-count])
-    margin = tolerance if criterion == "validation" else 0.0
-    return all(not score(n) > earlier + margin for n in orders[-count:])
-
-
 def _check_numbers(call: str, tolerance, stop_after, refine) -> None:
     """One-line errors for a negative `tolerance`, or a `stop_after` or `refine`
     that is not a positive integer or `None`."""
@@ -383,42 +339,6 @@ def _check_numbers(call: str, tolerance, stop_after, refine) -> None:
                 f"{call}({name}=...): expected a positive integer or None, got "
                 f"{value!r}."
             )
-
-
-def _ranking(rows, criterion: str) -> list[int]:
-    """Row indices from best to worst by the criterion (higher fit, lower others)."""
-    if criterion == "validation":
-        return sorted(range(len(rows)), key=lambda i: -rows[i].mean_fit)
-    return sorted(range(len(rows)), key=lambda i: getattr(rows[i], criterion))
-
-
-def _to_refine(rows, criterion, refine, margin, stable) -> list[int]:
-    """The rows `method="fit"` refines: the best `refine` by the criterion; then up
-    to `refine` more, simpler than all of those, among the rows within `margin`
-    points of the best mean validation fit, fewest parameters first (the choice
-    favours the simplest structure that validates as well, so a simple candidate
-    the subspace method scores nearly as well as the best is the one whose
-    refinement can change it); with `stable`, the best stable row when none of
-    them is stable."""
-    ranking = _ranking(rows, criterion)
-    refined = ranking[: refine or len(rows)]
-    if refine and margin > 0 and criterion == "validation":
-        best = rows[ranking[0]].mean_fit
-        simplest = min(rows[i].parameters for i in refined)
-        near = [
-            i
-            for i in ranking[refine:]
-            if np.isfinite(rows[i].mean_fit)
-            and rows[i].mean_fit >= best - margin
-            and rows[i].parameters < simplest
-        ]
-        near.sort(key=lambda i: (rows[i].parameters, rows[i].order))
-        refined += near[:refine]
-    if stable and not any(rows[i].stable for i in refined):
-        # stable and unstable candidates are judged after the same refinement
-        refined += [i for i in ranking if rows[i].stable][:1]
-    return refined
-
 
 @checks_own_arguments
 def select_order(
@@ -520,13 +440,7 @@ def select_order(
         call, s, feedthrough, method, criterion, val_data
     )
     _check_numbers(call, tolerance, stop_after, refine)
-    for name, margin in (("stable_margin", stable_margin), ("refine_margin", refine_margin)):
-        if isinstance(margin, bool) or not (
-            isinstance(margin, (int, float)) and margin >= 0
-        ):
-            raise ValueError(
-                f"{call}({name}=...): expected a number >= 0, got {margin!r}."
-            )
+    _check_margins(call, stable_margin=stable_margin, refine_margin=refine_margin)
     warn_findings(call, check_data(data))
     bases = subspace_bases(call, data, horizon=horizon, offset=offset)
     options = {"bases": bases, "fit": dict(fit_options or {})}
@@ -536,17 +450,46 @@ def select_order(
     )
     fit_results: dict[int, Any] = {}  # the refined rows' FitResults
     if method == "fit":
-        from .._fitting.padded import padded_size, worth_padding
+        refined = to_refine(rows, criterion, refine, refine_margin, stable)
+        fit_results = _refine(data, val_data, rows, models, refined, options)
+    chosen = choose(rows, criterion, float(tolerance), stable, float(stable_margin))
+    return _selection(rows, models, fit_results, chosen, criterion, tolerance, s)
 
-        refined = _to_refine(rows, criterion, refine, refine_margin, stable)
-        size = padded_size((rows[i].order, rows[i].feedthrough) for i in refined)
-        if not worth_padding(models[refined[0]], *size, data):
-            size = None
-        for i in refined:
-            rows[i], models[i], fit_results[i] = _refined_candidate(
-                data, val_data, rows[i], models[i], options, size
+
+def _check_margins(call: str, **margins) -> None:
+    """One-line errors for a margin (`stable_margin`, `refine_margin`) that is not
+    a number `>= 0`."""
+    for name, margin in margins.items():
+        if isinstance(margin, bool) or not (
+            isinstance(margin, (int, float)) and margin >= 0
+        ):
+            raise ValueError(
+                f"{call}({name}=...): expected a number >= 0, got {margin!r}."
             )
-    chosen = _choose(rows, criterion, float(tolerance), stable, float(stable_margin))
+
+
+def _refine(data, val_data, rows, models, refined, options) -> dict[int, Any]:
+    """Refine the rows `refined` (indices, in that order) by `fit`, each padded to
+    the largest of their structures when that is worth it (`padded.py`), and put
+    the refined row and model in their place in `rows` and `models`: the refined
+    rows' `FitResult`s by index."""
+    from .._fitting.padded import padded_size, worth_padding
+
+    size = padded_size((rows[i].order, rows[i].feedthrough) for i in refined)
+    if not worth_padding(models[refined[0]], *size, data):
+        size = None
+    fit_results = {}
+    for i in refined:
+        rows[i], models[i], fit_results[i] = _refined_candidate(
+            data, val_data, rows[i], models[i], options, size
+        )
+    return fit_results
+
+
+def _selection(rows, models, fit_results, chosen, criterion, tolerance, s):
+    """The `OrderSelection` report of the scan's `rows` and `models` with row
+    `chosen` chosen (its `FitResult`, if it was refined); `s`: the data's
+    signals, for the channels' names."""
     return OrderSelection(
         candidates=tuple(rows),
         order=rows[chosen].order,

@@ -7,6 +7,8 @@ import pytest
 
 from dynsys import cli
 
+from ..helpers import refused_in_one_line
+
 
 def _record(path, count: int, seed: int, time: float | None = None) -> str:
     rng = np.random.default_rng(seed)
@@ -20,23 +22,13 @@ def _record(path, count: int, seed: int, time: float | None = None) -> str:
     return str(path)
 
 
-def _refused(argv, tmp_path, capsys) -> str:
-    out = tmp_path / "run"
-    code = cli.main([*argv, "--no-progress", "--out", str(out)])
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert not out.exists()
-    return err
-
-
 @pytest.mark.parametrize("other", [["--validation-split", "0.5"],
                                    ["--validation-data", "v.csv"]])  # fmt: skip
 def test_validation_with_a_split_or_a_file_is_refused(other, tmp_path, capsys):
     """`--validation 0.5 --validation-split 0.5`: --validation did nothing."""
     data = _record(tmp_path / "d.csv", 60, seed=0)
     argv = ["fit", data, "--inputs", "u", "--outputs", "y", "--validation", "0.5"]
-    err = _refused([*argv, *other], tmp_path, capsys)
+    err = refused_in_one_line([*argv, *other], tmp_path, capsys)
     assert err == (
         f"dynsys fit: --validation 0.5 and {other[0]} {other[1]}: give one "
         "(--validation holds out a share of whole experiments; "
@@ -66,7 +58,7 @@ def test_a_validation_file_with_another_sample_time_names_the_flags(
     data = _record(tmp_path / "e.csv", 60, seed=0)
     held = _record(tmp_path / "v.csv", 40, seed=1, time=2.0)
     argv = ["fit", data, "--validation-data", held, "--inputs", "u", "--outputs", "y"]
-    err = _refused([*argv, "--order", "1"], tmp_path, capsys)
+    err = refused_in_one_line([*argv, "--order", "1"], tmp_path, capsys)
     assert err == (
         f"dynsys fit: --validation-data: {held} has dt 2 s, but the estimation "
         f"data ({data}) have no sample time (no time column); set --dt to 2 for "
@@ -92,7 +84,7 @@ def test_neural_flags_are_named_as_typed(flags, message, tmp_path, capsys):
     horizon one named fit.neural_horizon even when the past was too long."""
     data = _record(tmp_path / "d.csv", 60, seed=0)
     argv = ["fit", data, "--inputs", "u", "--outputs", "y", "--order", "1"]
-    err = _refused([*argv, *flags], tmp_path, capsys)
+    err = refused_in_one_line([*argv, *flags], tmp_path, capsys)
     assert err == f"dynsys fit: {message}"
 
 

@@ -11,6 +11,8 @@ import pytest
 import dynsys
 from dynsys import cli
 
+from ..helpers import refused_in_one_line
+
 
 def _record(path, delay: int, count: int = 400, seed: int = 0) -> str:
     """A second-order plant whose input acts `delay` samples late:
@@ -112,16 +114,6 @@ def test_identify_recovers_the_delay_and_the_config_key_sets_it(tmp_path):
         dynsys.identify(data, order=2, input_delay=[1, 2])
 
 
-def _refused(argv, tmp_path, capsys) -> str:
-    out = tmp_path / "run"
-    code = cli.main([*argv, "--no-progress", "--out", str(out)])
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert not out.exists()
-    return err
-
-
 @pytest.mark.parametrize("value, message", [
     ("-1", "expected a finite value >= 0, got -1."),
     ("1.5", "expected 'auto', an integer >= 0 or a list of one per input, got '1.5'."),
@@ -132,7 +124,8 @@ def _refused(argv, tmp_path, capsys) -> str:
 def test_a_bad_delay_is_refused_in_one_line(value, message, tmp_path, capsys):
     data = _record(tmp_path / "d.csv", 0, count=200)
     argv = ["fit", data, "--inputs", "u", "--outputs", "y", f"--delay={value}"]
-    assert _refused(argv, tmp_path, capsys) == f"dynsys fit: --delay: {message}"
+    err = refused_in_one_line(argv, tmp_path, capsys)
+    assert err == f"dynsys fit: --delay: {message}"
 
 
 def test_the_config_key_is_refused_by_its_name(tmp_path, capsys):

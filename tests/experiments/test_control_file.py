@@ -2,7 +2,6 @@
 a controller of the observer's estimate and the set point trained through the loop,
 scored against LQG on the same cost; the one-line refusals and warnings."""
 
-import json
 import pathlib
 import tomllib
 
@@ -12,6 +11,8 @@ import numpy as np
 import pytest
 
 import dynsys
+
+from ..helpers import assert_gradient_matches_differences, toml_text
 
 
 # A lightly damped plant near a double integrator (sample time 0.1 s), with an
@@ -47,19 +48,6 @@ def _config(file: str, **sections) -> dict:
     return config
 
 
-def _toml(config: dict) -> str:
-    """The config as TOML (flat values and lists of numbers only)."""
-
-    def value(v):
-        return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
-
-    lines = [f"{k} = {value(v)}" for k, v in config.items() if not isinstance(v, dict)]
-    for section, keys in config.items():
-        if isinstance(keys, dict):
-            lines += [f"[{section}]", *(f"{k} = {value(v)}" for k, v in keys.items())]
-    return "\n".join(lines) + "\n"
-
-
 def _run(config, tmp_path, echo=None):
     return dynsys.run_experiment(
         config, out_root=tmp_path / "runs", progress=False, echo=echo
@@ -80,7 +68,7 @@ def test_a_model_file_from_another_folder_is_the_plant_and_lqg_the_baseline(
     (tmp_path / "elsewhere").mkdir()
     dynsys.save(tmp_path / "models" / "model.dynsys", make())
     path = tmp_path / "configs" / "control.toml"
-    path.write_text(_toml(_config("../models/model.dynsys")))
+    path.write_text(toml_text(_config("../models/model.dynsys")))
     monkeypatch.chdir(tmp_path / "elsewhere")
     result = _run(path, tmp_path)
     scores = result.metrics["controllers"]
@@ -179,15 +167,7 @@ def test_the_config_cost_differentiates_exactly_through_the_observer(tmp_path):
 
         return eqx.tree_at(lambda c: c.mlp.layers[0].weight, c, weight)
 
-    weight = np.asarray(layer.weight)
-    grad = np.asarray(jax.grad(cost)(jnp.asarray(weight)))
-    step = 1e-6
-    for index in np.ndindex(weight.shape):
-        bump = np.zeros_like(weight)
-        bump[index] = step
-        numeric = (cost(weight + bump) - cost(weight - bump)) / (2 * step)
-        np.testing.assert_allclose(grad[index], numeric, rtol=1e-6)
-    assert np.all(grad != 0)
+    assert_gradient_matches_differences(cost, np.asarray(layer.weight))
 
 
 def _neural(tmp_path, encoder: bool) -> str:
@@ -375,7 +355,7 @@ def test_the_command_refuses_a_mismatched_set_point_in_one_line(tmp_path, capsys
 
     dynsys.save(tmp_path / "model.dynsys", _linear())
     path = tmp_path / "control.toml"
-    path.write_text(_toml(_config("model.dynsys")))
+    path.write_text(toml_text(_config("model.dynsys")))
     code = cli.main(["run", str(path), "--set", "cost.set_point=[6.0, 1.0]",
                      "--out-root", str(tmp_path / "runs"), "--no-progress"])  # fmt: skip
     err = capsys.readouterr().err.strip()

@@ -4,8 +4,6 @@ runs alongside as the observer, corrected by its linear base's Kalman gain, insi
 the one differentiable rollout, and started by its encoder on the measured window
 before the task."""
 
-import json
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -13,6 +11,8 @@ import numpy as np
 import pytest
 
 import dynsys
+
+from ..helpers import assert_gradient_matches_differences, toml_text
 
 
 K = np.array([[1.0, 0.1], [0.0, 0.995]])
@@ -48,17 +48,6 @@ def _encoder(states: int, channels: int = 2):
     )
 
 
-def _toml(config: dict) -> str:
-    def value(v):
-        return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
-
-    lines = [f"{k} = {value(v)}" for k, v in config.items() if not isinstance(v, dict)]
-    for section, keys in config.items():
-        if isinstance(keys, dict):
-            lines += [f"[{section}]", *(f"{k} = {value(v)}" for k, v in keys.items())]
-    return "\n".join(lines) + "\n"
-
-
 def test_a_neural_model_file_is_the_plant(tmp_path, monkeypatch):
     jax.config.update("jax_enable_x64", True)
     (tmp_path / "models").mkdir()
@@ -75,7 +64,7 @@ def test_a_neural_model_file_is_the_plant(tmp_path, monkeypatch):
                   "spread": 0.2, "steps": 100, "optimizer": "lbfgs"},
     }  # fmt: skip
     path = tmp_path / "configs" / "control.toml"
-    path.write_text(_toml(config))
+    path.write_text(toml_text(config))
     monkeypatch.chdir(tmp_path / "configs")
     result = dynsys.run_experiment(
         path, out_root=tmp_path / "runs", progress=False, echo=None
@@ -105,15 +94,7 @@ def test_the_gradient_through_the_neural_plant_and_observer_is_exact(tmp_path):
         traj = dynsys.rollout(loop, z0, 20, controller=controller)
         return jnp.sum((traj.ys - 5.0) ** 2) + jnp.sum(traj.us**2)
 
-    gain = jnp.array([[0.3, 0.8]])
-    grad = np.asarray(jax.grad(cost)(gain))
-    step = 1e-6
-    for index in np.ndindex(gain.shape):
-        bump = np.zeros(gain.shape)
-        bump[index] = step
-        numeric = (cost(gain + bump) - cost(gain - bump)) / (2 * step)
-        np.testing.assert_allclose(grad[index], numeric, rtol=1e-6)
-    assert np.all(grad != 0)
+    assert_gradient_matches_differences(cost, jnp.array([[0.3, 0.8]]))
 
 
 @pytest.mark.parametrize(
@@ -237,11 +218,4 @@ def test_the_encoder_start_knows_where_the_plant_starts(tmp_path):
         return task.cost(controller, z0s)
 
     gain = jnp.array([[-0.3, -0.8, 0.5]])  # of [x_hat; r]
-    grad = np.asarray(jax.grad(cost)(gain))
-    step = 1e-6
-    for index in np.ndindex(gain.shape):
-        bump = np.zeros(gain.shape)
-        bump[index] = step
-        numeric = (cost(gain + bump) - cost(gain - bump)) / (2 * step)
-        np.testing.assert_allclose(grad[index], numeric, rtol=1e-6)
-    assert np.all(grad != 0)
+    assert_gradient_matches_differences(cost, gain)

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 import dynsys
-from dynsys._sysid.order import _choose
+from dynsys._sysid.order_choice import choose
 
 
 def _row(order, mean_fit, radius):
@@ -44,20 +44,20 @@ ROWS = [_row(1, 31.7, 0.95), _row(2, 91.1, 1.03), _row(5, 87.1, 1.03)]
 def test_a_stable_candidate_is_preferred_only_within_the_margin(
     stable, margin, chosen_order
 ):
-    chosen = _choose(ROWS, "validation", 0.2, stable, margin)
+    chosen = choose(ROWS, "validation", 0.2, stable, margin)
     assert ROWS[chosen].order == chosen_order
 
 
 def test_the_margin_does_not_change_the_information_criteria_choice():
     # AIC knows no fit-% margin: with `stable`, a stable row whenever there is one.
-    chosen = _choose(ROWS, "aic", 0.2, True, 5.0)
+    chosen = choose(ROWS, "aic", 0.2, True, 5.0)
     assert ROWS[chosen].order == 1
 
 
 def test_within_the_margin_the_stable_rows_use_the_usual_rule():
     rows = [*ROWS, dataclasses.replace(_row(3, 88.0, 0.99), parameters=6)]
     # The best stable row (order 3, 88.0) is within 5 points of 91.1.
-    assert rows[_choose(rows, "validation", 0.2, True, 5.0)].order == 3
+    assert rows[choose(rows, "validation", 0.2, True, 5.0)].order == 3
 
 
 @pytest.mark.parametrize("margin", [-1.0, True, "5"])

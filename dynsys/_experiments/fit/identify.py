@@ -395,53 +395,51 @@ def identify(
     print(found)  # drive_V → temp_C: poles, zeros, static gain ± std
     ```
     """
-    from ..schema import resolve_config
-
+    arguments = dict(locals())  # identify's arguments by name, for its config
     checked = (validation_fraction, validation_split, select_on_validation)
     _check_arguments(data, validation, model, *checked)
-    fit_keys = {
-        "structure": structure,
-        "orders": None if orders is None else [int(k) for k in orders],
-        "order": order,
-        "feedthrough": feedthrough,
-        "model": model,
-        "loss": loss,
-        "horizon": horizon,
-        "optimizer": optimizer,
-        "steps": steps,
-        "lr": lr,
-        "batch_size": batch_size,
-        "subspace_horizon": subspace_horizon,
-        "offset": offset,
-        "stabilise": stabilise,
-        "input_delay": (
-            list(input_delay) if isinstance(input_delay, tuple) else input_delay
-        ),
-    }
-    data_keys = {
-        "validation": validation_fraction,
-        "validation_split": validation_split,
-        "select_on_validation": select_on_validation,
-    }
     try:
-        config = resolve_config(_raw_config(seed, precision, fit_keys, data_keys))
+        config = _config(arguments)
         identified = _estimated(config, data, validation, progress)
     except ConfigError as error:
         raise ValueError(_named(str(error))) from None
     return _in_session_precision(identified)
 
 
-def _raw_config(seed: int, precision: str, fit_keys: dict, data_keys: dict) -> dict:
-    """The `fit` experiment's config of `identify`'s arguments (`None`: the key's
-    default)."""
-    return {
+# `identify`'s arguments that set a `[fit]` key, each of the key's name.
+_FIT_KEYS = (
+    "structure", "orders", "order", "feedthrough", "model", "loss", "horizon",
+    "optimizer", "steps", "lr", "batch_size", "subspace_horizon", "offset",
+    "stabilise", "input_delay",
+)  # fmt: skip
+# And those that set a `[data]` key: the argument's name -> the key's.
+_DATA_KEYS = {
+    "validation_fraction": "validation",
+    "validation_split": "validation_split",
+    "select_on_validation": "select_on_validation",
+}
+
+
+def _config(arguments: dict) -> dict:
+    """The `fit` experiment's config of `identify`'s `arguments` (by name; `None`:
+    the key's default; the orders as a list of ints, a tuple of delays as a list),
+    resolved (`ConfigError` for a bad value)."""
+    from ..schema import resolve_config
+
+    fit_keys = {name: arguments[name] for name in _FIT_KEYS}
+    orders, delay = fit_keys["orders"], fit_keys["input_delay"]
+    fit_keys["orders"] = None if orders is None else [int(k) for k in orders]
+    fit_keys["input_delay"] = list(delay) if isinstance(delay, tuple) else delay
+    data_keys = {key: arguments[name] for name, key in _DATA_KEYS.items()}
+    raw = {
         "kind": "fit",
         "name": "identify",
-        "seed": seed,
-        "precision": precision,
+        "seed": arguments["seed"],
+        "precision": arguments["precision"],
         "data": {k: v for k, v in data_keys.items() if v is not None},
         "fit": {k: v for k, v in fit_keys.items() if v is not None},
     }
+    return resolve_config(raw)
 
 
 def _estimated(config: dict, data, validation, progress: bool) -> Identified:

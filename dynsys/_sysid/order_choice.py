@@ -1,0 +1,87 @@
+"""The rules of a structure scan's choice (`select_order`), on its `OrderCandidate`
+rows alone: which row wins, when the scan stops, and which rows `method="fit"`
+refines."""
+
+import math
+
+import numpy as np
+
+
+def choose(
+    rows, criterion: str, tolerance: float, stable: bool = False, margin=math.inf
+) -> int:
+    """The index of the chosen row: the lowest criterion; with `"validation"`, the
+    fewest parameters among the rows within `tolerance` points of the best mean
+    fit (a tie: the lower order). With `stable`, only the stable rows compete when
+    there is one and (with `"validation"`) the best of them validates within
+    `margin` points of the best row."""
+    if stable and any(r.stable for r in rows) and not all(r.stable for r in rows):
+        kept = [i for i, r in enumerate(rows) if r.stable]
+        best_stable = max(rows[i].mean_fit for i in kept)
+        best = max(r.mean_fit for r in rows)
+        if criterion != "validation" or best_stable >= best - margin:
+            return kept[choose([rows[i] for i in kept], criterion, tolerance)]
+    if criterion != "validation":
+        values = [getattr(r, criterion) for r in rows]
+        values = [v if np.isfinite(v) or v < 0 else np.inf for v in values]
+        return int(np.argmin(values))
+    best = max(r.mean_fit for r in rows)
+    if not np.isfinite(best):
+        return 0
+    near = [i for i, r in enumerate(rows) if r.mean_fit >= best - tolerance]
+    return min(near, key=lambda i: (rows[i].parameters, rows[i].order))
+
+
+def stalled(rows, criterion: str, tolerance: float, count: int) -> bool:
+    """Whether the last `count` orders scanned all failed to beat the best score
+    of the orders before them."""
+    orders = sorted({r.order for r in rows})
+    if len(orders) <= count:
+        return False
+
+    def score(order):  # higher is better
+        values = [
+            r.mean_fit if criterion == "validation" else -getattr(r, criterion)
+            for r in rows
+            if r.order == order
+        ]
+        return max(values)
+
+    earlier = max(score(n) for n in orders[:-count])
+    margin = tolerance if criterion == "validation" else 0.0
+    return all(not score(n) > earlier + margin for n in orders[-count:])
+
+
+def _ranking(rows, criterion: str) -> list[int]:
+    """Row indices from best to worst by the criterion (higher fit, lower others)."""
+    if criterion == "validation":
+        return sorted(range(len(rows)), key=lambda i: -rows[i].mean_fit)
+    return sorted(range(len(rows)), key=lambda i: getattr(rows[i], criterion))
+
+
+def to_refine(rows, criterion, refine, margin, stable) -> list[int]:
+    """The rows `method="fit"` refines: the best `refine` by the criterion; then up
+    to `refine` more, simpler than all of those, among the rows within `margin`
+    points of the best mean validation fit, fewest parameters first (the choice
+    favours the simplest structure that validates as well, so a simple candidate
+    the subspace method scores nearly as well as the best is the one whose
+    refinement can change it); with `stable`, the best stable row when none of
+    them is stable."""
+    ranking = _ranking(rows, criterion)
+    refined = ranking[: refine or len(rows)]
+    if refine and margin > 0 and criterion == "validation":
+        best = rows[ranking[0]].mean_fit
+        simplest = min(rows[i].parameters for i in refined)
+        near = [
+            i
+            for i in ranking[refine:]
+            if np.isfinite(rows[i].mean_fit)
+            and rows[i].mean_fit >= best - margin
+            and rows[i].parameters < simplest
+        ]
+        near.sort(key=lambda i: (rows[i].parameters, rows[i].order))
+        refined += near[:refine]
+    if stable and not any(rows[i].stable for i in refined):
+        # stable and unstable candidates are judged after the same refinement
+        refined += [i for i in ranking if rows[i].stable][:1]
+    return refined
