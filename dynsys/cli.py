@@ -880,6 +880,10 @@ def main(argv: list[str] | None = None) -> int:
         from ._compile.jit import use_for_process
         from ._experiments.runtime.figure_helper import enable_for_process
 
+        # NumPy's OpenBLAS on one thread for the many small host problems of a
+        # fit, unless the user chose (dynsys/_fitting/host_blas.py says why);
+        # set before NumPy loads it, which reads it once.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         use_for_process()
         enable_for_process()  # figures drawn on two cores
         read_ahead.enable_for_process()  # kept programs loaded on a thread

@@ -17,6 +17,7 @@ from typing import Any
 
 from .._atomic_write import with_path
 from .._compile.cache import use_compile_cache
+from .._fitting.host_blas import on_one_blas_thread
 from .paths import resolve_data_file
 from .results import ExperimentResult
 from .run_folder import (
@@ -62,6 +63,7 @@ def _out_root(out_root: "str | os.PathLike") -> pathlib.Path:
     return root
 
 
+@on_one_blas_thread
 def run_experiment(
     config: "str | os.PathLike | Mapping[str, Any]",
     *,

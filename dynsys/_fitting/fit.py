@@ -25,6 +25,7 @@ from .._systems.system import AbstractSystem
 from .continuation import Continuation, NotResumable
 from .covariance import LazyCovariance, ParameterCovariance
 from .flat_loss import FLAT_STEPS, HELD_OUT_PATIENCE, HELD_OUT_STEPS
+from .host_blas import on_one_blas_thread
 from .least_squares import _check_data, step_mask
 from .length_buckets import padded_length
 from .losses import (
@@ -803,6 +804,7 @@ def _stopping(strategy, problem: _Problem) -> dict:
     }
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def fit(
     model: AbstractSystem,

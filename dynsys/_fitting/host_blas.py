@@ -9,6 +9,13 @@ JAX had started (2 ms on one thread). The covariance and the bands
 (`covariance.py`, `linear_sensitivity.py`) do their arithmetic inside
 `one_blas_thread`, which sets the count back on leaving: a library leaves its
 user's process as it found it.
+
+The same stall multiplies across a whole identification: on a 2-core machine with
+other work running, `dynsys fit glass_furnace.csv` spent 56-85 s in its subspace
+stage with OpenBLAS's default threads and 7-8 s on one (each least-squares solve of
+a few thousand rows by 54 columns took 0.5-0.8 s instead of 25 ms). The entry
+points that do host linear algebra (the command, `identify`, `fit_subspace`,
+`select_order`, `compare`, ...) therefore run inside it (`on_one_blas_thread`).
 """
 
 import contextlib
@@ -16,7 +23,12 @@ import ctypes
 import functools
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
+
+
+_Params = ParamSpec("_Params")
+_Result = TypeVar("_Result")
 
 
 # The names OpenBLAS builds export its thread count under.
@@ -84,3 +96,17 @@ def one_blas_thread() -> Iterator[None]:
                 for set_, count in _restore:
                     set_(count)
                 _restore.clear()
+
+
+def on_one_blas_thread(
+    function: Callable[_Params, _Result],
+) -> Callable[_Params, _Result]:
+    """`function`, run inside `one_blas_thread` (for an entry point whose host
+    linear algebra is many small problems)."""
+
+    @functools.wraps(function)
+    def on_one_thread(*args: _Params.args, **kwargs: _Params.kwargs) -> _Result:
+        with one_blas_thread():
+            return function(*args, **kwargs)
+
+    return on_one_thread

@@ -4,6 +4,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._fitting.host_blas import on_one_blas_thread
 from .._systems.innovation import InnovationSystem
 from .._type_checks import checks_own_arguments
 from .polynomial import (
@@ -112,6 +113,7 @@ def armax_state_space(model: Armax):
     return K, B[:, :m], C, (D[:, :m] if nk == 0 and m else None), B[:, m:]
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def fit_armax(
     data, na: int, nb: int, nc: int, nk: int = 1, *, offset: bool = True

@@ -3,6 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
+from .._fitting.host_blas import on_one_blas_thread
 from .._type_checks import checks_own_arguments
 from .._systems.system import LinearSystem
 from .operating_point import data_levels, deviations
@@ -157,6 +158,7 @@ def arx_to_state_space(A, Bs, nk: int):
     return K, B, C, (D if nk == 0 else None)
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def fit_arx(
     data, na: int, nb: int, nk: int = 1, *, offset: bool = True

@@ -6,6 +6,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 
+from .._fitting.host_blas import on_one_blas_thread
 from .._systems.innovation import InnovationSystem
 from .._type_checks import checks_own_arguments
 from .polynomial import (
@@ -194,6 +195,7 @@ def box_jenkins_state_space(model: BoxJenkins):
     return K, B, C, D, L
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def fit_box_jenkins(
     data, nb: int, nc: int, nd: int, nf: int, nk: int = 1, *, offset: bool = True

@@ -11,6 +11,7 @@ import numpy as np
 import scipy.stats
 
 from .._data.dataset import Dataset
+from .._fitting.host_blas import on_one_blas_thread
 from .._systems.system import LinearSystem
 from .._type_checks import checks_own_arguments
 from .arx import _check_int
@@ -56,6 +57,7 @@ def _check_delays(call: str, delays, m: int) -> tuple[int, ...]:
     return tuple(int(d) for d in delays)
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def estimate_delay(
     data,

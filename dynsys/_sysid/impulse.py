@@ -4,6 +4,7 @@ import dataclasses
 
 import numpy as np
 
+from .._fitting.host_blas import on_one_blas_thread
 from .._type_checks import checks_own_arguments
 from .signals import signals
 
@@ -43,6 +44,7 @@ def _regressors(us: np.ndarray, ys: np.ndarray, lengths, num_steps: int):
     return np.concatenate(rows), np.concatenate(targets), len(used)
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def impulse_estimate(data, num_steps: int = 50, *, ridge: float | None = None):
     """The impulse response of the data, estimated without a model by regularised

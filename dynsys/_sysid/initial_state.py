@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from .._fitting.host_blas import on_one_blas_thread
 from .._type_checks import checks_own_arguments
 from .._systems.neural_state_space import NeuralStateSpace
 from .._systems.system import AbstractSystem, LinearSystem
@@ -71,6 +72,7 @@ def linear_x0(
     return jnp.einsum("nij,nj->ni", jnp.linalg.pinv(A), residual.reshape(N, T * p))
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def estimate_x0(model: AbstractSystem, data) -> Float[Array, "N n"]:
     """The initial state of each experiment that best explains its measurements.

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._fitting.host_blas import on_one_blas_thread
 from .._type_checks import checks_own_arguments
 from .._data.checks import check_data, warn_findings
 from .._fitting.metrics import (
@@ -340,6 +341,7 @@ def _check_numbers(call: str, tolerance, stop_after, refine) -> None:
                 f"{value!r}."
             )
 
+@on_one_blas_thread
 @checks_own_arguments
 def select_order(
     data,

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from .._fitting.host_blas import on_one_blas_thread
 from .._type_checks import checks_own_arguments
 from .signals import signals
 
@@ -109,6 +110,7 @@ def _density_scale(nperseg: int, window: np.ndarray, fs: float) -> np.ndarray:
     return scale
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def spectral_estimate(data, *, nperseg=None, window="hann") -> SpectralEstimate:
     """The frequency response of the data, estimated without a model by Welch's

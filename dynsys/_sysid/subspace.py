@@ -12,6 +12,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._compile.jit import device_array, kept_jit
+from .._fitting.host_blas import on_one_blas_thread
 from .._type_checks import checks_own_arguments
 from .._data.checks import check_data, warn_findings
 from .._systems.innovation import InnovationSystem
@@ -203,6 +204,7 @@ def _prepared(call: str, data, offset: bool):
     return deviations(s, u_bar, y_bar), (u_bar, y_bar), True
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def subspace_singular_values(
     data, *, horizon: int | None = None, offset: bool = True
@@ -273,6 +275,7 @@ def _max_order(call: str, s: Signals, horizon: int, order: int | None) -> int:
     return max_order
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def fit_subspace(
     data,

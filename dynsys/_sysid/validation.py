@@ -10,6 +10,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._compile.jit import kept_jit
+from .._fitting.host_blas import on_one_blas_thread
 from .._type_checks import checks_own_arguments
 from .._fitting.metrics import channel_fit_percent
 from .._fitting.encoder import StateEncoder
@@ -198,6 +199,7 @@ def _comparison(s: Signals, predicted: Array, x0: Array, horizon) -> Comparison:
     )
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def compare(
     model: AbstractSystem,
@@ -338,6 +340,7 @@ def _free_run_or_ahead(model, s: Signals, x0, horizon: int | None, window: int):
     return _prediction(model, s, x0, horizon, window), x0
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def predict(
     model: AbstractSystem,
@@ -447,6 +450,7 @@ def _correlations(difference, us, mask, max_lag: int):
     return e, auto, cross
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def residual_analysis(
     model: AbstractSystem,

@@ -4,7 +4,6 @@ the JAX programs they replace (`jax.jacfwd` of the rollout, of `compare`, of the
 fit's residuals) on small random stable systems with levels, an offset, ragged
 experiments and only part of the model trained."""
 
-import threading
 import warnings
 
 import equinox as eqx
@@ -17,7 +16,6 @@ import dynsys
 import dynsys.models as zoo
 from dynsys._fitting import covariance as covariance_module
 from dynsys._fitting.covariance import fit_covariance, ParameterCovariance, trained_mask
-from dynsys._fitting.host_blas import _controls, _loaded_openblas, one_blas_thread
 from dynsys._fitting.linear_sensitivity import (
     closed_form_run,
     linear_parameters,
@@ -236,28 +234,6 @@ def test_matrix_sensitivity_equals_jacfwd():
         np.testing.assert_array_equal(got, jacobian)
     for got, value in zip(host.matrices, matrices(flat)):
         np.testing.assert_array_equal(got, np.asarray(value, np.float64))
-
-
-def test_one_blas_thread_sets_and_restores_the_count():
-    controls = [c for c in map(_controls, _loaded_openblas()) if c is not None]
-    if not controls:
-        pytest.skip("NumPy's BLAS here is not an OpenBLAS with a thread control")
-    before = [get() for get, _ in controls]
-    inner_left = threading.Event()
-
-    def inner():  # enters inside the outer block and leaves before it
-        with one_blas_thread():
-            assert [get() for get, _ in controls] == [1] * len(controls)
-        inner_left.set()
-
-    with one_blas_thread():
-        assert [get() for get, _ in controls] == [1] * len(controls)
-        worker = threading.Thread(target=inner)
-        worker.start()
-        worker.join()
-        assert inner_left.is_set()
-        assert [get() for get, _ in controls] == [1] * len(controls)
-    assert [get() for get, _ in controls] == before
 
 
 def test_simulation_band_on_state_data_equals_the_propagated_one():

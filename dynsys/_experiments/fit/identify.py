@@ -13,6 +13,7 @@ import math
 import re
 from typing import Any, TYPE_CHECKING
 
+from ..._fitting.host_blas import on_one_blas_thread
 from ..._type_checks import checks_own_arguments
 from ..config import ConfigError
 from .data import FitData, given_data, other_channels
@@ -286,6 +287,7 @@ def _check_arguments(data, validation, model, fraction, split, select) -> None:
         )
 
 
+@on_one_blas_thread
 @checks_own_arguments
 def identify(
     data: "Dataset",
