@@ -1,5 +1,5 @@
 """One OpenBLAS thread for NumPy's linear algebra on small host problems
-(`one_blas_thread`).
+(`one_blas_thread`, and `on_one_blas_thread` for the entry points).
 
 NumPy's OpenBLAS splits a matrix product or an SVD of a few hundred rows over all
 its threads, and each call waits for the slowest. Beside XLA's own thread pool,
