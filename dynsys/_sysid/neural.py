@@ -55,7 +55,10 @@ class NeuralFit:
     - `stop_reason`: `None`, or why training stopped early (no validation gain for
         `patience` validation evaluations, a non-finite loss, a diverging
         validation run).
-    - `seconds`: the wall time of the linear fit and of the training.
+    - `seconds`: the wall time of the linear fit and of the training (all
+        restarts).
+    - `restart_losses`: the best validation loss of each restart (`restarts`
+        entries); `restart`: the one returned (the lowest, the first on ties).
     """
 
     model: NeuralStateSpace
@@ -68,6 +71,8 @@ class NeuralFit:
     steps_run: int
     stop_reason: str | None
     seconds: dict[str, float]
+    restart_losses: list[float]
+    restart: int
 
     def initial_state(self, data) -> Float[Array, "N n"]:
         """Each experiment's state at sample `past`, from the encoder reading its
@@ -280,7 +285,7 @@ def _train_run(setup, solver, batch_size, num_steps, patience, eval_every, key,
 
 def check_options(options: dict) -> None:
     """One-line `ValueError` for a `fit_neural` option out of range: the counts
-    (`width_size`, `num_steps`, `patience`, `eval_every`,
+    (`width_size`, `num_steps`, `patience`, `restarts`, `eval_every`,
     `stride`, `batch_size` unless `None`) positive ints, `depth` at least 2, and
     `learning_rate` finite and positive (0 trains nothing)."""
     for name, value in options.items():
@@ -347,6 +352,7 @@ def fit_neural(
     num_steps: int = 20000,
     batch_size: int | None = 64,
     patience: int = 20,
+    restarts: int = 1,
     eval_every: int = 50,
     stride: int = 1,
     refine_linear: bool = True,
@@ -368,7 +374,9 @@ def fit_neural(
     by the encoder from its first `past` samples) scores the model; the best one is
     returned, and training stops after `patience` evaluations without gain (one
     run of the solver, its state kept throughout), or at a non-finite loss (with a
-    one-line warning).
+    one-line warning); (5) with `restarts > 1`, steps 2-4 run that many times from
+    new weights and minibatch orders (keys from `key`, `restart_keys`), and the
+    restart with the lowest validation loss is returned.
 
     **Arguments:**
 
@@ -385,6 +393,9 @@ def fit_neural(
         windows per step, the validation evaluations without gain after which
         training stops (20: 1,000 steps at `eval_every=50`), how often the
         validation run is scored.
+    - `restarts`: how many trainings from new weights to choose from by their
+        validation loss (default 1: on the cascaded tanks, the restart best on
+        validation was not the best on a held-out third; docs/nonlinear-models.md).
     - `stride`: samples between window starts.
     - `refine_linear`: refine the subspace model by output error first (kept only
         when its free run is better).
@@ -421,7 +432,7 @@ def fit_neural(
     check_options(dict(
         width_size=width_size, depth=depth, learning_rate=learning_rate,
         num_steps=num_steps, batch_size=batch_size, patience=patience,
-        eval_every=eval_every, stride=stride,
+        restarts=restarts, eval_every=eval_every, stride=stride,
     ))  # fmt: skip
     transform, minibatches = _solver(solver, learning_rate)
     key = jax.random.key(0) if key is None else key
@@ -429,19 +440,34 @@ def fit_neural(
     base = _linear_start(data, order, base, refine_linear, progress)
     linear_seconds = time.perf_counter() - start
     start_model = _well_scaled(base, s) if balance else base
-    setup = _setup(
-        start_model, s, v, past, horizon, stride, width_size, depth, key, shard
-    )
-    _check_start_loss(setup, horizon)
-    run = _train_run(
-        setup, transform, batch_size if minibatches else None, num_steps,
-        patience, eval_every, jax.random.fold_in(key, 1), progress,
-    )  # fmt: skip
+    runs = []
+    for k in restart_keys(key, restarts):
+        setup = _setup(
+            start_model, s, v, past, horizon, stride, width_size, depth, k, shard
+        )
+        if not runs:
+            _check_start_loss(setup, horizon)
+        runs.append(_train_run(
+            setup, transform, batch_size if minibatches else None, num_steps,
+            patience, eval_every, jax.random.fold_in(k, 1), progress,
+        ))  # fmt: skip
+    restart_losses = [run["best"][0] for run in runs]
+    chosen = int(np.argmin(restart_losses))
+    run = runs[chosen]
     if run["reason"] is not None and run["reason"].startswith(("non-finite", "the")):
         warnings.warn(f"fit_neural: {run['reason']}.", stacklevel=2)
     seconds = {"linear": linear_seconds}
     seconds["neural"] = time.perf_counter() - start - linear_seconds
-    return _neural_fit(run, base, past, seconds)
+    return _neural_fit(run, base, past, seconds, restart_losses, chosen)
+
+
+def restart_keys(key: PRNGKeyArray, restarts: int) -> list[PRNGKeyArray]:
+    """The key of each restart: `key` itself for the first (so `restarts=1` is
+    one run from `key`), then `jax.random.split(jax.random.fold_in(key, 2),
+    restarts - 1)`."""
+    if restarts == 1:
+        return [key]
+    return [key, *jax.random.split(jax.random.fold_in(key, 2), restarts - 1)]
 
 
 def _check_start_loss(setup: _Setup, horizon: int) -> None:
@@ -457,11 +483,13 @@ def _check_start_loss(setup: _Setup, horizon: int) -> None:
         )
 
 
-def _neural_fit(run: dict, base, past: int, seconds: dict) -> NeuralFit:
+def _neural_fit(run: dict, base, past: int, seconds: dict, restart_losses: list,
+                restart: int) -> NeuralFit:  # fmt: skip
     model, encoder = run["best"][2]
     return NeuralFit(
         model=model, encoder=encoder, linear=base, past=past,
         losses=np.asarray(run["losses"]), val_losses=run["val_losses"],
         best_step=run["best"][1], steps_run=run["done"], stop_reason=run["reason"],
-        seconds=seconds,
+        seconds=seconds, restart_losses=[float(v) for v in restart_losses],
+        restart=restart,
     )  # fmt: skip

@@ -302,6 +302,32 @@ def test_patience_counts_validation_evaluations_in_one_run_of_adam():
     np.testing.assert_allclose(result.losses, reference.losses, rtol=1e-9)
 
 
+def test_restarts_return_the_restart_best_on_validation():
+    """`restarts=3`: three trainings from the keys of `restart_keys`, each equal
+    to a single run (`restarts=1`) from its key; the one returned has the lowest
+    best validation loss."""
+    jax.config.update("jax_enable_x64", True)
+    estimation, validation = duffing(200, 3), duffing(120, 5)
+    kwargs = dict(base=dynsys.fit_subspace(estimation, 2), horizon=12, past=6,
+                  width_size=4, num_steps=30, eval_every=10, batch_size=8,
+                  learning_rate=1e-2, refine_linear=False)  # fmt: skip
+    key = jax.random.key(3)
+    result = dynsys.fit_neural(estimation, validation, restarts=3, key=key, **kwargs)
+    from dynsys._sysid.neural import restart_keys
+
+    keys = restart_keys(key, 3)
+    assert len({str(jax.random.key_data(k)) for k in keys}) == 3
+    singles = [dynsys.fit_neural(estimation, validation, key=k, **kwargs)
+               for k in keys]  # fmt: skip
+    bests = [min(v for _, v in run.val_losses) for run in singles]
+    np.testing.assert_allclose(result.restart_losses, bests, rtol=1e-12)
+    assert result.restart == int(np.argmin(bests))
+    chosen = singles[result.restart]
+    assert result.best_step == chosen.best_step
+    np.testing.assert_allclose(result.losses, chosen.losses, rtol=1e-12)
+    assert singles[0].restart_losses == [bests[0]] and singles[0].restart == 0
+
+
 def _realisation(model, T):
     """`model` in the coordinates `x = T z` (the same input-output map)."""
     T_inv = jnp.linalg.inv(T)
