@@ -351,7 +351,7 @@ def fit_neural(
     learning_rate: float = 3e-4,
     num_steps: int = 20000,
     batch_size: int | None = 64,
-    patience: int = 20,
+    patience: int = 40,
     restarts: int = 1,
     eval_every: int = 50,
     stride: int = 1,
@@ -391,7 +391,7 @@ def fit_neural(
         transform or `OptaxSolver` (minibatches), or `LBFGS()` (all windows).
     - `num_steps`, `batch_size`, `patience`, `eval_every`: the training budget,
         windows per step, the validation evaluations without gain after which
-        training stops (20: 1,000 steps at `eval_every=50`), how often the
+        training stops (40: 2,000 steps at `eval_every=50`), how often the
         validation run is scored.
     - `restarts`: how many trainings from new weights to choose from by their
         validation loss (default 1: on the cascaded tanks, the restart best on
