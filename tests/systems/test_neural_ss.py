@@ -396,6 +396,7 @@ def test_the_balanced_start_has_equal_diagonal_gramians():
         ("depth", 1, "fit_neural(depth=...): expected an int >= 2, got 1."),
         ("num_steps", 2.5, "fit_neural(num_steps=...): expected an int >= 1"),
         ("patience", 0, "fit_neural(patience=...): expected an int >= 1, got 0."),
+        ("restarts", 0, "fit_neural(restarts=...): expected an int >= 1, got 0."),
         ("batch_size", True, "fit_neural(batch_size=...): expected an int >= 1"),
     ],
 )  # fmt: skip
