@@ -20,7 +20,8 @@ from .._fitting.encoder import StateEncoder
 from .._fitting.fit import fit
 from .._fitting.metrics import channel_mean
 from .._fitting.optax_solver import LBFGS, OptaxSolver
-from .._fitting.train import train
+from .._fitting.solvers import LossFunction
+from .._fitting.train import optimise, train_solver
 from .._fitting.windows import (
     free_run_windows,
     truncated_simulation_loss,
@@ -52,8 +53,12 @@ class NeuralFit:
     - `losses`: the training (window) loss of each step; `val_losses`: `(step,
         validation loss)` pairs; `best_step`; `steps_run`.
     - `stop_reason`: `None`, or why training stopped early (no validation gain for
-        `patience` rounds, a non-finite loss, a diverging validation run).
-    - `seconds`: the wall time of the linear fit and of the training.
+        `patience` validation evaluations, a non-finite loss, a diverging
+        validation run).
+    - `seconds`: the wall time of the linear fit and of the training (all
+        restarts).
+    - `restart_losses`: the best validation loss of each restart (`restarts`
+        entries); `restart`: the one returned (the lowest, the first on ties).
     """
 
     model: NeuralStateSpace
@@ -66,6 +71,8 @@ class NeuralFit:
     steps_run: int
     stop_reason: str | None
     seconds: dict[str, float]
+    restart_losses: list[float]
+    restart: int
 
     def initial_state(self, data) -> Float[Array, "N n"]:
         """Each experiment's state at sample `past`, from the encoder reading its
@@ -214,8 +221,12 @@ def _sharded(batch: dict, shard: bool | None) -> dict:
     return shard_batch({k: v[:keep] for k, v in batch.items()})
 
 
-class _Validation:
-    """The validation free run's loss (a fixed object: one compilation)."""
+class _Validation(eqx.Module):
+    """The validation free run's loss, `__call__(params)`: its windows and scale
+    are arrays of the module (traced, not baked into the compiled program)."""
+
+    batch: dict
+    scale: Array
 
     def __init__(self, batch, output_scale):
         self.batch = batch
@@ -240,58 +251,41 @@ def _solver(solver, learning_rate: float):
     )
 
 
-def _train_round(setup, params, solver, steps, size, key, done, validation,
-                 eval_every, progress):  # fmt: skip
-    """One round of `train` on minibatches of the windows (`size`: all if `None`)."""
-    return train(
-        setup.loss, params, data=setup.windows, solver=solver,
-        num_steps=steps, batch_size=size, key=jax.random.fold_in(key, done),
-        progress=progress, val_fn=validation, eval_every=eval_every,
-    )  # fmt: skip
-
-
-def _train_rounds(setup, solver, batch_size, num_steps, round_steps, patience,
-                  eval_every, key, progress) -> dict:  # fmt: skip
-    """Train in rounds of `round_steps`, keeping the best model by validation, until
-    `num_steps`, `patience` rounds without gain, or a non-finite loss."""
-    validation = _Validation(setup.val_batch, setup.loss.output_scale)
+def _train_run(setup, solver, batch_size, num_steps, patience, eval_every, key,
+               progress) -> dict:  # fmt: skip
+    """One run of the solver on minibatches of the windows (`batch_size`: all if
+    `None`), its state kept from the first step to the last, the validation free
+    run scored every `eval_every` steps; the best model by validation is kept.
+    Stops at `num_steps`, after `patience` evaluations without gain, or at a
+    non-finite loss."""
     count = setup.windows["ys"].shape[0]
     size = None if batch_size is None else min(batch_size, count)
-    params, best = setup.params, (math.inf, 0, setup.params)
-    losses, val_losses, done, stale, reason = [], [], 0, 0, None
-    while done < num_steps:
-        steps = min(round_steps, num_steps - done)
-        with warnings.catch_warnings():
-            # train's own warning of a non-finite loss: fit_neural says it once.
-            warnings.filterwarnings("ignore", message="train: non-finite")
-            result = _train_round(setup, params, solver, steps, size, key, done,
-                                  validation, eval_every, progress)  # fmt: skip
-        losses.extend(result.losses.tolist())
-        # A round's first evaluation repeats the previous round's last one.
-        val_losses.extend(
-            (done + k, v) for k, v in result.val_losses if k > 0 or done == 0
+    result = optimise(
+        LossFunction(setup.loss, True), train_solver(solver, "fit_neural"),
+        setup.params, data=setup.windows, num_steps=num_steps, batch_size=size,
+        key=key, progress=progress,
+        evaluator=_Validation(setup.val_batch, setup.loss.output_scale),
+        eval_every=eval_every, patience=patience * eval_every, warn=False,
+        caller="fit_neural",
+    )  # fmt: skip
+    reason = result.stop_reason
+    if reason is not None and reason.startswith("held-out loss not improved"):
+        reason = (
+            f"no validation gain for {patience} evaluations ({patience * eval_every} "
+            "steps)"
         )
-        if result.val_losses and result.best_loss < best[0]:
-            best, stale = (result.best_loss, done + result.best_step, result.model), 0
-        else:
-            stale += 1
-        done += result.steps_run
-        if result.stop_reason is not None:
-            reason = f"{result.stop_reason.split(';')[0]}; kept the best model"
-            break
-        if stale >= patience:
-            reason = f"no validation gain for {patience} rounds of {round_steps} steps"
-            break
-        params = result.final_model
-    if not math.isfinite(best[0]):
+    elif reason is not None:
+        reason = f"{reason.split(';')[0]}; kept the best model"
+    if not math.isfinite(result.best_loss):
         reason = "the validation free run diverged at every evaluation"
-    return dict(best=best, losses=losses, val_losses=val_losses, done=done,
-                reason=reason)  # fmt: skip
+    return dict(best=(result.best_loss, result.best_step, result.model),
+                losses=result.losses.tolist(), val_losses=result.val_losses,
+                done=result.steps_run, reason=reason)  # fmt: skip
 
 
 def check_options(options: dict) -> None:
     """One-line `ValueError` for a `fit_neural` option out of range: the counts
-    (`width_size`, `num_steps`, `round_steps`, `patience`, `eval_every`,
+    (`width_size`, `num_steps`, `patience`, `restarts`, `eval_every`,
     `stride`, `batch_size` unless `None`) positive ints, `depth` at least 2, and
     `learning_rate` finite and positive (0 trains nothing)."""
     for name, value in options.items():
@@ -357,8 +351,8 @@ def fit_neural(
     learning_rate: float = 3e-4,
     num_steps: int = 20000,
     batch_size: int | None = 64,
-    round_steps: int = 500,
-    patience: int = 2,
+    patience: int = 40,
+    restarts: int = 1,
     eval_every: int = 50,
     stride: int = 1,
     refine_linear: bool = True,
@@ -378,8 +372,11 @@ def fit_neural(
     its base and the encoder trained together by Adam (or the `solver` given);
     (4) every `eval_every` steps the free run over each validation record (started
     by the encoder from its first `past` samples) scores the model; the best one is
-    returned, and training stops after `patience` rounds of `round_steps` steps
-    without gain, or at a non-finite loss (with a one-line warning).
+    returned, and training stops after `patience` evaluations without gain (one
+    run of the solver, its state kept throughout), or at a non-finite loss (with a
+    one-line warning); (5) with `restarts > 1`, steps 2-4 run that many times from
+    new weights and minibatch orders (keys from `key`, `restart_keys`), and the
+    restart with the lowest validation loss is returned.
 
     **Arguments:**
 
@@ -392,9 +389,13 @@ def fit_neural(
     - `width_size`, `depth`: the MLPs' hidden width and number of layers.
     - `solver`: `None` (Adam with `learning_rate`, on minibatches), an optax
         transform or `OptaxSolver` (minibatches), or `LBFGS()` (all windows).
-    - `num_steps`, `batch_size`, `round_steps`, `patience`, `eval_every`: the
-        training budget, windows per step, early-stopping rounds, how often the
+    - `num_steps`, `batch_size`, `patience`, `eval_every`: the training budget,
+        windows per step, the validation evaluations without gain after which
+        training stops (40: 2,000 steps at `eval_every=50`), how often the
         validation run is scored.
+    - `restarts`: how many trainings from new weights to choose from by their
+        validation loss (default 1: on the cascaded tanks, the restart best on
+        validation was not the best on a held-out third; docs/nonlinear-models.md).
     - `stride`: samples between window starts.
     - `refine_linear`: refine the subspace model by output error first (kept only
         when its free run is better).
@@ -430,8 +431,8 @@ def fit_neural(
     s, v = check_arguments(data, val_data, past, horizon)
     check_options(dict(
         width_size=width_size, depth=depth, learning_rate=learning_rate,
-        num_steps=num_steps, batch_size=batch_size, round_steps=round_steps,
-        patience=patience, eval_every=eval_every, stride=stride,
+        num_steps=num_steps, batch_size=batch_size, patience=patience,
+        restarts=restarts, eval_every=eval_every, stride=stride,
     ))  # fmt: skip
     transform, minibatches = _solver(solver, learning_rate)
     key = jax.random.key(0) if key is None else key
@@ -439,19 +440,34 @@ def fit_neural(
     base = _linear_start(data, order, base, refine_linear, progress)
     linear_seconds = time.perf_counter() - start
     start_model = _well_scaled(base, s) if balance else base
-    setup = _setup(
-        start_model, s, v, past, horizon, stride, width_size, depth, key, shard
-    )
-    _check_start_loss(setup, horizon)
-    run = _train_rounds(
-        setup, transform, batch_size if minibatches else None, num_steps,
-        round_steps, patience, eval_every, jax.random.fold_in(key, 1), progress,
-    )  # fmt: skip
+    runs = []
+    for k in restart_keys(key, restarts):
+        setup = _setup(
+            start_model, s, v, past, horizon, stride, width_size, depth, k, shard
+        )
+        if not runs:
+            _check_start_loss(setup, horizon)
+        runs.append(_train_run(
+            setup, transform, batch_size if minibatches else None, num_steps,
+            patience, eval_every, jax.random.fold_in(k, 1), progress,
+        ))  # fmt: skip
+    restart_losses = [run["best"][0] for run in runs]
+    chosen = int(np.argmin(restart_losses))
+    run = runs[chosen]
     if run["reason"] is not None and run["reason"].startswith(("non-finite", "the")):
         warnings.warn(f"fit_neural: {run['reason']}.", stacklevel=2)
     seconds = {"linear": linear_seconds}
     seconds["neural"] = time.perf_counter() - start - linear_seconds
-    return _neural_fit(run, base, past, seconds)
+    return _neural_fit(run, base, past, seconds, restart_losses, chosen)
+
+
+def restart_keys(key: PRNGKeyArray, restarts: int) -> list[PRNGKeyArray]:
+    """The key of each restart: `key` itself for the first (so `restarts=1` is
+    one run from `key`), then `jax.random.split(jax.random.fold_in(key, 2),
+    restarts - 1)`."""
+    if restarts == 1:
+        return [key]
+    return [key, *jax.random.split(jax.random.fold_in(key, 2), restarts - 1)]
 
 
 def _check_start_loss(setup: _Setup, horizon: int) -> None:
@@ -467,11 +483,13 @@ def _check_start_loss(setup: _Setup, horizon: int) -> None:
         )
 
 
-def _neural_fit(run: dict, base, past: int, seconds: dict) -> NeuralFit:
+def _neural_fit(run: dict, base, past: int, seconds: dict, restart_losses: list,
+                restart: int) -> NeuralFit:  # fmt: skip
     model, encoder = run["best"][2]
     return NeuralFit(
         model=model, encoder=encoder, linear=base, past=past,
         losses=np.asarray(run["losses"]), val_losses=run["val_losses"],
         best_step=run["best"][1], steps_run=run["done"], stop_reason=run["reason"],
-        seconds=seconds,
+        seconds=seconds, restart_losses=[float(v) for v in restart_losses],
+        restart=restart,
     )  # fmt: skip

@@ -226,7 +226,7 @@ def test_neural_model_beats_the_best_linear_model_on_a_duffing_oscillator():
     estimation, validation = duffing(1200, 1), duffing(600, 2)
     result = dynsys.fit_neural(
         estimation, validation, order=2, horizon=32, past=10, width_size=16,
-        learning_rate=3e-3, num_steps=400, round_steps=200, eval_every=40,
+        learning_rate=3e-3, num_steps=400, eval_every=40,
         key=jax.random.key(0),
     )  # fmt: skip
     past = result.past
@@ -251,7 +251,7 @@ def test_fit_neural_stops_at_a_non_finite_loss_with_the_best_model():
         result = dynsys.fit_neural(
             estimation, base=dynsys.fit_subspace(estimation, 2), horizon=16, past=6,
             width_size=4,
-            solver=optax.scale(jnp.nan), num_steps=20, round_steps=20,
+            solver=optax.scale(jnp.nan), num_steps=20,
             eval_every=5,
         )  # fmt: skip
     assert result.steps_run < 20
@@ -264,6 +264,68 @@ def test_fit_neural_stops_at_a_non_finite_loss_with_the_best_model():
         dynsys.rollout(result.linear, x0, 50, inputs=us[:, :50]).ys,
         rtol=1e-12, atol=1e-12,
     )  # fmt: skip
+
+
+def test_patience_counts_validation_evaluations_in_one_run_of_adam():
+    """Training stops `patience` evaluations after the best one (not after whole
+    rounds), and is one run of Adam: its losses are those of `dynsys.train` with
+    the same windows, minibatches and solver state kept from the first step.
+    Validated on another plant (the output sign flipped), the run soon stops
+    improving and stops."""
+    jax.config.update("jax_enable_x64", True)
+    estimation = duffing(300, 3)
+    flipped = dynsys.Dataset(us=estimation.us, ys=-estimation.ys)
+    base = dynsys.fit_subspace(estimation, 2)
+    kwargs = dict(base=base, horizon=16, past=6, width_size=4, num_steps=700,
+                  eval_every=5, batch_size=8, learning_rate=1e-2, refine_linear=False,
+                  key=jax.random.key(0))
+    stopped = dynsys.fit_neural(estimation, flipped, patience=3, **kwargs)
+    # The last evaluation 3 evaluations after the best; the steps of its dispatch
+    # (at most eval_every) ran before the stop.
+    last = stopped.val_losses[-1][0]
+    assert last == stopped.best_step + 15 and last < stopped.steps_run <= last + 5
+    assert stopped.stop_reason == "no validation gain for 3 evaluations (15 steps)"
+    # Validated on its own plant, with no early stop (patience past the budget):
+    # the steps of one Adam run, past the former 500-step rounds that restarted it.
+    result = dynsys.fit_neural(estimation, patience=1000, **kwargs)
+    assert result.steps_run == 700 and result.stop_reason is None
+    from dynsys._sysid import neural
+
+    s, v = neural.check_arguments(estimation, None, 6, 16)
+    setup = neural._setup(neural._well_scaled(base, s), s, v, 6, 16, 1, 4, 2,
+                          kwargs["key"], None)  # fmt: skip
+    reference = dynsys.train(
+        setup.loss, setup.params, data=setup.windows, solver=optax.adam(1e-2),
+        num_steps=700, batch_size=8, key=jax.random.fold_in(kwargs["key"], 1),
+        progress=False,
+    )  # fmt: skip
+    np.testing.assert_allclose(result.losses, reference.losses, rtol=1e-9)
+
+
+def test_restarts_return_the_restart_best_on_validation():
+    """`restarts=3`: three trainings from the keys of `restart_keys`, each equal
+    to a single run (`restarts=1`) from its key; the one returned has the lowest
+    best validation loss."""
+    jax.config.update("jax_enable_x64", True)
+    estimation, validation = duffing(200, 3), duffing(120, 5)
+    kwargs = dict(base=dynsys.fit_subspace(estimation, 2), horizon=12, past=6,
+                  width_size=4, num_steps=30, eval_every=10, batch_size=8,
+                  learning_rate=1e-2, refine_linear=False)  # fmt: skip
+    key = jax.random.key(3)
+    result = dynsys.fit_neural(estimation, validation, restarts=3, key=key, **kwargs)
+    from dynsys._sysid.neural import restart_keys
+
+    keys = restart_keys(key, 3)
+    assert len({str(jax.random.key_data(k)) for k in keys}) == 3
+    singles = [dynsys.fit_neural(estimation, validation, key=k, **kwargs)
+               for k in keys]  # fmt: skip
+    bests = [min(v for _, v in run.val_losses) for run in singles]
+    np.testing.assert_allclose(result.restart_losses, bests, rtol=1e-12)
+    assert result.restart == int(np.argmin(bests))
+    chosen = singles[result.restart]
+    assert result.best_step == chosen.best_step
+    np.testing.assert_allclose(result.losses, chosen.losses, rtol=1e-12)
+    assert singles[0].restart_losses == [bests[0]] and singles[0].restart == 0
 
 
 def _realisation(model, T):
@@ -285,7 +347,7 @@ def test_a_badly_scaled_linear_start_trains_as_a_well_scaled_one():
     estimation, validation = duffing(300, 3), duffing(200, 5)
     good = dynsys.fit_subspace(estimation, 2)
     bad = _realisation(good, jnp.array([[300.0, -299.0], [1.0, 0.0]]))
-    kwargs = dict(horizon=16, past=6, width_size=4, num_steps=40, round_steps=40,
+    kwargs = dict(horizon=16, past=6, width_size=4, num_steps=40,
                   eval_every=10, refine_linear=False, balance=True,
                   key=jax.random.key(0))
     runs = [dynsys.fit_neural(estimation, validation, base=b, **kwargs)
@@ -334,6 +396,7 @@ def test_the_balanced_start_has_equal_diagonal_gramians():
         ("depth", 1, "fit_neural(depth=...): expected an int >= 2, got 1."),
         ("num_steps", 2.5, "fit_neural(num_steps=...): expected an int >= 1"),
         ("patience", 0, "fit_neural(patience=...): expected an int >= 1, got 0."),
+        ("restarts", 0, "fit_neural(restarts=...): expected an int >= 1, got 0."),
         ("batch_size", True, "fit_neural(batch_size=...): expected an int >= 1"),
     ],
 )  # fmt: skip
@@ -426,7 +489,7 @@ SHARDED = textwrap.dedent(
     data = dynsys.Dataset(us=u, ys=y)
     base = dynsys.fit_subspace(data, 2)
     kwargs = dict(base=base, horizon=15, past=6, width_size=4, num_steps=20,
-                  round_steps=20, eval_every=10, batch_size=8, key=keys[2])
+                  eval_every=10, batch_size=8, key=keys[2])
     one = dynsys.fit_neural(data, shard=False, **kwargs)
     four = dynsys.fit_neural(data, shard=True, **kwargs)
     np.testing.assert_allclose(four.losses, one.losses, rtol=1e-9)
