@@ -252,32 +252,6 @@ class _State(eqx.Module):
         return chosen.remaining()
 
 
-def _initial_radius(flat, scale):
-    """MINPACK's first radius: 100 times the scaled parameters' norm (100 if
-    zero)."""
-    size = jnp.linalg.norm(jnp.sqrt(scale) * flat)
-    return jnp.where(size > 0, 100 * size, 100.0)
-
-
-def _damping_for_radius(model: Factorisation, radius, shift):
-    """The damping at least `shift` whose scaled step has norm `radius` (within
-    10 %), or `shift` where that step is shorter (Moré's secular equation, by
-    Newton's method on `1 / |c(lambda)|`)."""
-    floor = _round_off(model.curvatures) + jnp.finfo(radius.dtype).tiny
-
-    def size(damping):
-        c = model.gradient / jnp.maximum(model.curvatures + damping, floor)
-        return jnp.linalg.norm(c), jnp.sum(c**2 / jnp.maximum(model.curvatures + damping, floor))
-
-    def newton(_, damping):
-        norm, slope = size(damping)
-        return jnp.maximum(damping + (norm / radius - 1) * norm**2 / slope, shift)
-
-    inside = size(shift)[0] <= 1.1 * radius
-    solved = jax.lax.fori_loop(0, 20, newton, shift)
-    return jnp.maximum(jnp.where(inside, shift, solved), shift + floor), inside
-
-
 def _round_off(curvatures: Float[Array, " Q"]) -> Float[Array, ""]:
     return jnp.finfo(curvatures.dtype).eps * jnp.max(jnp.abs(curvatures))
 
@@ -374,9 +348,6 @@ class LevenbergMarquardt(AbstractSolver):
     # Switch to the model with a secant estimate of S (`secant.py`) whenever it
     # predicted the last step better than Gauss–Newton's (normal equations only).
     secant: bool = eqx.field(static=True, default=True)
-    # How the damping follows the gain ratio: "nielsen" (the damping itself) or
-    # "more" (a trust region on the scaled step, the damping solved for from it).
-    rule: str = eqx.field(static=True, default="nielsen")
     # A padded model's free parameters (1) and frozen ones (0), in the coordinates
     # of the raveled parameters (`padded.py`); `None`: every parameter is free.
     free: Float[Array, " P"] | None = None
@@ -423,9 +394,7 @@ class LevenbergMarquardt(AbstractSolver):
         # terminate, the estimate of S, whether to step on the augmented model.
         size = flat.size if self._uses_secant else 0
         return (
-            # (the trust region's radius, negative until the first point's scales
-            # are known, with rule "more")
-            jnp.array(-1.0 if self.rule == "more" else 1e-3, flat.dtype),
+            jnp.array(1e-3, flat.dtype),
             jnp.array(2.0, flat.dtype),
             jnp.zeros(flat.shape, flat.dtype),
             jnp.array(False),
@@ -498,10 +467,6 @@ class LevenbergMarquardt(AbstractSolver):
         converged = state.terminate & jnp.logical_not(state.first)
 
         model, model_damping = state.model()
-        if self.rule == "more":
-            shift = model_damping - state.damping
-            radius = jnp.where(state.damping < 0, _initial_radius(flat, state.scale), state.damping)
-            model_damping, inside = _damping_for_radius(model, radius, shift)
         delta = jnp.where(state.first, 0.0, model.step(model_damping))
         if self.free is not None:  # exactly zero on the frozen parameters
             delta = delta * self.free
@@ -561,12 +526,7 @@ class LevenbergMarquardt(AbstractSolver):
         factorisation, newton, linearisation, secant, scale = jax.lax.cond(
             accept, accepted, rejected, None
         )
-        if self.rule == "more":
-            damping, growth = self._next_radius(
-                state, accept, ratio, radius, model, model_damping, inside
-            )
-        else:
-            damping, growth = self._next_damping(state, accept, ratio)
+        damping, growth = self._next_damping(state, accept, ratio)
         small = self._small_step(flat, trial, state.residual, trial_residual)
         new_state = _State(
             jnp.array(False),
@@ -640,19 +600,6 @@ class LevenbergMarquardt(AbstractSolver):
         damping = jnp.where(state.first, state.damping, damping)
         growth = jnp.where(state.first, state.growth, growth)
         return damping.astype(state.damping.dtype), growth.astype(state.growth.dtype)
-
-    def _next_radius(self, state, accept, ratio, radius, model, damping, inside):
-        """Moré's (1978) update of the trust region's radius (kept at the warm-up
-        step; negative until the first point's scales are known)."""
-        size = jnp.linalg.norm(model.coefficients(damping))
-        radius = jnp.where(state.damping < 0, jnp.minimum(radius, size), radius)
-        shrunk = 0.5 * jnp.minimum(radius, 10 * size)
-        grown = jnp.maximum(radius, 2 * size)
-        new = jnp.where(
-            ratio <= 0.25, shrunk, jnp.where((ratio >= 0.75) | inside, grown, radius)
-        )
-        new = jnp.where(state.first, state.damping, new)
-        return new.astype(state.damping.dtype), state.growth
 
     def _jacobian(self, residuals, point, basis, linear=None):
         """The residuals' Jacobian at `point` along `basis` (columns; all parameters
