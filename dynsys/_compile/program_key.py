@@ -71,16 +71,26 @@ class Unkeyed(Exception):
     """A call whose program cannot be keyed (see the module docstring)."""
 
 
+# Wrappers that change nothing a trace depends on: the test suite's run-time type
+# checks (jaxtyping's import hook wraps every function of the package) and the
+# entry points' one OpenBLAS thread (`_fitting/host_blas.py`).
+_TRANSPARENT_WRAPPERS = (
+    os.path.join("jaxtyping", "_decorator.py"),
+    os.path.join("dynsys", "_fitting", "host_blas.py"),
+)
+
+
 def _unchecked(obj):
-    """`obj` itself where the test suite's run-time type checks wrapped it (the
-    wrapper that jaxtyping's import hook puts around every function of the package
-    is a closure, and names the function it wraps)."""
-    code = getattr(obj, "__code__", None)
-    wrapped = getattr(obj, "__wrapped__", None)
-    if wrapped is not None and code is not None:
-        if os.path.join("jaxtyping", "_decorator.py") in code.co_filename:
-            return wrapped
-    return obj
+    """`obj` itself where a transparent wrapper wrapped it (each is a closure that
+    names the function it wraps, `__wrapped__`), however many deep."""
+    while True:
+        code = getattr(obj, "__code__", None)
+        wrapped = getattr(obj, "__wrapped__", None)
+        if wrapped is None or code is None:
+            return obj
+        if not any(path in code.co_filename for path in _TRANSPARENT_WRAPPERS):
+            return obj
+        obj = wrapped
 
 
 def _name(obj) -> str:
