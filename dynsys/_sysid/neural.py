@@ -435,6 +435,7 @@ def fit_neural(
         restarts=restarts, eval_every=eval_every, stride=stride,
     ))  # fmt: skip
     transform, minibatches = _solver(solver, learning_rate)
+    budget = (batch_size if minibatches else None, num_steps, patience, eval_every)
     key = jax.random.key(0) if key is None else key
     start = time.perf_counter()
     base = _linear_start(data, order, base, refine_linear, progress)
@@ -447,18 +448,22 @@ def fit_neural(
         )
         if not runs:
             _check_start_loss(setup, horizon)
-        runs.append(_train_run(
-            setup, transform, batch_size if minibatches else None, num_steps,
-            patience, eval_every, jax.random.fold_in(k, 1), progress,
-        ))  # fmt: skip
+        order_key = jax.random.fold_in(k, 1)  # the minibatches' order
+        runs.append(_train_run(setup, transform, *budget, order_key, progress))
     restart_losses = [run["best"][0] for run in runs]
     chosen = int(np.argmin(restart_losses))
-    run = runs[chosen]
-    if run["reason"] is not None and run["reason"].startswith(("non-finite", "the")):
-        warnings.warn(f"fit_neural: {run['reason']}.", stacklevel=2)
+    _warn_if_stopped_short(runs[chosen])
     seconds = {"linear": linear_seconds}
     seconds["neural"] = time.perf_counter() - start - linear_seconds
-    return _neural_fit(run, base, past, seconds, restart_losses, chosen)
+    return _neural_fit(runs[chosen], base, past, seconds, restart_losses, chosen)
+
+
+def _warn_if_stopped_short(run: dict) -> None:
+    """The one-line warning of a returned run that stopped at a non-finite loss
+    (or another failure), not by its budget or its patience; attributed to the
+    caller of `fit_neural`."""
+    if run["reason"] is not None and run["reason"].startswith(("non-finite", "the")):
+        warnings.warn(f"fit_neural: {run['reason']}.", stacklevel=3)
 
 
 def restart_keys(key: PRNGKeyArray, restarts: int) -> list[PRNGKeyArray]:
