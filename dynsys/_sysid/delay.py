@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
-import scipy.stats
+import scipy.special
 
 from .._data.dataset import Dataset
 from .._fitting.host_blas import on_one_blas_thread
@@ -202,6 +202,16 @@ def _regression_of(scan: _Scan, nk: list[int], j: int, lags_j: list[int]):
     return _regression(scan.ys, scan.us, scan.lengths, scan.na, lags, scan.start)
 
 
+def f_survival(F, numerator_dof: int, denominator_dof: int):
+    """$P(X > F)$ for $X$ F-distributed with (`numerator_dof`, `denominator_dof`)
+    degrees of freedom, as `scipy.stats.f.sf`, by its closed form in the
+    regularised incomplete beta function, $I_{d_2/(d_2 + d_1 F)}(d_2/2, d_1/2)$:
+    importing `scipy.stats` costs a command about 0.8 s, `scipy.special` 0.2 s."""
+    F = np.maximum(np.asarray(F, np.float64), 0.0)
+    d1, d2 = numerator_dof, denominator_dof
+    return scipy.special.betainc(d2 / 2, d1 / 2, d2 / (d2 + d1 * F))
+
+
 def _first_significant_lag(scan: _Scan, nk: list[int], j: int, significance) -> int:
     """The last `k` before the first rejection: lags `0 .. k-1` of input `j` tested
     jointly zero (F-test at `significance / p`) in a model with every lag up to
@@ -216,7 +226,7 @@ def _first_significant_lag(scan: _Scan, nk: list[int], j: int, significance) -> 
         kept = np.r_[0:first, first + k : Phi.shape[1]]
         restricted = _residual_sums(Phi[:, kept], Y)
         F = (restricted - full) / k / np.maximum(full / dof, 1e-300)
-        if np.any(scipy.stats.f.sf(F, k, dof) <= significance / p):
+        if np.any(f_survival(F, k, dof) <= significance / p):
             break
         silent = k
     return silent

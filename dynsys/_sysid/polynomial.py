@@ -13,7 +13,6 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
-import scipy.signal
 
 from .._systems.innovation import InnovationSystem
 from .arx import _check_int
@@ -124,6 +123,8 @@ def monic(coefficients) -> np.ndarray:
 def filtered(numerator, denominator, x: np.ndarray) -> np.ndarray:
     """$N(q) / M(q)\\, x$ along the first axis from zero initial conditions (the
     signal is zero before its start); `denominator[0]` is 1."""
+    import scipy.signal  # here: importing it costs every command about 1 s
+
     return scipy.signal.lfilter(numerator, denominator, x, axis=0)
 
 

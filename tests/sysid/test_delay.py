@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import dynsys
+from dynsys._sysid.delay import f_survival
 
 
 def _delayed_plant(rng, delays, T=400, noise=0.05, feedthrough=False):
@@ -166,3 +167,29 @@ def test_the_delayed_model_survives_save_load_and_python_control(tmp_path):
         y = control.forced_response(sys, T=0.5 * np.arange(T), U=u).outputs
         want = [0.0 if t <= d else 2.0 * 0.6 ** (t - d - 1) * B[0, j] for t in range(T)]
         np.testing.assert_allclose(np.ravel(y), want, atol=1e-12)
+
+
+@pytest.mark.parametrize("dofs", [(1, 10), (3, 500), (7, 2000), (12, 40)])
+def test_the_f_tests_survival_function_equals_scipys(dofs):
+    import scipy.stats
+
+    F = np.array([0.0, 1e-3, 0.1, 1.0, 2.5, 10.0, 50.0])
+    np.testing.assert_allclose(
+        f_survival(F, *dofs), scipy.stats.f.sf(F, *dofs), rtol=1e-10, atol=1e-300
+    )
+
+
+def test_a_command_imports_neither_scipy_stats_nor_scipy_signal():
+    """Each costs a `dynsys fit` about a second of start-up; the delay test and the
+    polynomial filters do without them until asked."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, dynsys._experiments.run, dynsys._sysid.delay, "
+        "dynsys._sysid.polynomial; "
+        "print(sorted(m for m in ('scipy.stats', 'scipy.signal') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
