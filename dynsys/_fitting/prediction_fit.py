@@ -90,11 +90,12 @@ def warn_after_fit(start, model, loss, outputs: bool) -> None:
         return
     if loss != "simulation" or not outputs or not is_linear(model):
         return
-    radius = np.nanmax([_radius(start), _radius(model)])
-    if radius >= _MARGINAL:
+    radii = {"the start": _radius(start), "the fitted model": _radius(model)}
+    if np.nanmax(list(radii.values())) >= _MARGINAL:
+        named = ", ".join(f"{k} {r:.4g}" for k, r in radii.items() if np.isfinite(r))
         warnings.warn(
             f"fit: the model is unstable or marginal (spectral radius of K: "
-            f"{radius:.4g}), which an output-error (free-run) fit cannot identify "
+            f"{named}), which an output-error (free-run) fit cannot identify "
             "reliably; fit the Kalman predictor instead: "
             "fit(fit_subspace(data, noise_model=True), data, loss=Prediction()).",
             stacklevel=3,
