@@ -21,6 +21,7 @@ from .._fitting.metrics import (
 from .._systems.system import LinearSystem
 from .free_run import free_run
 from .order_choice import choose, stalled, to_refine
+from .scan_memo import recalled
 from .signals import linear_of, signals
 from .subspace import largest_order, realise, subspace_bases
 
@@ -447,8 +448,13 @@ def select_order(
     bases = subspace_bases(call, data, horizon=horizon, offset=offset)
     options = {"bases": bases, "fit": dict(fit_options or {})}
     stop = (criterion, tolerance, stop_after)
-    rows, models = _subspace_scan(
-        data, val_data, candidate_orders, options_ft, options, stop
+    rows, models = recalled(
+        lambda: _subspace_scan(
+            data, val_data, candidate_orders, options_ft, options, stop
+        ),
+        data,
+        val_data,
+        (candidate_orders, options_ft, stop, horizon, offset),
     )
     fit_results: dict[int, Any] = {}  # the refined rows' FitResults
     if method == "fit":

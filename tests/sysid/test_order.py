@@ -237,3 +237,39 @@ def test_default_cli_fit_is_within_a_point_of_the_best_scanned_order(tmp_path):
     )
     best = max(best_subspace, refined)
     assert default >= best - 1.0, (default, best_subspace, refined)
+
+
+def test_a_remembered_scan_of_equal_data_computes_no_candidate_again(
+    lightly_damped, monkeypatch
+):
+    """Within `remembered_scans` (one identification), a second scan of equal data
+    and options (a copy, not the same object) reuses the first's candidates and
+    chooses the same; other options, other data, or no context compute anew."""
+    from dynsys._sysid import order as order_module
+    from dynsys._sysid.scan_memo import remembered_scans
+
+    real = order_module._subspace_candidate
+    computed = []
+
+    def counted(data, val_data, n, f, options):
+        computed.append((n, f))
+        return real(data, val_data, n, f, options)
+
+    monkeypatch.setattr(order_module, "_subspace_candidate", counted)
+    train, val = lightly_damped
+    copy = dynsys.Dataset(us=np.array(train.us), ys=np.array(train.ys))
+    orders = range(1, 5)
+    with remembered_scans():
+        first = dynsys.select_order(train, orders, val_data=val)
+        assert len(computed) == 8
+        again = dynsys.select_order(copy, orders, val_data=val)
+        assert len(computed) == 8
+        assert again.candidates == first.candidates
+        assert (again.order, again.feedthrough) == (first.order, first.feedthrough)
+        dynsys.select_order(train, orders, val_data=val, feedthrough=(False,))
+        assert len(computed) == 12
+        shifted = dynsys.Dataset(us=np.array(train.us), ys=np.array(train.ys) + 1e-9)
+        dynsys.select_order(shifted, orders, val_data=val)
+        assert len(computed) == 20
+    dynsys.select_order(train, orders, val_data=val)
+    assert len(computed) == 28

@@ -14,6 +14,7 @@ import re
 from typing import Any, TYPE_CHECKING
 
 from ..._fitting.host_blas import on_one_blas_thread
+from ..._sysid.scan_memo import remembered_scans
 from ..._type_checks import checks_own_arguments
 from ..config import ConfigError
 from .data import FitData, given_data, other_channels
@@ -52,11 +53,12 @@ def estimate_outputs(
 
     if is_polynomial(config["fit"]):
         return Stages(*polynomial_stages(config, data, found, echo))
-    delay = input_delay(config, data, echo)
-    # The scan and the fits see the plant behind the delay; its models carry it.
-    plant = delayed_data(config, data, delay.delays)
-    train, val = plant.train, plant.val
-    start = find_start(config, train, val, found, echo)
+    with remembered_scans():  # the delay check's scan is the structure scan's
+        delay = input_delay(config, data, echo)
+        # The scan and the fits see the plant behind the delay; its models carry it.
+        plant = delayed_data(config, data, delay.delays)
+        train, val = plant.train, plant.val
+        start = find_start(config, train, val, found, echo)
     estimate = fit_outputs_model(config, start, train, val, progress, found, echo)
     final = None
     if plant.carved:  # the chosen structure refitted on all the estimation data
