@@ -321,6 +321,54 @@ def test_cli_run_folder_neural_files_reproduce_the_printed_fit(tmp_path, capsys)
     np.testing.assert_allclose(written, expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow  # two neural trainings after the linear stage
+def test_the_saved_neural_model_is_trained_again_on_all_the_estimation_data(
+    tmp_path, capsys
+):
+    """Without a validation file, the held-out part is carved from the estimation
+    record: the table scores the model trained on the first part, and the saved
+    neural model is trained again on the whole record for the first part's best
+    step scaled to as many passes (`refit_steps`); its reported training fit %
+    is its free run on the whole record, recomputed here with numpy."""
+    from dynsys import cli
+    from dynsys._experiments.fit.neural import refit_steps
+
+    u, y = _tank_csv(tmp_path / "estimation.csv", 240, seed=0)
+    out = tmp_path / "run"
+    argv = ["fit", str(tmp_path / "estimation.csv"), "--inputs", "u", "--outputs", "y",
+            "--model", "neural", "--order", "1", "--no-feedthrough", "--steps", "5",
+            "--neural-steps", "100", "--neural-horizon", "16", "--no-progress",
+            "--out", str(out)]  # fmt: skip
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    neural = json.loads((out / "metrics.json").read_text())["neural"]
+    assert neural["best_step"] > 0, printed
+    T, held = 240, int(np.floor(240 / 3 + 0.5))
+    # Equal passes: 240 / 160 times the best step, within [50, neural_steps].
+    expected = min(100, max(50, round(neural["best_step"] * T / (T - held))))
+    assert neural["final"]["steps"] == expected
+    assert refit_steps(150, _Lengths([160]), _Lengths([240]), 1000) == 225
+    assert refit_steps(10, _Lengths([160]), _Lengths([240]), 1000) == 50
+    assert refit_steps(900, _Lengths([160]), _Lengths([240]), 1000) == 1000
+    assert "final neural model: trained again on all the estimation data" in printed
+    model = dynsys.load(out / "neural_model.dynsys")
+    encoder = dynsys.load(out / "neural_encoder.dynsys")
+    data = dynsys.Dataset(us=u[None], ys=y[None])
+    x0 = dynsys.neural_initial_state(encoder, data)
+    past = encoder.past
+    run = dynsys.rollout(model, x0, T - past, inputs=jnp.asarray(u[None, past:]))
+    predicted, measured = np.asarray(run.ys[0]), y[past:]
+    fit = 100 * (1 - np.linalg.norm(measured - predicted)
+                 / np.linalg.norm(measured - measured.mean()))  # fmt: skip
+    np.testing.assert_allclose(neural["final"]["training_fit_percent"], [fit],
+                               rtol=1e-9)  # fmt: skip
+
+
+class _Lengths:
+    def __init__(self, lengths):
+        self.lengths = lengths
+
+
 def test_cli_simulate_refuses_a_missing_file_or_an_encoder(tmp_path, capsys):
     from dynsys import cli
 

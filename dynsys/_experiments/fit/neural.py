@@ -37,11 +37,12 @@ def _scores(measured, predicted, lengths) -> tuple[list[float], list[float]]:
     return [float(v) for v in fit], [float(v) for v in rms]
 
 
-def check_windows(fit_cfg: dict, train, val, itemsize: int) -> None:
+def check_windows(fit_cfg: dict, train, val, itemsize: int, estimation=None) -> None:
     """Refuse, before the linear stage, a `neural_horizon` (with `neural_past`)
     too long for the estimation records, a `neural_past` not shorter than the
     validation records (`fit_neural`'s own checks, in config keys), or sizes whose
-    training would not fit in memory (`sizes.check_neural_memory`)."""
+    training would not fit in memory (`sizes.check_neural_memory`; on all the
+    `estimation` data when given, which the final neural model trains on)."""
     from ..._sysid.neural import check_arguments, check_options
 
     try:
@@ -65,7 +66,8 @@ def check_windows(fit_cfg: dict, train, val, itemsize: int) -> None:
         check_arguments(train, val, past, horizon)
     except ValueError as error:
         raise ConfigError(_in_config_keys(error)) from None
-    windows = sum(max(0, T - past - horizon + 1) for T in train.lengths)
+    trained = train if estimation is None else estimation
+    windows = sum(max(0, T - past - horizon + 1) for T in trained.lengths)
     channels = train.output_size + train.input_size
     check_neural_memory(fit_cfg, channels, windows, itemsize)
 
@@ -87,7 +89,7 @@ def _in_config_keys(error: ValueError) -> str:
     return message
 
 
-def _train(config, train, val, linear, progress):
+def _train(config, train, val, linear, progress, **overrides):
     import jax
 
     from ..._sysid.neural import fit_neural
@@ -96,10 +98,58 @@ def _train(config, train, val, linear, progress):
     try:
         return fit_neural(
             train, val, base=linear, key=jax.random.key(config["seed"]),
-            progress=progress, **options,
+            progress=progress, **{**options, **overrides},
         ), options  # fmt: skip
     except ValueError as error:
         raise ConfigError(_in_config_keys(error)) from None
+
+
+def refit_steps(
+    best_step: int, train, estimation, num_steps: int, eval_every: int = 50
+) -> int:
+    """The final neural model's training steps on all the estimation data: the
+    first part's best step scaled by how many more samples there are (the same
+    number of passes over the data), at least `eval_every` and at most the
+    training budget `num_steps` (`fit.neural_steps`)."""
+    scale = sum(estimation.lengths) / sum(train.lengths)
+    return min(num_steps, max(eval_every, int(round(best_step * scale))))
+
+
+@dataclasses.dataclass(frozen=True)
+class NeuralRefit:
+    """The final neural model, trained on all the estimation data: its `NeuralFit`,
+    the samples it was trained on, the steps it ran, its wall time, and its
+    (training) fit % and RMS on them."""
+
+    result: object
+    samples: int
+    steps: int
+    seconds: float
+    scores: tuple[list[float], list[float]]
+
+
+def _refit(config, data, result, linear, progress) -> NeuralRefit | None:
+    """When the held-out part was carved from the estimation data
+    (`data.carved`), the neural model trained again from new weights on all of
+    them, on the final `linear` model, for `refit_steps` steps (no data are left
+    to stop on: the held-out part is now training data, so its score is a training
+    fit). `None` without a carved part, or when the first part's model never beat
+    its start (best step 0: no step count to scale)."""
+    if not data.carved or result.best_step == 0:
+        return None
+    estimation = data.estimation
+    budget = config["fit"]["neural_steps"]
+    steps = refit_steps(result.best_step, data.train, estimation, budget)
+    started = time.perf_counter()
+    # The best free run on the training data is kept: no evaluation stops it.
+    final, _ = _train(
+        config, estimation, estimation, linear, progress,
+        num_steps=steps, patience=steps // 50 + 1,
+    )  # fmt: skip
+    c = final.compare(estimation)
+    scores = _scores(c.measured, c.predicted, c.lengths)
+    samples = sum(estimation.lengths)
+    return NeuralRefit(final, samples, steps, time.perf_counter() - started, scores)
 
 
 def _table(channels, linear, neural, echo) -> None:
@@ -132,14 +182,18 @@ def _figure(report, linear_c, neural_c, past, scores, which):
     )
 
 
-def neural_stage(config, report, train, val, linear, which, progress, echo):
-    """Fit the neural model on `train` (early stopping on `val`, else `train`),
-    starting from the fitted `linear` model; score both on `report` from sample
-    `past` on (the linear model's initial state estimated from the whole record)."""
+def neural_stage(config, data, linear, final_linear, progress, echo):
+    """Fit the neural model on `data.train` (early stopping on `data.val`, else
+    the training data), starting from the fitted `linear` model; score both on
+    `data.report` from sample `past` on (the linear model's initial state
+    estimated from the whole record). When the held-out part was carved from the
+    estimation data, the saved neural model is then trained again on all of them
+    (`_refit`, on `final_linear` when there is one), as the linear model is."""
     from ..._sysid.validation import compare
 
+    report, which = data.report, data.which
     started = time.perf_counter()
-    result, options = _train(config, train, val, linear, progress)
+    result, options = _train(config, data.train, data.val, linear, progress)
     seconds = time.perf_counter() - started
     past = result.past
     linear_c = compare(linear, report)
@@ -158,6 +212,12 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
     stop_reason = _stop_reason(result, options)
     if stop_reason is not None:
         echo(f"  note: {stop_reason}")
+    refit = _refit(
+        config, data, result, linear if final_linear is None else final_linear,
+        progress,
+    )  # fmt: skip
+    if refit is not None:
+        echo(f"  {_refit_line(refit)}")
     echo(
         f"  {which} data, free run from sample {past} (the first {past} start it; "
         "the linear fit % here is over these samples, not the whole record):"
@@ -167,35 +227,13 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
     said = worse_neural_lines(channels, scores["linear"], scores["neural"])
     for line in said:
         echo(f"  note: {line}.")
-    notes = (
-        [
-            f"Neural state-space model on the fitted linear model: {result.steps_run} "
-            f"steps (best {result.best_step}), {seconds:.1f} s; scored on the {which} "
-            f"data from sample {past} on (the first {past} samples start the free "
-            "run).",
-            "",
-            "| channel | linear fit % | neural fit % | linear RMS | neural RMS |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        + [
-            f"| {name} | {scores['linear'][0][j]:.1f} | {scores['neural'][0][j]:.1f} | "
-            f"{scores['linear'][1][j]:.4g} | {scores['neural'][1][j]:.4g} |"
-            for j, name in enumerate(channels)
-        ]
-        + [""]
-        + ([f"Note: {stop_reason}.", ""] if stop_reason else [])
-        + [f"Note: {line}." for line in said] + [""] * bool(said)
-        + [
-            "Neural model files: `neural_model.dynsys` (the `NeuralStateSpace`) and "
-            "`neural_encoder.dynsys` (its `StateEncoder`, which reads the first "
-            f"{past} samples of a record to start the free run); load each with "
-            "`dynsys.load(path)`. `neural_linear_model.dynsys` is the linear model "
-            "of this table, the one the neural model starts from (fitted on the "
-            "estimation part); `model.dynsys` is the run's linear model (refitted "
-            "on all the estimation data when a part was held out to choose).",
-            "",
-        ]
-    )
+    if refit is not None:
+        echo(
+            "  the saved neural model is the final one; its fit % on all the "
+            "estimation data: "
+            + ", ".join(f"{v:.1f}" for v in refit.scores[0])
+            + " (a training fit: it has seen the held-out part)"
+        )
     metrics = {
         "options": options,
         "past": past,
@@ -206,15 +244,73 @@ def neural_stage(config, report, train, val, linear, which, progress, echo):
         "seconds": seconds,
         "fit_percent": {k: v[0] for k, v in scores.items()},
         "rms": {k: v[1] for k, v in scores.items()},
-    }
+        "final": None if refit is None else {
+            "steps": refit.steps,
+            "seconds": refit.seconds,
+            "training_fit_percent": refit.scores[0],
+            "training_rms": refit.scores[1],
+        },
+    }  # fmt: skip
     figure = _figure(report, linear_c, neural_c, past, scores, which)
-
+    saved = result if refit is None else refit.result
     return NeuralStage(
         metrics,
         {"neural_comparison.png": figure},
-        notes,
-        _model_files(result, linear, report),
+        _notes(result, seconds, which, past, channels, scores, stop_reason, said, refit),
+        _model_files(saved, linear, report),
     )
+
+
+def _refit_line(refit: NeuralRefit) -> str:
+    return (
+        "final neural model: trained again on all the estimation data "
+        f"({refit.samples} samples, the held-out part included) for "
+        f"{refit.steps} steps (the best step, scaled to as many passes over the "
+        f"data), {refit.seconds:.1f} s"
+    )
+
+
+def _notes(result, seconds, which, past, channels, scores, stop_reason, said, refit):
+    """summary.md's lines of the neural stage."""
+    lines = [
+        f"Neural state-space model on the fitted linear model: {result.steps_run} "
+        f"steps (best {result.best_step}), {seconds:.1f} s; scored on the {which} "
+        f"data from sample {past} on (the first {past} samples start the free "
+        "run).",
+        "",
+        "| channel | linear fit % | neural fit % | linear RMS | neural RMS |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {name} | {scores['linear'][0][j]:.1f} | {scores['neural'][0][j]:.1f} | "
+        f"{scores['linear'][1][j]:.4g} | {scores['neural'][1][j]:.4g} |"
+        for j, name in enumerate(channels)
+    ]
+    lines += [""] + ([f"Note: {stop_reason}.", ""] if stop_reason else [])
+    lines += [f"Note: {line}." for line in said] + [""] * bool(said)
+    if refit is not None:
+        lines += [
+            f"The {which} scores above are those of the neural model trained on "
+            "the estimation data's first part. The saved neural model is the "
+            f"{_refit_line(refit)}.",
+            "",
+        ]
+    saved = (
+        "the neural model trained again on all the estimation data"
+        if refit is not None
+        else "the `NeuralStateSpace` of this table"
+    )
+    lines += [
+        f"Neural model files: `neural_model.dynsys` ({saved}) and "
+        "`neural_encoder.dynsys` (its `StateEncoder`, which reads the first "
+        f"{past} samples of a record to start the free run); load each with "
+        "`dynsys.load(path)`. `neural_linear_model.dynsys` is the linear model "
+        "of this table, the one the neural model starts from (fitted on the "
+        "estimation part); `model.dynsys` is the run's linear model (refitted "
+        "on all the estimation data when a part was held out to choose).",
+        "",
+    ]
+    return lines
 
 
 def _stop_reason(result, options) -> str | None:

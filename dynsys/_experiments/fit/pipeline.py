@@ -64,7 +64,7 @@ def _check_model_choice(config: dict, data: FitData) -> None:
     from .neural import check_windows
 
     itemsize = 8 if config["precision"] == "float64" else 4
-    check_windows(config["fit"], data.train, data.val, itemsize)
+    check_windows(config["fit"], data.train, data.val, itemsize, data.estimation)
 
 
 def _fit_outputs(
@@ -88,7 +88,7 @@ def _fit_outputs(
     figures = output_figures(data, validation, uncertainty, plain)
     # The neural model builds on the model fitted on the first part: its early
     # stopping on the held-out part stays honest (the final model has seen it).
-    neural = _neural_stage(config, data, estimate, progress, echo)
+    neural = _neural_stage(config, data, estimate, final, progress, echo)
     return output_outcome(
         config,
         data,
@@ -104,23 +104,19 @@ def _fit_outputs(
     )
 
 
-def _neural_stage(config: dict, data: FitData, estimate, progress: bool, echo):
+def _neural_stage(config: dict, data: FitData, estimate, final, progress, echo):
     """`model = "neural"`: a `NeuralStage` (a neural model on the fitted linear
-    one, both scored side by side); else `None`."""
+    one, both scored side by side; the saved one trained again on all the
+    estimation data, on the `final` linear model, when a part was carved); else
+    `None`."""
     if config["fit"]["model"] != "neural":
         return None
     from .neural import neural_stage
 
+    final_linear = None if final is None else final.fitted
     with stage("neural"):
         return neural_stage(
-            config,
-            data.report,
-            data.train,
-            data.val,
-            estimate.fitted,
-            data.which,
-            progress,
-            echo,
+            config, data, estimate.fitted, final_linear, progress, echo
         )
 
 
