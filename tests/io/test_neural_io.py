@@ -347,6 +347,10 @@ def test_the_saved_neural_model_is_trained_again_on_all_the_estimation_data(
     # Equal passes: 240 / 160 times the best step, within [50, neural_steps].
     expected = min(100, max(50, round(neural["best_step"] * T / (T - held))))
     assert neural["final"]["steps"] == expected
+    assert neural["final"]["saved"]  # it fits the whole record better than the first
+    assert np.mean(neural["final"]["training_fit_percent"]) >= np.mean(
+        neural["final"]["first_part_model_fit_percent"]
+    )
     assert refit_steps(150, _Lengths([160]), _Lengths([240]), 1000) == 225
     assert refit_steps(10, _Lengths([160]), _Lengths([240]), 1000) == 50
     assert refit_steps(900, _Lengths([160]), _Lengths([240]), 1000) == 1000
@@ -362,6 +366,18 @@ def test_the_saved_neural_model_is_trained_again_on_all_the_estimation_data(
                  / np.linalg.norm(measured - measured.mean()))  # fmt: skip
     np.testing.assert_allclose(neural["final"]["training_fit_percent"], [fit],
                                rtol=1e-9)  # fmt: skip
+
+
+def test_a_final_neural_model_that_fits_its_data_worse_is_not_saved():
+    from dynsys._experiments.fit.neural import NeuralRefit, _refit_refused
+
+    better = NeuralRefit(None, 240, 75, 1.0, ([91.0, 80.0], [0.1, 0.2]), [90.0, 80.5])
+    worse = NeuralRefit(None, 240, 75, 1.0, ([89.0, 80.0], [0.1, 0.2]), [90.0, 80.5])
+    assert better.kept and not worse.kept
+    assert _refit_refused(worse) == (
+        "the neural model trained again on all the estimation data fits them worse "
+        "(84.5 %) than the one trained on their first part (85.2 %): that one is saved"
+    )
 
 
 class _Lengths:

@@ -118,14 +118,21 @@ def refit_steps(
 @dataclasses.dataclass(frozen=True)
 class NeuralRefit:
     """The final neural model, trained on all the estimation data: its `NeuralFit`,
-    the samples it was trained on, the steps it ran, its wall time, and its
-    (training) fit % and RMS on them."""
+    the samples it was trained on, the steps it ran, its wall time, its
+    (training) fit % and RMS on them, and the first part's model's fit % on them;
+    `kept` is False when it fits them worse than that model (which is then saved:
+    training on more data should not fit them worse)."""
 
     result: object
     samples: int
     steps: int
     seconds: float
     scores: tuple[list[float], list[float]]
+    first_fit: list[float]
+
+    @property
+    def kept(self) -> bool:
+        return float(np.mean(self.scores[0])) >= float(np.mean(self.first_fit))
 
 
 def _refit(config, data, result, linear, progress) -> NeuralRefit | None:
@@ -146,10 +153,12 @@ def _refit(config, data, result, linear, progress) -> NeuralRefit | None:
         config, estimation, estimation, linear, progress,
         num_steps=steps, patience=steps // 50 + 1,
     )  # fmt: skip
-    c = final.compare(estimation)
+    seconds = time.perf_counter() - started
+    c, first = final.compare(estimation), result.compare(estimation)
     scores = _scores(c.measured, c.predicted, c.lengths)
+    first_fit = _scores(first.measured, first.predicted, first.lengths)[0]
     samples = sum(estimation.lengths)
-    return NeuralRefit(final, samples, steps, time.perf_counter() - started, scores)
+    return NeuralRefit(final, samples, steps, seconds, scores, first_fit)
 
 
 def _table(channels, linear, neural, echo) -> None:
@@ -218,6 +227,8 @@ def neural_stage(config, data, linear, final_linear, progress, echo):
     )  # fmt: skip
     if refit is not None:
         echo(f"  {_refit_line(refit)}")
+        if not refit.kept:
+            echo(f"  warning: {_refit_refused(refit)}")
     echo(
         f"  {which} data, free run from sample {past} (the first {past} start it; "
         "the linear fit % here is over these samples, not the whole record):"
@@ -227,7 +238,7 @@ def neural_stage(config, data, linear, final_linear, progress, echo):
     said = worse_neural_lines(channels, scores["linear"], scores["neural"])
     for line in said:
         echo(f"  note: {line}.")
-    if refit is not None:
+    if refit is not None and refit.kept:
         echo(
             "  the saved neural model is the final one; its fit % on all the "
             "estimation data: "
@@ -245,19 +256,30 @@ def neural_stage(config, data, linear, final_linear, progress, echo):
         "fit_percent": {k: v[0] for k, v in scores.items()},
         "rms": {k: v[1] for k, v in scores.items()},
         "final": None if refit is None else {
+            "saved": refit.kept,
             "steps": refit.steps,
             "seconds": refit.seconds,
             "training_fit_percent": refit.scores[0],
             "training_rms": refit.scores[1],
+            "first_part_model_fit_percent": refit.first_fit,
         },
     }  # fmt: skip
     figure = _figure(report, linear_c, neural_c, past, scores, which)
-    saved = result if refit is None else refit.result
+    saved = refit.result if refit is not None and refit.kept else result
     return NeuralStage(
         metrics,
         {"neural_comparison.png": figure},
         _notes(result, seconds, which, past, channels, scores, stop_reason, said, refit),
         _model_files(saved, linear, report),
+    )
+
+
+def _refit_refused(refit: NeuralRefit) -> str:
+    mean = float(np.mean(refit.scores[0]))
+    return (
+        f"the neural model trained again on all the estimation data fits them "
+        f"worse ({mean:.1f} %) than the one trained on their first part "
+        f"({float(np.mean(refit.first_fit)):.1f} %): that one is saved"
     )
 
 
@@ -289,15 +311,19 @@ def _notes(result, seconds, which, past, channels, scores, stop_reason, said, re
     lines += [""] + ([f"Note: {stop_reason}.", ""] if stop_reason else [])
     lines += [f"Note: {line}." for line in said] + [""] * bool(said)
     if refit is not None:
+        outcome = (
+            f"The saved neural model is the {_refit_line(refit)}."
+            if refit.kept
+            else f"Warning: {_refit_refused(refit)}."
+        )
         lines += [
             f"The {which} scores above are those of the neural model trained on "
-            "the estimation data's first part. The saved neural model is the "
-            f"{_refit_line(refit)}.",
+            f"the estimation data's first part. {outcome}",
             "",
         ]
     saved = (
         "the neural model trained again on all the estimation data"
-        if refit is not None
+        if refit is not None and refit.kept
         else "the `NeuralStateSpace` of this table"
     )
     lines += [
