@@ -68,7 +68,10 @@ def measure(name: str, out: pathlib.Path) -> None:
                   str(run), "--no-progress")  # fmt: skip
     wall = time.perf_counter() - start
     for line in log.splitlines():
-        if "neural state-space model" in line or "validation gain" in line:
+        if any(
+            mark in line
+            for mark in ("neural state-space model", "validation gain", "final neural")
+        ):
             print(f"{name}: {line.strip()}")
     neural = _dynsys("compare", str(run / "neural_model.dynsys"), str(last), *columns)
     linear = _dynsys(
