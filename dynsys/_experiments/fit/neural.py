@@ -221,10 +221,17 @@ def neural_stage(config, data, linear, final_linear, progress, echo):
     stop_reason = _stop_reason(result, options)
     if stop_reason is not None:
         echo(f"  note: {stop_reason}")
-    refit = _refit(
-        config, data, result, linear if final_linear is None else final_linear,
-        progress,
-    )  # fmt: skip
+    try:
+        refit = _refit(
+            config, data, result, linear if final_linear is None else final_linear,
+            progress,
+        )  # fmt: skip
+    except ConfigError as error:  # e.g. a start whose loss is not finite on them
+        refit = None
+        echo(
+            "  warning: the neural model was not trained again on all the "
+            f"estimation data ({error}); the first part's model is saved"
+        )
     if refit is not None:
         echo(f"  {_refit_line(refit)}")
         if not refit.kept:
