@@ -7,7 +7,7 @@ is trained again on all of them (`_refit`), as the linear model is refitted: the
 held-out part is often where a record leaves the range of its start (the cascaded
 tanks' last third drives the pump below anything before it), and a final model that
 has seen it extrapolates less. On the tanks' two-thirds split this cut the held-out
-RMS by 16-28 % over three seeds (docs/nonlinear-models.md, "The final neural
+RMS by 16-29 % over three seeds (docs/nonlinear-models.md, "The final neural
 model")."""
 
 import dataclasses
@@ -112,8 +112,11 @@ def _train(config, train, val, linear, progress, **overrides):
         raise ConfigError(_in_config_keys(error)) from None
 
 
+EVAL_EVERY = 50  # steps between the refit's evaluations (fit_neural's default)
+
+
 def refit_steps(
-    best_step: int, train, estimation, num_steps: int, eval_every: int = 50
+    best_step: int, train, estimation, num_steps: int, eval_every: int = EVAL_EVERY
 ) -> int:
     """The final neural model's training steps on all the estimation data: the
     first part's best step scaled by how many more samples there are (the same
@@ -154,12 +157,12 @@ def _refit(config, data, result, linear, progress) -> NeuralRefit | None:
         return None
     estimation = data.estimation
     budget = config["fit"]["neural_steps"]
-    steps = refit_steps(result.best_step, data.train, estimation, budget)
+    steps = refit_steps(result.best_step, data.train, estimation, budget, EVAL_EVERY)
     started = time.perf_counter()
     # The best free run on the training data is kept: no evaluation stops it.
     final, _ = _train(
-        config, estimation, estimation, linear, progress,
-        num_steps=steps, patience=steps // 50 + 1,
+        config, estimation, estimation, linear, progress, num_steps=steps,
+        eval_every=EVAL_EVERY, patience=steps // EVAL_EVERY + 1,
     )  # fmt: skip
     seconds = time.perf_counter() - started
     c, first = final.compare(estimation), result.compare(estimation)
