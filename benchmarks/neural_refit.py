@@ -22,6 +22,7 @@ samples and the free run on the rest, as `NeuralFit.compare` scores.
 
 import argparse
 import pathlib
+import sys
 import time
 
 import jax
@@ -30,11 +31,8 @@ import numpy as np
 import dynsys
 
 
-DATA = pathlib.Path(__file__).resolve().parents[2] / "shared/data/real"
-RECORDS = {
-    "tanks": ("cascaded_tanks_estimation.csv", "pump_V", "level_V"),
-    "silverbox": ("silverbox_estimation.csv", "u_V", "y_V"),
-}
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from neural_held_out import DATA, RECORDS  # noqa: E402
 
 
 def _part(data, start: int, stop: int):
