@@ -84,14 +84,19 @@ def measure(name: str, out: pathlib.Path) -> None:
     )
 
 
+def check_records(parser: argparse.ArgumentParser, names: list[str]) -> None:
+    """`parser.error` (one line) for a name that is not one of `RECORDS`."""
+    for name in names:
+        if name not in RECORDS:
+            parser.error(f"records: expected tanks or silverbox, got {name!r}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records", nargs="*", default=["tanks", "silverbox"])
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args(argv)
-    for name in args.records:
-        if name not in RECORDS:
-            parser.error(f"records: expected tanks or silverbox, got {name!r}")
+    check_records(parser, args.records)
     out = args.out or pathlib.Path(tempfile.mkdtemp(prefix="neural_held_out_"))
     out.mkdir(parents=True, exist_ok=True)
     for name in args.records:

@@ -32,7 +32,7 @@ import dynsys
 
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from neural_held_out import DATA, RECORDS  # noqa: E402
+from neural_held_out import DATA, RECORDS, check_records  # noqa: E402
 
 
 def _part(data, start: int, stop: int):
@@ -82,9 +82,7 @@ def main(argv=None):
     parser.add_argument("records", nargs="*", default=["tanks"])
     parser.add_argument("--seeds", default="0,1,2")
     args = parser.parse_args(argv)
-    for name in args.records:
-        if name not in RECORDS:
-            parser.error(f"records: expected tanks or silverbox, got {name!r}")
+    check_records(parser, args.records)
     jax.config.update("jax_enable_x64", True)
     for name in args.records:
         for seed in map(int, args.seeds.split(",")):

@@ -45,12 +45,12 @@ def _scores(measured, predicted, lengths) -> tuple[list[float], list[float]]:
     return [float(v) for v in fit], [float(v) for v in rms]
 
 
-def check_windows(fit_cfg: dict, train, val, itemsize: int, estimation=None) -> None:
+def check_windows(fit_cfg: dict, train, val, itemsize: int, estimation) -> None:
     """Refuse, before the linear stage, a `neural_horizon` (with `neural_past`)
     too long for the estimation records, a `neural_past` not shorter than the
     validation records (`fit_neural`'s own checks, in config keys), or sizes whose
-    training would not fit in memory (`sizes.check_neural_memory`; on all the
-    `estimation` data when given, which the final neural model trains on)."""
+    training would not fit in memory (`sizes.check_neural_memory`, on all the
+    `estimation` data: the final neural model trains on them)."""
     from ..._sysid.neural import check_arguments, check_options
 
     try:
@@ -74,8 +74,7 @@ def check_windows(fit_cfg: dict, train, val, itemsize: int, estimation=None) -> 
         check_arguments(train, val, past, horizon)
     except ValueError as error:
         raise ConfigError(_in_config_keys(error)) from None
-    trained = train if estimation is None else estimation
-    windows = sum(max(0, T - past - horizon + 1) for T in trained.lengths)
+    windows = sum(max(0, T - past - horizon + 1) for T in estimation.lengths)
     channels = train.output_size + train.input_size
     check_neural_memory(fit_cfg, channels, windows, itemsize)
 
@@ -157,7 +156,7 @@ def _refit(config, data, result, linear, progress) -> NeuralRefit | None:
         return None
     estimation = data.estimation
     budget = config["fit"]["neural_steps"]
-    steps = refit_steps(result.best_step, data.train, estimation, budget, EVAL_EVERY)
+    steps = refit_steps(result.best_step, data.train, estimation, budget)
     started = time.perf_counter()
     # The best free run on the training data is kept: no evaluation stops it.
     final, _ = _train(
