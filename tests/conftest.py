@@ -187,6 +187,16 @@ def _drop_compiled_programs_after_each_module():
 
 
 @pytest.fixture(autouse=True)
+def _no_shapes_known_from_other_tests(monkeypatch):
+    """Each test starts with no padded shapes known to this process
+    (`_compile/known_shapes.py`): which shapes a fit pads to would otherwise depend
+    on the tests that ran before it in the same worker."""
+    from dynsys._compile import known_shapes
+
+    monkeypatch.setattr(known_shapes, "_in_memory", set())
+
+
+@pytest.fixture(autouse=True)
 def _drop_compiled_programs_after_a_heavy_test():
     yield
     if not _KEEP_CACHES and _resident_megabytes() > _RELEASE_ABOVE_MB:

@@ -27,7 +27,7 @@ from .covariance import LazyCovariance, ParameterCovariance
 from .flat_loss import FLAT_STEPS, HELD_OUT_PATIENCE, HELD_OUT_STEPS
 from .host_blas import on_one_blas_thread
 from .least_squares import _check_data, step_mask
-from .length_buckets import padded_length
+from .length_buckets import shared_length
 from .losses import (
     AbstractLoss,
     channel_weights,
@@ -576,7 +576,7 @@ def _validation_loss(loss, val_data, model, method, adjoint, batch):
     Shorter validation records of the simulation loss on outputs are padded (and
     masked) to the length of the training `batch`, so that the training and
     validation metrics share one `_predict` program; longer ones to their own
-    `padded_length`. The padding changes no value (the masked steps enter no
+    `shared_length`. The padding changes no value (the masked steps enter no
     sum), only the order of summation."""
     if val_data is None:
         return None
@@ -589,7 +589,7 @@ def _validation_loss(loss, val_data, model, method, adjoint, batch):
     if val_data.num_trajectories == batch["mask"].shape[0] and padding > 0:
         val_objective = dataclasses.replace(val_objective, method=method)
         return _ValidationLoss(val_objective, _padded(val_batch, padding))
-    return _ValidationLoss(val_objective, _padded(val_batch, padded_length(steps) - steps))
+    return _ValidationLoss(val_objective, _padded_to_share(val_batch, steps))
 
 
 def _paddable(objective, loss, batch: dict) -> bool:
@@ -605,6 +605,17 @@ def _paddable(objective, loss, batch: dict) -> bool:
             for array in batch.values()
         )
     )
+
+
+def _padded_to_share(batch: dict, steps: int) -> dict:
+    """`batch` of `steps` samples padded to its `shared_length`, a length whose
+    programs records of other lengths but the same shapes otherwise may share."""
+    signature = ",".join(
+        f"{name}:{array.shape[0]}x{'x'.join(map(str, array.shape[2:]))}:{array.dtype}"
+        for name, array in sorted(batch.items())
+        if name != "index"
+    )
+    return _padded(batch, shared_length(steps, signature) - steps)
 
 
 def _padded(batch: dict, padding: int) -> dict:
@@ -763,12 +774,12 @@ class _Problem:
 
 def _problem(model, data, loss, fit_x0, method, adjoint) -> _Problem:
     """`fit`'s checked arguments as a `_Problem`: objective, batch and start. The
-    records of an output-error fit are padded (and masked) to `padded_length`, so
-    that records of nearby lengths share the fit's compiled programs."""
+    records of an output-error fit are padded (and masked) to `shared_length`, so
+    that records of other lengths share the fit's compiled programs."""
     objective = _objective(loss, data, model, fit_x0, method, adjoint)
     batch = _batch(data, _model_dtype(model))
     if _paddable(objective, loss, batch):
-        batch = _padded(batch, padded_length(data.num_steps) - data.num_steps)
+        batch = _padded_to_share(batch, data.num_steps)
     params = (model, _initial_x0s(objective, loss, data, model))
     return _Problem(objective, batch, params)
 

@@ -23,6 +23,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from .._compile import known_shapes
 from .._systems.system import LinearSystem
 from .levenberg_marquardt import LevenbergMarquardt
 from .train import _trainable
@@ -126,6 +127,34 @@ def padded_size(structures) -> tuple[int, bool]:
     largest order, with a feedthrough when any has one."""
     structures = list(structures)
     return max(order for order, _ in structures), any(d for _, d in structures)
+
+
+# A known size is taken for at most this many more states than the fits need (the
+# free block's arithmetic is the same; the padded states are simulated, masked).
+MOST_EXTRA_STATES = 2
+
+
+def shared_size(size: int, feedthrough: bool, data, fits) -> tuple[int, bool]:
+    """The size `(order, feedthrough)` that fits needing `(size, feedthrough)` (a
+    scan's candidates, a final fit) are padded to: the smallest this machine has
+    padded fits of the same channels to (`data`'s signature, `known_shapes`),
+    of order `size` to `size + MOST_EXTRA_STATES`, with a feedthrough where one is
+    needed, for which `fits(order, feedthrough)` holds (e.g. `worth_padding`);
+    else `(size, feedthrough)`. Remembered for the next fits, so that a second
+    file whose candidates are smaller runs the programs of the first."""
+    shape, inputs = data.ys.shape, 0 if data.us is None else data.us.shape[-1]
+    signature = f"size/{shape[0]}x{inputs}x{shape[-1]}:{data.ys.dtype}"
+    known = [divmod(value, 2) for value in known_shapes.known(signature)]
+    fitting = [
+        (order, bool(d))
+        for order, d in known
+        if size <= order <= size + MOST_EXTRA_STATES
+        and (d or not feedthrough)
+        and fits(order, bool(d))
+    ]
+    chosen = min(fitting, default=(size, feedthrough))
+    known_shapes.remember(signature, 2 * chosen[0] + int(chosen[1]))
+    return chosen
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 candidate and scoring it on validation data (or by AIC / BIC / FPE)."""
 
 import dataclasses
+import functools
 import math
 import time
 import warnings
@@ -478,14 +479,15 @@ def _check_margins(call: str, **margins) -> None:
 
 def _refine(data, val_data, rows, models, refined, options) -> dict[int, Any]:
     """Refine the rows `refined` (indices, in that order) by `fit`, each padded to
-    the largest of their structures when that is worth it (`padded.py`), and put
+    the largest of their structures, or a size of a scan before it (`shared_size`),
+    when that is worth it (`padded.py`), and put
     the refined row and model in their place in `rows` and `models`: the refined
     rows' `FitResult`s by index."""
-    from .._fitting.padded import padded_size, worth_padding
+    from .._fitting.padded import padded_size, shared_size, worth_padding
 
     size = padded_size((rows[i].order, rows[i].feedthrough) for i in refined)
-    if not worth_padding(models[refined[0]], *size, data):
-        size = None
+    worth = functools.partial(worth_padding, models[refined[0]], data=data)
+    size = shared_size(*size, data, worth) if worth(*size) else None
     fit_results = {}
     for i in refined:
         rows[i], models[i], fit_results[i] = _refined_candidate(

@@ -114,6 +114,41 @@ def test_a_warm_fit_of_a_file_traces_nothing(tmp_path):
     assert _metrics(tmp_path, "second")["fit_percent"] == first["fit_percent"]
 
 
+@pytest.mark.skipif(
+    not _jit._keeps_programs(), reason="dynsys keeps no programs with this jaxlib"
+)
+@pytest.mark.slow
+def test_a_file_of_another_length_compiles_none_of_the_fits_programs(tmp_path):
+    # After a fit of the whole record, its first 720 samples: their own length
+    # buckets (768, and 512 for the scan's first part) and a smaller chosen order,
+    # but the fits are padded to the first run's shapes (`known_shapes`), so the
+    # scan, the fit and the refit load their programs and compile none.
+    lines = _HEATING.read_text().splitlines(keepends=True)
+    shorter = tmp_path / "heating_720.csv"
+    shorter.write_text("".join(lines[:721]))
+    environment = {**os.environ, "DYNSYS_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "dynsys.cli", "fit", "--inputs", "drive_V"]
+    command += ["--outputs", "temp_C", "--no-progress"]
+    for out, data in (("whole", _HEATING), ("shorter", shorter)):
+        result = subprocess.run(
+            [*command, str(data), "--out", out],
+            cwd=tmp_path,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr
+    first = _metrics(tmp_path, "whole")["timing"]["stages"]
+    assert first["structure scan"]["programs_compiled"] > 0
+    stages = _metrics(tmp_path, "shorter")["timing"]["stages"]
+    fitting = {name: stages[name] for name in ("structure scan", "fit", "refit")}
+    for name, stage in fitting.items():
+        assert stage["programs_compiled"] == stage["traces"] == 0, (name, stage)
+    assert fitting["structure scan"]["programs_loaded"] > 0, fitting
+    assert fitting["refit"]["programs_loaded"] > 0, fitting
+
+
 @pytest.mark.slow
 def test_a_second_identical_fit_compiles_nothing(tmp_path):
     cache = tmp_path / "cache"

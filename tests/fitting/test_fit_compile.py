@@ -114,7 +114,7 @@ def test_the_padding_changes_no_value(monkeypatch):
     train, val = _records(130)  # 87 training samples, padded to 96
     start = dynsys.fit_subspace(train, 3)
     padded = dynsys.fit(start, train, val_data=val, num_steps=5, progress=False)
-    monkeypatch.setattr(fit_module, "padded_length", lambda steps: steps)
+    monkeypatch.setattr(fit_module, "shared_length", lambda steps, signature: steps)
     plain = dynsys.fit(start, train, val_data=val, num_steps=5, progress=False)
     np.testing.assert_allclose(padded.losses, plain.losses, rtol=1e-4)
     np.testing.assert_allclose(padded.val_losses, plain.val_losses, rtol=1e-4)

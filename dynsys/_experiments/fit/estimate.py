@@ -10,7 +10,7 @@ from ..._distributed import share_between_processes
 from ..._compile.jit import host_key
 from ..runtime.compile_clock import stage
 from . import checks as fit_checks
-from .order import refined_size
+from .order import final_size, refined_size
 from .typed_config import FitConfig
 
 
@@ -176,6 +176,7 @@ def refit_on_estimation_data(config, estimate, data, progress, found, echo):
             data.estimation,
             None,
             progress,
+            final_size(estimate.result.model, data.estimation),
             stage_name="refit",
         )
     rho_final = fit_checks.spectral_radius(final.fitted)

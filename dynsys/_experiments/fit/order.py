@@ -21,6 +21,7 @@ the best (always, with `fit.model = "stable"`). The chosen structure's subspace
 estimate is the start of the full fit.
 """
 
+import functools
 import math
 import time
 
@@ -111,17 +112,19 @@ def scan_structure(fit_cfg: dict, train, val, echo):
 
 
 def refined_size(scanned, start, train) -> tuple[int, bool] | None:
-    """The size the scan's refined candidates were padded to (`padded.py`), which
-    the final fit from `start` on `train` shares: `(order, feedthrough)`, or
-    `None` without a scan, refinements or padding (as `select_order` decides).
-    A start of a lower order shares it only where the padded problem is small
-    (`LOWER_ORDER_PADDING_LIMIT`): each of its steps, up to its step cap, costs
-    what a step of the padded model costs (on the glass-furnace record, 80 steps
-    of an order-6 model padded to 9 took 12.1 s instead of 7.2 s)."""
+    """The size the scan's refined candidates were padded to (`padded.py`: their
+    largest structure, or a larger one an earlier scan of the same channels used,
+    `shared_size`), which the final fit from `start` on `train` shares:
+    `(order, feedthrough)`, or `None` without a scan, refinements or padding (as
+    `select_order` decides). A start of a lower order shares it only where the
+    padded problem is small (`LOWER_ORDER_PADDING_LIMIT`): each of its steps, up
+    to its step cap, costs what a step of the padded model costs (on the
+    glass-furnace record, 80 steps of an order-6 model padded to 9 took 12.1 s
+    instead of 7.2 s)."""
     from ..._fitting.padded import (
-        LOWER_ORDER_PADDING_LIMIT,
         PADDED_JACOBIAN_LIMIT,
         padded_size,
+        shared_size,
         worth_padding,
     )
 
@@ -131,11 +134,49 @@ def refined_size(scanned, start, train) -> tuple[int, bool] | None:
     if not refined:
         return None
     size = padded_size(refined)
+    worth = functools.partial(worth_padding, start, data=train)
+    if _within_limit(start, size, train, PADDED_JACOBIAN_LIMIT) is None:
+        return None
+    return _within_limit(start, shared_size(*size, train, worth), train)
+
+
+def final_size(model, data) -> tuple[int, bool] | None:
+    """The size a final fit of `model` on `data` (the refit on all the estimation
+    data) is padded to, so that a file of the same channels fitted before has
+    compiled its program: `model`'s own structure or a larger one an earlier fit
+    used (`shared_size`); `None` (not padded) for a model that is not a plain
+    `LinearSystem` with outputs, or where padding is not worth it."""
+    from ..._fitting.padded import shared_size, worth_padding
+    from ..._systems.system import LinearSystem
+
+    if type(model) is not LinearSystem or model.C is None:
+        return None
+    own = (model.state_size, model.D is not None)
+    if not worth_padding(model, *own, data):
+        return None
+
+    def fits(order, feedthrough):
+        return _within_limit(model, (order, feedthrough), data) is not None
+
+    return shared_size(*own, data, fits)
+
+
+def _within_limit(start, size, data, limit=None) -> tuple[int, bool] | None:
+    """`size` where it holds `start` and the fit of `start` padded to it is small
+    enough (below `limit`; by default the lower limit, `LOWER_ORDER_PADDING_LIMIT`,
+    for a start of a lower order), else `None`."""
+    from ..._fitting.padded import (
+        LOWER_ORDER_PADDING_LIMIT,
+        PADDED_JACOBIAN_LIMIT,
+        worth_padding,
+    )
+
     if start.state_size > size[0] or (start.D is not None and not size[1]):
         return None
-    lower = start.state_size < size[0]
-    limit = LOWER_ORDER_PADDING_LIMIT if lower else PADDED_JACOBIAN_LIMIT
-    return size if worth_padding(start, *size, train, limit) else None
+    if limit is None:
+        lower = start.state_size < size[0]
+        limit = LOWER_ORDER_PADDING_LIMIT if lower else PADDED_JACOBIAN_LIMIT
+    return size if worth_padding(start, *size, data, limit) else None
 
 
 def scan_notes(scanned, held_out: bool) -> list[str]:
