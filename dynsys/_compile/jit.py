@@ -140,10 +140,10 @@ def top_level_jit(fun=None, *, repeated: bool = False, **kwargs):
     if fun is None:
         return functools.partial(top_level_jit, repeated=repeated, **kwargs)
     options = compiler_options(repeated=repeated)
-    return _jitted(fun, options, **kwargs)
+    return _jitted(fun, options, repeated, **kwargs)
 
 
-def _jitted(fun, options: dict, **kwargs):
+def _jitted(fun, options: dict, repeated: bool = False, **kwargs):
     """`fun` compiled with `options`: a `KeptProgram` where programs are kept
     (`_keeps_programs`) and no other `filter_jit` argument is given, else
     `equinox.filter_jit`."""
@@ -151,7 +151,7 @@ def _jitted(fun, options: dict, **kwargs):
         # Here: the `dynsys` command imports this module before JAX.
         from .kept_programs import KeptProgram
 
-        return KeptProgram(fun, options)
+        return KeptProgram(fun, options, repeated)
     import equinox as eqx
 
     return eqx.filter_jit(fun, compiler_options=options or None, **kwargs)

@@ -22,10 +22,12 @@ program that cannot be written is said once, and counted in the cache's status
 """
 
 import contextlib
+import contextvars
 import io
 import math
 import pathlib
 import pickle
+import threading
 import time
 
 from . import cache, entry_file, program_key as _program_key, read_ahead
@@ -35,6 +37,9 @@ from .program_key import program_key, Unkeyed
 # A `jax.monitoring` duration event per program read from its file (the stages'
 # clock, `_experiments/compile_clock.py`, counts them).
 LOAD_EVENT = "/dynsys/kept_program_load_duration"
+# Within `compiling_ahead`: a repeated program (the optimiser's chunk) is compiled
+# or loaded, not run.
+_AHEAD: contextvars.ContextVar = contextvars.ContextVar("dynsys_ahead", default=False)
 _FORMAT = 1
 _said: set[str] = set()
 
@@ -214,12 +219,23 @@ def _outside_jax_cache():
     import jax
 
     name = "jax_persistent_cache_min_compile_time_secs"
-    before = getattr(jax.config, name)
-    jax.config.update(name, math.inf)
+    with _outside_lock:  # JAX's setting is the process's: set by the first of
+        # the threads compiling (`compiling_ahead`), restored by the last
+        if not _outside["depth"]:
+            _outside["before"] = getattr(jax.config, name)
+            jax.config.update(name, math.inf)
+        _outside["depth"] += 1
     try:
         yield
     finally:
-        jax.config.update(name, before)
+        with _outside_lock:
+            _outside["depth"] -= 1
+            if not _outside["depth"]:
+                jax.config.update(name, _outside["before"])
+
+
+_outside_lock = threading.Lock()
+_outside: dict = {"depth": 0, "before": None}
 
 
 def _keep(program: _Program, path: pathlib.Path, key: str) -> None:
@@ -245,14 +261,42 @@ def _keep(program: _Program, path: pathlib.Path, key: str) -> None:
     cache.note_written(path.parent, size)
 
 
+class CompiledAhead(Exception):
+    """Raised by a repeated program called within `compiling_ahead`, once it is
+    compiled (or loaded) and held for this process, instead of running it."""
+
+
+@contextlib.contextmanager
+def compiling_ahead():
+    """Within it (in this thread), the first repeated program a computation calls
+    (`top_level_jit(repeated=True)`: the optimiser's chunk) is made ready for this
+    process's later calls and raises `CompiledAhead` instead of running: a
+    computation run here on another thread compiles the programs a later one
+    will run (`_experiments/fit/ahead.py`). Other programs run as usual."""
+    token = _AHEAD.set(True)
+    try:
+        yield
+    finally:
+        _AHEAD.reset(token)
+
+
+def keeps_programs() -> bool:
+    """Whether this process keeps its programs now (a cache folder of dynsys's):
+    only then does a program compiled ahead reach the later call."""
+    return _folder() is not None
+
+
 class KeptProgram:
     """`equinox.filter_jit(fun, compiler_options=options)` whose compiled programs
     are kept across runs (see the module docstring). Arguments are split as
-    `filter_jit` splits them: arrays are traced, everything else is static."""
+    `filter_jit` splits them: arrays are traced, everything else is static.
+    `repeated`: the program runs many times per call of dynsys (`compiling_ahead`
+    stops at it)."""
 
-    def __init__(self, fun, options: dict):
+    def __init__(self, fun, options: dict, repeated: bool = False):
         import equinox as eqx
 
+        self.repeated = repeated
         self.fun = fun
         self.options = options
         self.jitted = eqx.filter_jit(fun, compiler_options=options or None)
@@ -269,15 +313,23 @@ class KeptProgram:
 
         folder = _folder()
         debugging = jax.config.jax_debug_nans or jax.config.jax_debug_infs
+        ahead = self.repeated and _AHEAD.get()
         if folder is None or jax.config.jax_disable_jit or debugging:
+            if ahead:  # (nothing would hold a program for the later call)
+                raise CompiledAhead
             return self.jitted(*args, **kwargs)
         leaves, treedef = jax.tree.flatten((args, kwargs))
         dynamic = [eqx.is_array(leaf) for leaf in leaves]
         try:
             key = program_key(self.fun, self.options, treedef, leaves, dynamic)
         except Unkeyed:
+            if ahead:
+                raise CompiledAhead from None
             return self.jitted(*args, **kwargs)
         arrays = [leaf for leaf, is_array in zip(leaves, dynamic) if is_array]
+        if ahead:
+            self._ready(folder, key, treedef, leaves, dynamic)
+            raise CompiledAhead
         program = self.programs.get(key)
         if program is None:
             path = folder / (key + cache.KEPT_SUFFIX)
@@ -294,6 +346,19 @@ class KeptProgram:
             _keep(program, path, key)
             self.programs[key] = program
         return program(arrays)
+
+    def _ready(self, folder, key: str, treedef, leaves, dynamic) -> None:
+        """Hold the program of `key` for this process: loaded from its file
+        (not through `read_ahead`, whose list follows this run's own calls), or
+        compiled and kept."""
+        if key in self.programs:
+            return
+        path = folder / (key + cache.KEPT_SUFFIX)
+        program = load(path, key)
+        if program is None:
+            program = self._compile(treedef, leaves, dynamic)
+            _keep(program, path, key)
+        self.programs[key] = program
 
     def _compile(self, treedef, leaves, dynamic) -> _Program:
         """Trace, lower and compile `fun` as a function of the arrays alone."""

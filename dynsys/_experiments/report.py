@@ -76,6 +76,7 @@ def run_metrics(config: dict, outcome: Outcome, clock, interrupts) -> dict:
         **metrics.get("timing", {}),
         "total_seconds": clock.seconds(),
         "stages": stages,
+        "compiled_ahead": clock.ahead_as_dict(),
     }
     return metrics
 

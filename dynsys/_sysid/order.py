@@ -1,6 +1,8 @@
 """Structure selection: the model order and feedthrough chosen by fitting each
 candidate and scoring it on validation data (or by AIC / BIC / FPE)."""
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import math
@@ -477,6 +479,26 @@ def _check_margins(call: str, **margins) -> None:
             )
 
 
+# Told the size the scan's refinements are padded to, and a model of a refined
+# structure, before they run (`padded_size_known`).
+_ON_PADDED_SIZE: contextvars.ContextVar = contextvars.ContextVar(
+    "dynsys_on_padded_size", default=None
+)
+
+
+@contextlib.contextmanager
+def padded_size_known(listener):
+    """Within it, `listener(size, model)` is called when a structure scan has
+    chosen the size `(order, feedthrough)` its refinements are padded to, with a
+    model of one of the refined structures, before they run: the `fit` experiment
+    compiles its refit's program meanwhile (`_experiments/fit/ahead.py`)."""
+    token = _ON_PADDED_SIZE.set(listener)
+    try:
+        yield
+    finally:
+        _ON_PADDED_SIZE.reset(token)
+
+
 def _refine(data, val_data, rows, models, refined, options) -> dict[int, Any]:
     """Refine the rows `refined` (indices, in that order) by `fit`, each padded to
     the largest of their structures, or a size of a scan before it (`shared_size`),
@@ -488,6 +510,9 @@ def _refine(data, val_data, rows, models, refined, options) -> dict[int, Any]:
     size = padded_size((rows[i].order, rows[i].feedthrough) for i in refined)
     worth = functools.partial(worth_padding, models[refined[0]], data=data)
     size = shared_size(*size, data, worth) if worth(*size) else None
+    listener = _ON_PADDED_SIZE.get()
+    if listener is not None and size is not None:
+        listener(size, models[refined[0]])
     fit_results = {}
     for i in refined:
         rows[i], models[i], fit_results[i] = _refined_candidate(

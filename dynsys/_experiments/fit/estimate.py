@@ -155,20 +155,29 @@ def _unstable_predictor(model, found: list[str], echo) -> bool:
     return True
 
 
-def refit_on_estimation_data(config, estimate, data, progress, found, echo):
+def refit_config(config: dict) -> dict:
+    """`config` with the refit's step cap (`REFIT_STEPS`, or fewer if asked)."""
+    steps = config["fit"]["steps"]
+    capped = min(steps, REFIT_STEPS) if steps is not None else REFIT_STEPS
+    return {**config, "fit": {**config["fit"], "steps": capped}}
+
+
+def refit_on_estimation_data(config, estimate, data, progress, found, echo, ahead=None):
     """The final model when the held-out data were carved from the estimation data
     (`data.carved`): the chosen structure refitted on all of them, from the model
     `estimate` fitted on their first part, for at most `REFIT_STEPS` steps. No
     data are left to choose a step on, so the fit keeps its lowest loss; the
     held-out part is now part of its training data, so the final model cannot be
     scored on it honestly. `None` (the first part's model kept, with a warning)
-    when the refit ends unstable while the first part's model is stable."""
-    steps = config["fit"]["steps"]
-    capped = min(steps, REFIT_STEPS) if steps is not None else REFIT_STEPS
-    short = {**config, "fit": {**config["fit"], "steps": capped}}
+    when the refit ends unstable while the first part's model is stable.
+    `ahead`: a `RefitAhead` compiling the refit's program meanwhile, waited for."""
+    short = refit_config(config)
     said: list[str] = []  # the refit's own warnings: only for a refit that is kept
     if _unstable_predictor(estimate.result.model, found, echo):
         return None
+    if ahead is not None:
+        with stage("refit"):
+            ahead.wait()
     with fit_checks.captured_warnings(said):
         final = fit_model(
             short,

@@ -14,9 +14,11 @@ import re
 from typing import Any, TYPE_CHECKING
 
 from ..._fitting.host_blas import on_one_blas_thread
+from ..._sysid.order import padded_size_known
 from ..._sysid.scan_memo import remembered_scans
 from ..._type_checks import checks_own_arguments
 from ..config import ConfigError
+from .ahead import RefitAhead
 from .data import FitData, given_data, other_channels
 from .estimate import Estimate, fit_outputs_model, refit_on_estimation_data
 from .input_delay import delayed_data, delayed_models, input_delay
@@ -58,11 +60,16 @@ def estimate_outputs(
         # The scan and the fits see the plant behind the delay; its models carry it.
         plant = delayed_data(config, data, delay.delays)
         train, val = plant.train, plant.val
-        start = find_start(config, train, val, found, echo)
+        # The refit's program compiles while the scan runs (on another core).
+        ahead = RefitAhead(config, plant.estimation) if plant.carved else None
+        with padded_size_known(None if ahead is None else ahead.start):
+            start = find_start(config, train, val, found, echo)
     estimate = fit_outputs_model(config, start, train, val, progress, found, echo)
     final = None
     if plant.carved:  # the chosen structure refitted on all the estimation data
-        final = refit_on_estimation_data(config, estimate, plant, progress, found, echo)
+        final = refit_on_estimation_data(
+            config, estimate, plant, progress, found, echo, ahead
+        )
     return delayed_models(Stages(start, estimate, final), delay)
 
 

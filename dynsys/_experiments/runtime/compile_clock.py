@@ -11,6 +11,10 @@ Stages are exclusive: a stage opened inside another (the structure scan inside t
 subspace start) pauses the outer one, so the stages' seconds add up to the run's
 time spent inside the clock, never more. The runner marks its stages with
 `stage("fit")` and so on; outside a running clock `stage` does nothing.
+
+Work done on the thread that compiles programs ahead (`AHEAD_THREAD`,
+`_experiments/fit/ahead.py`) overlaps the stages: it is added up apart
+(`StageClock.ahead_as_dict`), and `stage` does nothing on that thread.
 """
 
 import contextlib
@@ -82,37 +86,46 @@ class CompileWork:
         )
 
 
-# The process's totals since the listener was registered; JAX may compile on any
-# thread, hence the lock.
+# The name of the thread that compiles programs ahead of the stage that runs them.
+AHEAD_THREAD = "dynsys-compile-ahead"
+# The process's totals since the listener was registered, on the ahead thread and
+# on every other; JAX may compile on any thread, hence the lock.
 _totals = CompileWork()
+_ahead_totals = CompileWork()
 _lock = threading.Lock()
 _listening = False
 
 
+def _on_ahead_thread() -> bool:
+    return threading.current_thread().name == AHEAD_THREAD
+
+
 def _on_duration(event: str, seconds: float, **_) -> None:
     with _lock:
+        totals = _ahead_totals if _on_ahead_thread() else _totals
         if event == _TRACE_EVENT:
-            _totals.tracing_seconds += seconds
-            _totals.traces += 1
+            totals.tracing_seconds += seconds
+            totals.traces += 1
         elif event == _LOWER_EVENT:
-            _totals.lowering_seconds += seconds
+            totals.lowering_seconds += seconds
         elif event == _BACKEND_EVENT:
-            _totals.backend_seconds += seconds
-            _totals.programs += 1
+            totals.backend_seconds += seconds
+            totals.programs += 1
         elif event == LOAD_EVENT:  # dynsys's own: a kept program read
-            _totals.loading_seconds += seconds
-            _totals.programs_loaded += 1
+            totals.loading_seconds += seconds
+            totals.programs_loaded += 1
 
 
 def _on_event(event: str, **_) -> None:
     if event == _CACHE_HIT_EVENT:
         with _lock:
-            _totals.cache_hits += 1
+            (_ahead_totals if _on_ahead_thread() else _totals).cache_hits += 1
 
 
-def compile_work_so_far() -> CompileWork:
+def compile_work_so_far(ahead: bool = False) -> CompileWork:
     """JAX's compilation work in this process since the first call (which
-    registers the listener, once, and imports JAX)."""
+    registers the listener, once, and imports JAX); `ahead`: on the ahead thread
+    only, else on every other."""
     global _listening
     with _lock:
         if not _listening:
@@ -121,7 +134,7 @@ def compile_work_so_far() -> CompileWork:
             monitoring.register_event_duration_secs_listener(_on_duration)
             monitoring.register_event_listener(_on_event)
             _listening = True
-        return dataclasses.replace(_totals)
+        return dataclasses.replace(_ahead_totals if ahead else _totals)
 
 
 @dataclasses.dataclass
@@ -142,6 +155,7 @@ class StageClock:
         self._stages: dict[str, _Stage] = {}
         self._started = self._mark_time = time.perf_counter()
         self._mark_work = compile_work_so_far()
+        self._ahead_at_start = compile_work_so_far(ahead=True)
 
     def seconds(self) -> float:
         """Wall time since the clock was made."""
@@ -177,6 +191,13 @@ class StageClock:
             self._charge()
             _current = previous
 
+    def ahead_as_dict(self) -> dict[str, float | int]:
+        """`metrics.json["timing"]["compiled_ahead"]`: the work of the thread that
+        compiled programs ahead since the clock was made, with the keys of a
+        stage's entry (`as_dict`) but `seconds` (it overlapped the stages)."""
+        work = compile_work_so_far(ahead=True) - self._ahead_at_start
+        return {k: v for k, v in _entry(0.0, work).items() if k != "seconds"}
+
     def as_dict(self) -> dict[str, dict[str, float | int]]:
         """`metrics.json["timing"]["stages"]`: per stage, in the order first seen,
         `seconds` (wall), `compile_seconds` (tracing + lowering + backend +
@@ -186,20 +207,24 @@ class StageClock:
         no tracing); up to now."""
         self._charge()
         return {
-            name: {
-                "seconds": entry.seconds,
-                "compile_seconds": entry.work.compile_seconds,
-                "tracing_seconds": entry.work.tracing_seconds,
-                "lowering_seconds": entry.work.lowering_seconds,
-                "backend_compile_seconds": entry.work.backend_seconds,
-                "traces": entry.work.traces,
-                "programs_compiled": entry.work.programs - entry.work.cache_hits,
-                "cache_hits": entry.work.cache_hits,
-                "loading_seconds": entry.work.loading_seconds,
-                "programs_loaded": entry.work.programs_loaded,
-            }
+            name: _entry(entry.seconds, entry.work)
             for name, entry in self._stages.items()
         }
+
+
+def _entry(seconds: float, work: CompileWork) -> dict[str, float | int]:
+    return {
+        "seconds": seconds,
+        "compile_seconds": work.compile_seconds,
+        "tracing_seconds": work.tracing_seconds,
+        "lowering_seconds": work.lowering_seconds,
+        "backend_compile_seconds": work.backend_seconds,
+        "traces": work.traces,
+        "programs_compiled": work.programs - work.cache_hits,
+        "cache_hits": work.cache_hits,
+        "loading_seconds": work.loading_seconds,
+        "programs_loaded": work.programs_loaded,
+    }
 
 
 _current: StageClock | None = None
@@ -207,8 +232,9 @@ _current: StageClock | None = None
 
 @contextlib.contextmanager
 def stage(name: str) -> Iterator[None]:
-    """Charge the time inside to stage `name` of the running clock (if any)."""
-    if _current is None:
+    """Charge the time inside to stage `name` of the running clock (if any; not on
+    the ahead thread, whose work overlaps the stages)."""
+    if _current is None or _on_ahead_thread():
         yield
         return
     with _current.stage(name):
