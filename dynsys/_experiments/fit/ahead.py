@@ -52,8 +52,10 @@ class RefitAhead:
             return
         if jax.process_count() > 1:  # (each process's refit is its slice's)
             return
+        # Not a daemon: a process that ends meanwhile (an error, an interrupt)
+        # waits for the compilation rather than ending inside XLA.
         self._thread = threading.Thread(
-            target=self._compile, args=(size, model), name=AHEAD_THREAD, daemon=True
+            target=self._compile, args=(size, model), name=AHEAD_THREAD
         )
         self._thread.start()
 
