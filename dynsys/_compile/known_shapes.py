@@ -8,10 +8,12 @@ Kept in memory for this process, and in the `shapes` file of the folder where
 dynsys keeps its programs (`kept_programs`), one `signature value` pair per line,
 so that the next process finds them too. The file is only a hint: a line it cannot
 read is skipped, a length whose programs were pruned since is compiled again, and
-a file that cannot be read or written is as good as none (nothing is said)."""
+a file that cannot be read or written, or is not a regular file (a link, a pipe),
+is as good as none (nothing is said)."""
 
 import os
 import pathlib
+import stat
 
 from . import cache
 
@@ -29,17 +31,37 @@ def _path() -> pathlib.Path | None:
     return pathlib.Path(status.folder) / cache.KEPT_SUBFOLDER / FILE_NAME
 
 
-def _read(path: pathlib.Path) -> set[tuple[str, int]]:
+def _open_regular(path: pathlib.Path, flags: int) -> int | None:
+    """A descriptor of `path` opened with `flags`, if it is a regular file (not a
+    link, a pipe or a folder); else `None`."""
     try:
-        with open(path, encoding="ascii", errors="replace") as file:
-            lines = file.read(2**20).splitlines()
+        descriptor = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return descriptor
+    except OSError:
+        pass
+    os.close(descriptor)
+    return None
+
+
+def _read(path: pathlib.Path) -> set[tuple[str, int]]:
+    descriptor = _open_regular(path, os.O_RDONLY)
+    if descriptor is None:
+        return set()
+    try:
+        text = os.read(descriptor, 2**20).decode("ascii", errors="replace")
     except OSError:
         return set()
+    finally:
+        os.close(descriptor)
     pairs = set()
-    for line in lines:
-        signature, _, length = line.rpartition(" ")
-        if signature and length.isdigit():
-            pairs.add((signature, int(length)))
+    for line in text.splitlines():
+        signature, _, value = line.rpartition(" ")
+        if signature and value.isdigit():
+            pairs.add((signature, int(value)))
     return pairs
 
 
@@ -63,10 +85,14 @@ def remember(signature: str, value: int) -> None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(descriptor, f"{signature} {value}\n".encode("ascii"))
-        finally:
-            os.close(descriptor)
+    except OSError:
+        return
+    descriptor = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    if descriptor is None:
+        return
+    try:
+        os.write(descriptor, f"{signature} {value}\n".encode("ascii"))
     except (OSError, UnicodeEncodeError):
         pass
+    finally:
+        os.close(descriptor)

@@ -82,6 +82,24 @@ def _kept(cache: pathlib.Path) -> dict[str, bytes]:
 _HEATING = pathlib.Path(__file__).parents[2] / "data" / "real" / "heating.csv"
 
 
+def _heating_fits(tmp_path: pathlib.Path, runs: list) -> None:
+    """`dynsys fit DATA` with the heating record's roles for each `(out, DATA)` of
+    `runs`, in order, with one cache folder (`tmp_path/cache`)."""
+    environment = {**os.environ, "DYNSYS_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "dynsys.cli", "fit", "--inputs", "drive_V"]
+    command += ["--outputs", "temp_C", "--no-progress"]
+    for out, data in runs:
+        result = subprocess.run(
+            [*command, str(data), "--out", out],
+            cwd=tmp_path,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr
+
+
 @pytest.mark.skipif(
     not _jit._keeps_programs(), reason="dynsys keeps no programs with this jaxlib"
 )
@@ -91,19 +109,7 @@ def test_a_warm_fit_of_a_file_traces_nothing(tmp_path):
     # is traced, not even a small eager operation (`jnp.asarray` of a host array,
     # an eager slice or sum, a PRNG key), each of which compiles a program of its
     # own; its programs were read ahead; the fit is the same.
-    environment = {**os.environ, "DYNSYS_CACHE_DIR": str(tmp_path / "cache")}
-    command = [sys.executable, "-m", "dynsys.cli", "fit", str(_HEATING)]
-    command += ["--inputs", "drive_V", "--outputs", "temp_C", "--no-progress"]
-    for out in ("first", "second"):
-        result = subprocess.run(
-            [*command, "--out", out],
-            cwd=tmp_path,
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr
+    _heating_fits(tmp_path, [("first", _HEATING), ("second", _HEATING)])
     stages = _metrics(tmp_path, "second")["timing"]["stages"]
     for count in ("traces", "cache_hits", "programs_compiled"):
         assert sum(stage[count] for stage in stages.values()) == 0, (count, stages)
@@ -126,19 +132,7 @@ def test_a_file_of_another_length_compiles_none_of_the_fits_programs(tmp_path):
     lines = _HEATING.read_text().splitlines(keepends=True)
     shorter = tmp_path / "heating_720.csv"
     shorter.write_text("".join(lines[:721]))
-    environment = {**os.environ, "DYNSYS_CACHE_DIR": str(tmp_path / "cache")}
-    command = [sys.executable, "-m", "dynsys.cli", "fit", "--inputs", "drive_V"]
-    command += ["--outputs", "temp_C", "--no-progress"]
-    for out, data in (("whole", _HEATING), ("shorter", shorter)):
-        result = subprocess.run(
-            [*command, str(data), "--out", out],
-            cwd=tmp_path,
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert result.returncode == 0, result.stderr
+    _heating_fits(tmp_path, [("whole", _HEATING), ("shorter", shorter)])
     first = _metrics(tmp_path, "whole")["timing"]
     assert first["stages"]["structure scan"]["programs_compiled"] > 0
     # The refit's chunk was compiled while the scan ran (`fit/ahead.py`).

@@ -74,6 +74,13 @@ def test_the_shapes_file_is_read_by_the_next_process_and_only_a_hint(
     monkeypatch.setattr(known_shapes, "_in_memory", set())
     assert shared_length(200, "a") == 224
     assert known_shapes.known("length/a") == {224}  # in this process still
+    path.rmdir()
+    elsewhere = tmp_path / "a file of the user's"
+    elsewhere.write_text("length/a 320\n")
+    path.symlink_to(elsewhere)  # a link is neither read nor appended to
+    monkeypatch.setattr(known_shapes, "_in_memory", set())
+    assert shared_length(200, "a") == 224
+    assert elsewhere.read_text() == "length/a 320\n"
 
 
 @pytest.mark.usefixtures("no_persistent_cache")
