@@ -280,6 +280,11 @@ def compiling_ahead():
         _AHEAD.reset(token)
 
 
+def is_compiling_ahead() -> bool:
+    """Whether this thread is inside `compiling_ahead`."""
+    return _AHEAD.get()
+
+
 def keeps_programs() -> bool:
     """Whether this process keeps its programs now (a cache folder of dynsys's):
     only then does a program compiled ahead reach the later call."""

@@ -15,7 +15,7 @@ import os
 import pathlib
 import stat
 
-from . import cache
+from . import cache, kept_programs
 
 
 FILE_NAME = "shapes"
@@ -76,7 +76,11 @@ def known(signature: str) -> set[int]:
 def remember(signature: str, value: int) -> None:
     """Remember that a fit of `signature` runs at `value`: in memory, and as one
     appended line of the `shapes` file (a line short enough to be written whole by
-    one `write` when several processes append)."""
+    one `write` when several processes append). Not within
+    `kept_programs.compiling_ahead`: what the run pads to must not depend on when
+    a thread compiling ahead of it got there (it only looks shapes up)."""
+    if kept_programs.is_compiling_ahead():
+        return
     _in_memory.add((signature, value))
     path = _path()
     if path is None or " " in signature or "\n" in signature:

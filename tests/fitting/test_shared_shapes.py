@@ -115,3 +115,14 @@ def test_a_fit_padded_to_a_known_length_equals_the_fit_at_its_own():
 def _lengths():
     """The length signatures this process knows."""
     return {name for name, _ in known_shapes._in_memory if name.startswith("length/")}
+
+
+def test_a_computation_compiled_ahead_remembers_no_shape():
+    """The refit compiled ahead on a thread looks shapes up but remembers none:
+    what the run's own fits pad to never depends on the thread's timing."""
+    from dynsys._compile import kept_programs
+
+    with kept_programs.compiling_ahead():
+        assert shared_length(300, "a") == 320
+    assert known_shapes.known("length/a") == set()
+    assert shared_length(200, "a") == padded_length(200) == 224
