@@ -311,12 +311,18 @@ def _subspace_scan(data, val_data, orders, feedthrough, options, stop):
 def _refined_candidate(data, val_data, row, start, options, size):
     """Refine a subspace candidate by `fit` (output error), padded to `size`
     (`padded.py`: every candidate shares one compiled program) unless it is
-    `None`, and score it again: `(row, model, FitResult)`."""
+    `None`, and score it again: `(row, model, FitResult)`. A start with an
+    unstable mode that a free run over the record could not hold in float64 is
+    refined over windows (`unstable_window.py`)."""
     from .._fitting.fit import fit
     from .._fitting.fit_padded import fit_padded
+    from .._fitting.unstable_window import windowed_loss
 
     started = time.perf_counter()
     options = dict(val_data=val_data, progress=False, **options["fit"])
+    windows = None if "loss" in options else windowed_loss(start, data, val_data)
+    if windows is not None:
+        options["loss"] = windows
     with warnings.catch_warnings():  # a candidate's fit notes are not the user's
         warnings.simplefilter("ignore")
         if size is None:
@@ -373,7 +379,10 @@ def select_order(
     `method="fit"` the best `refine` (default all) are then refined by `fit` and
     scored again (each padded with frozen states to the largest refined
     structure, so that all share one compiled program, where the padded problem
-    is small; the steps are those of the unpadded fit: docs/performance.md).
+    is small; the steps are those of the unpadded fit: docs/performance.md). A
+    candidate with an unstable mode that would grow more than 100-fold over the
+    record is refined over windows instead (`MultipleShooting`): over a whole
+    record its free run is rounding noise (docs/structure-selection.md).
     Each row: free-run fit % per channel on `val_data`, AIC, BIC, FPE on `data`
     (`information_criteria`), spectral radius.
 
@@ -402,7 +411,8 @@ def select_order(
     - `refine_margin`: with `method="fit"`, a `refine` count and `"validation"`:
         up to `refine` more candidates are refined, those with the fewest
         parameters among the ones simpler than the best `refine` and validating
-        within this many fit-% points of the best subspace candidate (`0`: none). A simple structure that the
+        within this many fit-% points of the best subspace candidate (`0`:
+        none). A simple structure that the
         subspace method scores nearly as well as the best is the one the choice
         (the fewest parameters within `tolerance`) takes if its refinement keeps
         up, e.g. the true order of a plant recorded under feedback.

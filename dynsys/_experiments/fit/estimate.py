@@ -24,6 +24,9 @@ class Estimate:
     optimiser: str  # the optimiser, in words (metrics.json "optimizer")
     continued: int  # steps continued from the structure scan's refinement
     stop_reason: str | None  # for metrics.json
+    # The output-error loss's window where the start has an unstable mode
+    # (`unstable_window.py`), else `None`.
+    window: int | None = None
 
 
 def stable_if_asked(fit_cfg: dict, model):
@@ -60,19 +63,28 @@ def fit_model(
     structure scan's: `refined_size`) where given, so that it runs in the scan's
     compiled program; continuing `resume` (the scan's refinement of the same
     start, a `FitResult`) where it is a run of the same problem, else afresh;
-    its time charged to the stage `stage_name`."""
+    its time charged to the stage `stage_name`. The simulation loss of a start
+    with an unstable mode that a free run over the record could not hold is taken
+    over windows (`unstable_window.py`), as the scan refined it."""
     import functools
 
     from ..._fitting.continuation import NotResumable
     from ..._fitting.fit import fit
     from ..._fitting.fit_padded import fit_padded
+    from ..._fitting.unstable_window import windowed_loss
 
     options = FitConfig.from_section(config["fit"], train_data)
+    arguments = options.arguments()
+    windows = None
+    if config["fit"]["loss"] == "simulation":
+        windows = windowed_loss(start_model, train_data, val_data)
+    if windows is not None:
+        arguments["loss"] = windows
     started = time.perf_counter()
     fitter = functools.partial(
         fit if size is None else fit_padded,
         **({} if size is None else {"size": size[0], "feedthrough": size[1]}),
-        **options.arguments(),
+        **arguments,
         key=host_key(config["seed"] + 1),
         progress=progress,
         val_data=val_data,
@@ -87,7 +99,10 @@ def fit_model(
     seconds = time.perf_counter() - started
     used = getattr(result, "optimizer", None) or options.described
     fitted = as_linear(result.model)
-    return Estimate(result, fitted, seconds, used, continued, result.stop_reason)
+    window = None if windows is None else windows.horizon
+    return Estimate(
+        result, fitted, seconds, used, continued, result.stop_reason, window
+    )
 
 
 def fit_outputs_model(config, start, train, val, progress, found, echo) -> Estimate:
@@ -116,12 +131,23 @@ def fit_outputs_model(config, start, train, val, progress, found, echo) -> Estim
     scanned = f" ({continued} of them the structure scan's)" if continued else ""
     kind = "prediction-error" if fit_cfg["loss"] == "prediction" else "output-error"
     echo(
-        f"  {kind} fit ({fit_cfg['loss']} loss, {estimate.optimiser}): "
+        f"  {kind} fit ({fit_cfg['loss']} loss{over_windows(estimate)}, "
+        f"{estimate.optimiser}): "
         f"{len(result.losses)} steps{scanned}, {estimate.seconds:.1f} s, best "
         f"step {result.best_step}"
     )
     return dataclasses.replace(estimate, stop_reason=stop_reason)
 
+
+def over_windows(estimate: Estimate) -> str:
+    """`" over windows of N steps, ..."` for a fit whose start has an unstable
+    mode (`Estimate.window`), else `""`."""
+    if estimate.window is None:
+        return ""
+    return (
+        f" over windows of {estimate.window} steps, each from its own initial "
+        "state: the start's unstable mode would swamp a free run of the whole record"
+    )
 
 
 # The refit on all the estimation data starts from the model fitted on their first
@@ -205,7 +231,8 @@ def refit_on_estimation_data(config, estimate, data, progress, found, echo, ahea
     fit_checks.model_warnings("final", final.fitted, data.estimation, found)
     echo(
         f"  final model: the chosen structure refitted on all the estimation data "
-        f"({sum(data.estimation.lengths)} samples, the held-out part included): "
-        f"{len(final.result.losses)} steps, {final.seconds:.1f} s"
+        f"({sum(data.estimation.lengths)} samples, the held-out part included"
+        f"{over_windows(final)}): {len(final.result.losses)} steps, "
+        f"{final.seconds:.1f} s"
     )
     return dataclasses.replace(final, stop_reason=stop_reason)

@@ -137,6 +137,7 @@ def output_outcome(
         "model": fit_cfg["model"],
         **_structure_metrics(start, fitted, fit_cfg),
         "loss": fit_cfg["loss"] if start.polynomial is None else "prediction",
+        "loss_window": estimate.window,
         "optimizer": estimate.optimiser,
         "steps_run": int(len(result.losses)),
         "steps_continued": estimate.continued,
