@@ -49,6 +49,14 @@ def test_the_default_scan_finds_the_true_order_of_an_unstable_plant_under_feedba
     true_fit = 100 * (1 - np.linalg.norm(y - true_run) / np.linalg.norm(y - y.mean()))
     held_out = metrics["fit_percent"]["held-out fit % vs measurements"]["fitted"][0]
     assert held_out >= true_fit - 2.0, (held_out, true_fit)
+    # Its unstable mode grows 1.04^1000 = 1e17-fold over the estimation part:
+    # fitted over windows of 118 steps (1.04^118 = 102), and the final model's
+    # training fit scored over them (a free run of all 1,500 samples printed
+    # -7e9 %, rounding noise).
+    assert metrics["loss_window"] == 118
+    final = metrics["final_model"]
+    assert final["estimation_fit_window"] == 118
+    assert 95.0 < final["estimation_fit_percent"][0] <= 100.0
 
 
 def test_the_unstable_start_is_kept_when_its_stabilised_copy_validates_worse(

@@ -232,7 +232,7 @@ def refit_on_estimation_data(config, estimate, data, progress, found, echo, ahea
     echo(
         f"  final model: the chosen structure refitted on all the estimation data "
         f"({sum(data.estimation.lengths)} samples, the held-out part included"
-        f"{over_windows(final)}): {len(final.result.losses)} steps, "
-        f"{final.seconds:.1f} s"
+        f"{'' if final.window is None else f'; over windows of {final.window} steps'}"
+        f"): {len(final.result.losses)} steps, {final.seconds:.1f} s"
     )
     return dataclasses.replace(final, stop_reason=stop_reason)

@@ -256,6 +256,7 @@ def _roles_metrics(config, data, scores) -> dict:
             "first_part_held_out_fit_percent": scores["first_part_held_out"],
             "test_fit_percent": scores["final_test"],
             "estimation_fit_percent": scores["final_estimation"],
+            "estimation_fit_window": scores["final_estimation_window"],
             "estimation_fit_is_held_out": False,
         },
     }

@@ -152,8 +152,11 @@ def final_lines(scores: dict | None) -> list[str]:
             f"final model on the validation file (a clean test, it chose nothing): "
             f"{mean(scores['final_test'])}"
         )
+    window = scores.get("final_estimation_window")
+    over = "" if window is None else f", over windows of {window} steps"
     lines.append(
-        f"final model on all the estimation data: {mean(scores['final_estimation'])}"
+        f"final model on all the estimation data{over}: "
+        f"{mean(scores['final_estimation'])}"
         " (a training fit: it has seen the held-out part, which cannot score it "
         "honestly)"
     )

@@ -68,7 +68,9 @@ def _final_scores(data, estimate, final) -> dict | None:
     of the first part's model on the carved part (`first_part_held_out`), the
     final model's on the clean test file (`final_test`, or `None`), and its fit %
     on all the estimation data it was fitted on (`final_estimation`: a training
-    fit, not held out). `None` when there is no refit."""
+    fit, not held out; over the windows it was fitted on when its start had an
+    unstable mode, `final_estimation_window` steps: a free run of the whole record
+    would be rounding noise). `None` when there is no refit."""
     from ..._sysid.validation import compare
 
     if final is None:
@@ -80,8 +82,36 @@ def _final_scores(data, estimate, final) -> dict | None:
     return {
         "first_part_held_out": percent(estimate.fitted, data.val),
         "final_test": None if data.test is None else percent(final.fitted, data.test),
-        "final_estimation": percent(final.fitted, data.estimation),
+        "final_estimation": percent(
+            final.fitted, _in_windows(data.estimation, final.window)
+        ),
+        "final_estimation_window": final.window,
     }
+
+
+def _in_windows(data, window: int | None):
+    """`data` (inputs and outputs) cut into consecutive windows of `window` steps,
+    each an experiment of its own (a shorter last piece dropped); `data` itself
+    for `None`."""
+    from ..._data.dataset import Dataset
+
+    if window is None:
+        return data
+    us, ys = [], []
+    for i, length in enumerate(data.lengths):
+        for start in range(0, length - window + 1, window):
+            part = slice(start, start + window)
+            ys.append(np.asarray(data.ys[i, part]))
+            if data.us is not None:
+                us.append(np.asarray(data.us[i, part]))
+    ts = None if data.dt is None else data.dt * np.arange(window)
+    return Dataset(
+        us=us or None,
+        ts=ts,
+        ys=ys,
+        input_names=data.input_names,
+        output_names=data.output_names,
+    )
 
 
 def _compare(models: dict, report, clean_val, which: str):
