@@ -129,10 +129,21 @@ def channel_mean(values, xp: ModuleType = jnp):
     return xp.where(count > 0, total / xp.maximum(count, 1), xp.nan)
 
 
+# A fit % below this is a diverged free run, not a number to print (a model whose
+# free run grows without bound scores fit % like -1e65): an error over 11 times
+# the outputs' spread.
+DIVERGED_FIT_PERCENT = -1000.0
+
+
 def fit_percent_text(value: float, digits: int = 1) -> str:
-    """A fit % as the tables print it: `"80.9"`, or `"undefined"` for a channel
-    without variance (`nan`)."""
-    return "undefined" if math.isnan(value) else f"{value:.{digits}f}"
+    """A fit % as the tables print it: `"80.9"`, `"undefined"` for a channel
+    without variance (`nan`), or `"diverged"` below `DIVERGED_FIT_PERCENT` (and
+    for `-inf`)."""
+    if math.isnan(value):
+        return "undefined"
+    if not value > DIVERGED_FIT_PERCENT:
+        return "diverged"
+    return f"{value:.{digits}f}"
 
 
 @checks_own_arguments

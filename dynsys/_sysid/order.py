@@ -18,6 +18,7 @@ from .._data.checks import check_data, warn_findings
 from .._fitting.metrics import (
     channel_fit_percent,
     channel_mean,
+    DIVERGED_FIT_PERCENT,
     fit_percent_text,
     spectral_radius,
 )
@@ -30,9 +31,6 @@ from .subspace import largest_order, realise, subspace_bases
 
 
 _DEFAULT_MAX_ORDER = 10
-# A mean fit % below this is reported as a diverged free run, not as a number
-# (a model whose free run grows without bound scores fit % like -1e65).
-DIVERGED_FIT_PERCENT = -1000.0
 _CRITERIA = ("validation", "aic", "bic", "fpe")
 _METHODS = ("subspace", "fit")
 

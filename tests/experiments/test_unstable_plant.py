@@ -88,3 +88,54 @@ def test_model_stable_still_forces_a_stable_model(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["stabilised_start"] is True
     assert metrics["fit_metrics"]["validation"]["spectral_radius"] < 1.0
+
+
+def _pendulum_csv(path, num_steps=3000, seed=0):
+    """A linearised inverted pendulum (g / l = 19.6 s^-2) sampled at 50 Hz, open-loop
+    eigenvalues 1.089 and 0.911, under a stabilising state feedback from noisy
+    measurements, a piecewise-constant reference."""
+    rng = np.random.default_rng(seed)
+    dt, w2 = 0.02, 9.81 / 0.5
+    K = np.array([[1.0, dt], [w2 * dt, 1.0]])
+    B = np.array([0.0, dt])
+    gain = np.array([40.0, 8.0])  # closed-loop eigenvalues 0.92 (a double pair)
+    reference = np.repeat(2.0 * rng.standard_normal(num_steps // 25), 25)
+    x = np.zeros(2)
+    ys, us = np.empty(num_steps), np.empty(num_steps)
+    for t in range(num_steps):
+        ys[t] = x[0] + 0.002 * rng.standard_normal()
+        measured = np.array([ys[t], x[1] + 0.01 * rng.standard_normal()])
+        us[t] = reference[t] - gain @ measured
+        x = K @ x + B * us[t]
+    table = np.c_[dt * np.arange(num_steps), us, ys]
+    np.savetxt(path, table, delimiter=",", header="time,u,y", comments="")
+
+
+def test_a_scan_that_cannot_score_its_unstable_candidates_says_so_and_how_to_go_on(
+    tmp_path, capsys
+):
+    """1.089^1000 = 4e36: over the 1,000 held-out samples no free run of the
+    pendulum's models can be scored in float64. The run says so in one line with
+    what to do, prints "diverged" rather than a 20-digit fit %, and what it
+    advises (the given order, the Kalman predictor) predicts the held-out part."""
+    data = tmp_path / "pendulum.csv"
+    _pendulum_csv(data)
+    args = ["fit", str(data), "--inputs", "u", "--outputs", "y", "--no-progress"]
+    assert cli.main([*args, "--out", str(tmp_path / "scan")]) == 0
+    metrics = json.loads((tmp_path / "scan" / "metrics.json").read_text())
+    (line,) = [w for w in metrics["warnings"] if "of the structure scan's" in w]
+    assert "candidates diverged on the held-out data" in line
+    assert "--order N --loss prediction" in line
+    capsys.readouterr()
+    advised = ["--order", "2", "--loss", "prediction", "--out", str(tmp_path / "pe")]
+    assert cli.main([*args, *advised]) == 0
+    printed = capsys.readouterr().out
+    assert "of the structure scan's" not in printed  # it was followed
+    metrics = json.loads((tmp_path / "pe" / "metrics.json").read_text())
+    (predicted,) = [v for k, v in metrics["fit_percent"].items() if "1-step" in k]
+    assert predicted["fitted"][0] > 90.0
+    free_run = metrics["fit_percent"]["held-out fit % vs measurements"]["fitted"][0]
+    assert free_run < -1000.0  # diverged: printed as such, never as its digits
+    table = printed[printed.index("held-out fit % vs measurements") :]
+    assert "diverged" in table.splitlines()[2]
+    assert not any(len(word) > 12 for word in table.splitlines()[2].split())

@@ -57,3 +57,21 @@ def test_spectral_radius():
 
     with pytest.raises(ValueError, match="Pendulum has no transition matrix K"):
         dynsys.spectral_radius(zoo.Pendulum())
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (80.94, "80.9"),
+        (-219.01, "-219.0"),  # worse than the mean, still a number
+        (-999.9, "-999.9"),
+        (-1000.0, "diverged"),  # an error 11 times the spread
+        (-7.3e20, "diverged"),  # the free run of an unstable model
+        (-np.inf, "diverged"),
+        (np.nan, "undefined"),  # a channel without variance
+    ],
+)
+def test_a_fit_percent_is_printed_as_a_number_or_as_what_it_means(value, text):
+    from dynsys._fitting.metrics import fit_percent_text
+
+    assert fit_percent_text(value) == text

@@ -153,11 +153,17 @@ def fit_warnings(result, reason: str | None, found: list[str]) -> None:
 
 
 def validation_warnings(which: str, channels, fit_percent, found: list[str]) -> None:
-    """Warn for each channel whose fit % is below 0 (worse than its mean)."""
+    """Warn for each channel whose fit % is below 0 (worse than its mean), or
+    whose free run diverged."""
+    from ..._fitting.metrics import fit_percent_text
+
     for channel, value in zip(channels, fit_percent):
-        if value < 0:
+        text = fit_percent_text(value)
+        if text == "diverged":
+            add(found, f"{which} fit % of {channel}: the model's free run diverged")
+        elif value < 0:
             add(
                 found,
-                f"{which} fit % of {channel} is {value:.1f}, below 0: the model "
+                f"{which} fit % of {channel} is {text}, below 0: the model "
                 "predicts it worse than its mean does",
             )

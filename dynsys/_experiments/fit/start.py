@@ -13,7 +13,7 @@ from ..config import ConfigError
 from ..runtime.compile_clock import stage
 from . import checks as fit_checks
 from .assumptions import distinct_digits
-from .order import scan_notes, scan_structure, wants_scan
+from .order import scan_notes, scan_structure, unscored_line, wants_scan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +54,11 @@ def find_start(config: dict, train, val, found: list[str], echo) -> Start:
         subspace, singular_values, seconds, chosen, scan = _subspace_start(
             fit_cfg, train, val, echo
         )
+    advised = fit_cfg["order"] is not None and fit_cfg["loss"] == "prediction"
+    unscored = None if scan is None or advised else unscored_line(scan[0], val)
+    if unscored is not None:
+        echo(f"  warning: {unscored}")
+        fit_checks.add(found, unscored)
     means = _data_means(train)
     notes = _levels_note(subspace, means, echo)
     notes += scan_notes(scan, held_out=val is not None)
