@@ -21,11 +21,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .._data.dataset import Dataset
 from .losses import MultipleShooting
 
 
 # The most an unstable mode may grow over one window of the output-error loss.
 GROWTH = 100.0
+# ... and over one window of a held-out score (`scoring_window`): a free run
+# is scored, not differentiated, so it may grow further.
+SCORING_GROWTH = 1e4
 
 
 def unstable_window(model, lengths: Sequence[int], shortest: int) -> int | None:
@@ -58,3 +62,37 @@ def windowed_loss(model, data, val_data=None) -> MultipleShooting | None:
     window = unstable_window(model, lengths, min(lengths + held_out))
     return None if window is None else MultipleShooting(window)
 
+
+
+def scoring_window(radii: Sequence[float], shortest: int, largest_order: int) -> int:
+    """The window (steps) over which every candidate of a structure scan is
+    scored when most of them cannot be scored by a free run of the held-out data
+    (`radii`: the spectral radii of those, all above 1): the steps over which
+    their median mode grows `SCORING_GROWTH`-fold, at least `2 (n + 1)` for the
+    scan's largest order `n` and at most `shortest` held-out record."""
+    radius = float(np.median(radii))
+    steps = math.ceil(math.log(SCORING_GROWTH) / math.log(radius))
+    return max(1, min(max(steps, 2 * (largest_order + 1)), shortest))
+
+
+def in_windows(data: Dataset, window: int | None) -> Dataset:
+    """`data` (inputs and outputs) cut into consecutive windows of `window` steps,
+    each an experiment of its own (the shorter last piece of each record
+    dropped); `data` itself for `None`."""
+    if window is None:
+        return data
+    us, ys = [], []
+    for i, length in enumerate(data.lengths):
+        for start in range(0, length - window + 1, window):
+            part = slice(start, start + window)
+            ys.append(np.asarray(data.ys[i, part]))
+            if data.us is not None:
+                us.append(np.asarray(data.us[i, part]))
+    ts = None if data.dt is None else data.dt * np.arange(window)
+    return Dataset(
+        us=us or None,
+        ts=ts,
+        ys=ys,
+        input_names=data.input_names,
+        output_names=data.output_names,
+    )

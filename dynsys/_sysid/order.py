@@ -22,6 +22,7 @@ from .._fitting.metrics import (
     fit_percent_text,
     spectral_radius,
 )
+from .._fitting.unstable_window import in_windows
 from .._systems.system import LinearSystem
 from .free_run import free_run
 from .order_choice import choose, stalled, to_refine
@@ -84,6 +85,10 @@ class OrderSelection:
     - `fit_result`: with `method="fit"`, the chosen structure's refinement (a
         `FitResult`, when it was refined), which a longer fit from the same start
         continues (`fit(..., resume=scan.fit_result)`); else `None`.
+    - `score_window`: `None` when each candidate's fit % is its free run over the
+        validation data; else the steps of the windows every candidate was scored
+        over instead, each from its own initial state (at least half of them
+        diverged there with an unstable mode: docs/structure-selection.md).
     """
 
     candidates: tuple[OrderCandidate, ...]
@@ -94,6 +99,7 @@ class OrderSelection:
     tolerance: float
     channels: tuple[str, ...]
     fit_result: Any = dataclasses.field(default=None, repr=False, compare=False)
+    score_window: int | None = None
 
     @property
     def chosen(self) -> OrderCandidate:
@@ -377,10 +383,9 @@ def select_order(
     `method="fit"` the best `refine` (default all) are then refined by `fit` and
     scored again (each padded with frozen states to the largest refined
     structure, so that all share one compiled program, where the padded problem
-    is small; the steps are those of the unpadded fit: docs/performance.md). A
-    candidate with an unstable mode that would grow more than 100-fold over the
-    record is refined over windows instead (`MultipleShooting`): over a whole
-    record its free run is rounding noise (docs/structure-selection.md).
+    is small; the steps are those of the unpadded fit: docs/performance.md).
+    Unstable modes that a free run cannot hold in float64 are fitted, and scored,
+    over windows (docs/structure-selection.md, `OrderSelection.score_window`).
     Each row: free-run fit % per channel on `val_data`, AIC, BIC, FPE on `data`
     (`information_criteria`), spectral radius.
 
@@ -467,12 +472,35 @@ def select_order(
         val_data,
         (candidate_orders, options_ft, stop, horizon, offset),
     )
+    largest = max(candidate_orders)
+    rows, val_data, window = _scored_over_windows(rows, models, val_data, largest)
     fit_results: dict[int, Any] = {}  # the refined rows' FitResults
     if method == "fit":
         refined = to_refine(rows, criterion, refine, refine_margin, stable)
         fit_results = _refine(data, val_data, rows, models, refined, options)
     chosen = choose(rows, criterion, float(tolerance), stable, float(stable_margin))
-    return _selection(rows, models, fit_results, chosen, criterion, tolerance, s)
+    selection = _selection(rows, models, fit_results, chosen, criterion, tolerance, s)
+    return dataclasses.replace(selection, score_window=window)
+
+
+def _scored_over_windows(rows, models, val_data, largest_order: int):
+    """`(rows, val_data, window)`: when at least half of the candidates diverged
+    on `val_data` with an unstable mode, which a free run of the held-out data
+    cannot score in float64, every row scored again over the same windows of
+    `window` steps of it (`scoring_window`), and those windows as the held-out
+    data; else all as they are and `None`."""
+    from .._fitting.unstable_window import scoring_window
+
+    unstable = [r.spectral_radius for r in rows if r.diverged and r.spectral_radius > 1]
+    if val_data is None or 2 * len(unstable) < len(rows):
+        return rows, val_data, None
+    window = scoring_window(unstable, min(val_data.lengths), largest_order)
+    val_data = in_windows(val_data, window)
+    rescored = []
+    for row, model in zip(rows, models):
+        scores, mean = held_out_fit(model, val_data)
+        rescored.append(dataclasses.replace(row, fit_percent=scores, mean_fit=mean))
+    return rescored, val_data, window
 
 
 def _check_margins(call: str, **margins) -> None:

@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 import dynsys
-from dynsys._fitting.unstable_window import GROWTH, unstable_window, windowed_loss
+from dynsys._fitting.unstable_window import (
+    GROWTH,
+    in_windows,
+    scoring_window,
+    SCORING_GROWTH,
+    unstable_window,
+    windowed_loss,
+)
 from dynsys._sysid.order import select_order
 
 from ..experiments.test_unstable_plant import _closed_loop_csv
@@ -92,3 +99,26 @@ def test_an_unstable_start_is_refined_alike_whatever_the_scan_pads_it_to(tmp_pat
             scores.append(row.mean_fit)
     assert max(scores) - min(scores) < 0.05, scores
     assert min(scores) > true_fit - 0.1, (scores, true_fit)
+
+
+def test_the_scoring_window_is_where_the_median_mode_grows_by_its_bound():
+    # median 1.085: ln 1e4 / ln 1.085 = 112.9
+    assert scoring_window([1.08, 1.085, 1.5], 1000, 10) == 113
+    assert 1.085**112 < SCORING_GROWTH <= 1.085**113
+    assert scoring_window([3.0], 1000, 10) == 22  # at least 2 (n + 1)
+    assert scoring_window([1.085], 60, 10) == 60  # at most the held-out record
+
+
+def test_records_cut_into_windows_are_their_slices():
+    rng = np.random.default_rng(0)
+    us = [rng.standard_normal((10, 2)), rng.standard_normal((7, 2))]
+    ys = [rng.standard_normal((10, 1)), rng.standard_normal((7, 1))]
+    data = dynsys.Dataset(us=us, ys=ys, ts=0.5 * np.arange(10))
+    cut = in_windows(data, 3)
+    assert cut.lengths == (3, 3, 3, 3, 3)  # 10 -> 3 windows, 7 -> 2
+    starts = [(0, 0), (0, 3), (0, 6), (1, 0), (1, 3)]
+    for k, (i, a) in enumerate(starts):
+        np.testing.assert_array_equal(np.asarray(cut.us[k]), us[i][a : a + 3])
+        np.testing.assert_array_equal(np.asarray(cut.ys[k]), ys[i][a : a + 3])
+    assert cut.dt == 0.5
+    assert in_windows(data, None) is data

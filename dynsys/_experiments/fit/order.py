@@ -96,6 +96,8 @@ def scan_structure(fit_cfg: dict, train, val, echo):
         raise ConfigError(f"config key '{key}': {error}") from None
     seconds = time.perf_counter() - started
     scored = "held-out fit %" if val is not None else "AIC on the estimation data"
+    if scan.score_window is not None:
+        scored += f" over windows of {scan.score_window} steps"
     refined = sum(c.refined for c in scan.candidates)
     how = f", the best {refined} refined by the fit" if refined else ""
     if refined > SCAN_REFINE:
@@ -179,29 +181,20 @@ def _within_limit(start, size, data, limit=None) -> tuple[int, bool] | None:
     return size if worth_padding(start, *size, data, limit) else None
 
 
-def unscored_line(scan, val) -> str | None:
-    """One line when at least half of the scan's candidates diverged on the
-    held-out data with an unstable mode: what a plant unstable in open loop
-    and recorded under feedback gives when its mode grows beyond what a free run
-    over the held-out part holds in float64 (an inverted pendulum at 50 Hz:
-    1.09 over 1,000 samples), so the scan could only choose among the others;
-    `None` otherwise."""
-    unstable = [
-        c for c in scan.candidates if c.diverged and c.spectral_radius > 1.0
-    ]
-    if val is None or 2 * len(unstable) < len(scan.candidates):
+def windowed_scan_line(scan) -> str | None:
+    """One line when the scan scored its candidates over windows
+    (`OrderSelection.score_window`): at least half of them diverged on the
+    held-out data with an unstable mode, beyond what a free run of it holds in
+    float64 (a plant unstable in open loop, recorded under feedback: an inverted
+    pendulum at 50 Hz grows 1.09-fold a step); `None` otherwise."""
+    if scan.score_window is None:
         return None
-    radii = sorted(c.spectral_radius for c in unstable)
-    steps = max(val.lengths)
     return (
-        f"{len(unstable)} of the structure scan's {len(scan.candidates)} candidates "
-        f"diverged on the held-out data: they have an unstable mode (max "
-        f"|eigenvalue| {radii[0]:.4g} to {radii[-1]:.4g}) that grows "
-        f"{radii[len(radii) // 2] ** steps:.1e}-fold over its {steps} samples, "
-        "beyond what a free run can be scored on, so the scan chose among the "
-        "others; a plant unstable in open loop, recorded under feedback, gives "
-        "such models: choose the order yourself and fit the Kalman predictor "
-        "(--order N --loss prediction), which scores 1-step predictions"
+        "most structure-scan candidates have an unstable mode whose free run over "
+        "the held-out data cannot be scored in float64 (a plant unstable in open "
+        "loop, recorded under feedback), so every candidate was scored over "
+        f"windows of {scan.score_window} held-out steps, each from its own "
+        "initial state; the fitted model's free run below may diverge"
     )
 
 
@@ -212,8 +205,11 @@ def scan_notes(scanned, held_out: bool) -> list[str]:
         return []
     scan, seconds = scanned
     if held_out:
+        over = ""
+        if scan.score_window is not None:
+            over = f" (over windows of {scan.score_window} steps)"
         rule = (
-            "the best mean held-out fit %, or the fewest parameters within "
+            f"the best mean held-out fit %{over}, or the fewest parameters within "
             f"{scan.tolerance:g} points of it"
         )
     else:
@@ -263,6 +259,7 @@ def scan_metrics(scanned, start, fit_cfg: dict) -> dict:
         "feedthrough": scan.feedthrough,
         "seconds": seconds,
         "channels": list(scan.channels),
+        "score_window": scan.score_window,
         "table": scan.table(),
     }
     return entries

@@ -254,6 +254,7 @@ def _roles_metrics(config, data, scores) -> dict:
         if scores is None
         else {
             "first_part_held_out_fit_percent": scores["first_part_held_out"],
+            "first_part_held_out_window": scores["first_part_held_out_window"],
             "test_fit_percent": scores["final_test"],
             "estimation_fit_percent": scores["final_estimation"],
             "estimation_fit_window": scores["final_estimation_window"],

@@ -13,7 +13,7 @@ from ..config import ConfigError
 from ..runtime.compile_clock import stage
 from . import checks as fit_checks
 from .assumptions import distinct_digits
-from .order import scan_notes, scan_structure, unscored_line, wants_scan
+from .order import scan_notes, scan_structure, wants_scan, windowed_scan_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,16 +54,16 @@ def find_start(config: dict, train, val, found: list[str], echo) -> Start:
         subspace, singular_values, seconds, chosen, scan = _subspace_start(
             fit_cfg, train, val, echo
         )
-    advised = fit_cfg["order"] is not None and fit_cfg["loss"] == "prediction"
-    unscored = None if scan is None or advised else unscored_line(scan[0], val)
-    if unscored is not None:
-        echo(f"  warning: {unscored}")
-        fit_checks.add(found, unscored)
+    windowed = None if scan is None else windowed_scan_line(scan[0])
+    if windowed is not None:
+        echo(f"  warning: {windowed}")
+        fit_checks.add(found, windowed)
     means = _data_means(train)
     notes = _levels_note(subspace, means, echo)
     notes += scan_notes(scan, held_out=val is not None)
+    window = None if scan is None else scan[0].score_window
     begin, stabilised = _stabilised_if_needed(
-        fit_cfg, subspace, train, val, found, echo
+        fit_cfg, subspace, train, val, found, echo, window
     )
     notes += stabilised
     fit_checks.model_warnings("subspace start", begin, train, found)
@@ -243,12 +243,13 @@ def _levels_note(start, data_means, echo) -> list[str]:
     return [line[0].upper() + line[1:] + ".", ""]
 
 
-def _stabilised_if_needed(fit_cfg: dict, start, train, val, found, echo):
+def _stabilised_if_needed(fit_cfg: dict, start, train, val, found, echo, window):
     """The subspace start, or when it is unstable while the data look bounded (and
     `fit.stabilise`), the stabilised start; and a note saying which. With held-out
     data the stabilised start is kept only while it validates within
     `STABLE_MARGIN` points of the unstable one (unless `fit.model = "stable"`):
-    an unstable plant under feedback gives bounded data too."""
+    an unstable plant under feedback gives bounded data too. Both are scored over
+    the scan's windows of `window` steps where it scored over windows."""
     from ..._sysid.stabilise import stabilised_start
 
     rho = fit_checks.spectral_radius(start)
@@ -265,7 +266,7 @@ def _stabilised_if_needed(fit_cfg: dict, start, train, val, found, echo):
         return start, []
     stable = stabilised_start(start, train)
     if fit_cfg["model"] != "stable" and val is not None:
-        kept = _unstable_start_kept(start, stable, rho, val)
+        kept = _unstable_start_kept(start, stable, rho, val, window)
         if kept is not None:
             echo(f"  {kept}")
             return start, [kept[0].upper() + kept[1:] + ".", ""]
@@ -279,20 +280,23 @@ def _stabilised_if_needed(fit_cfg: dict, start, train, val, found, echo):
     return stable, [line[0].upper() + line[1:] + ".", ""]
 
 
-def _unstable_start_kept(start, stable, rho: float, val) -> str | None:
+def _unstable_start_kept(start, stable, rho: float, val, window) -> str | None:
     """The note saying why the fit starts from the unstable `start`, when its
     stabilised copy `stable` validates more than `STABLE_MARGIN` points worse on
-    `val`; else `None`."""
+    `val` (over windows of `window` steps, unless `None`); else `None`."""
+    from ..._fitting.unstable_window import in_windows
     from ..._sysid.order import held_out_fit
 
-    unstable_fit = held_out_fit(start, val)[1]
-    stable_fit = held_out_fit(stable, val)[1]
+    scored = in_windows(val, window)
+    unstable_fit = held_out_fit(start, scored)[1]
+    stable_fit = held_out_fit(stable, scored)[1]
     if not stable_fit < unstable_fit - fit_checks.STABLE_MARGIN:
         return None
+    over = "" if window is None else f" (over windows of {window} steps)"
     return (
         f"the subspace start is unstable (max |eigenvalue| {rho:.4f}) while the data "
         f"look bounded, but its stabilised copy validates {stable_fit:.1f} % against "
-        f"its {unstable_fit:.1f} % on the held-out data: the fit starts from the "
+        f"its {unstable_fit:.1f} % on the held-out data{over}: the fit starts from the "
         "unstable one (an unstable plant under feedback gives bounded data too; "
         "--model stable forces a stable model)"
     )

@@ -144,7 +144,8 @@ def final_lines(scores: dict | None) -> list[str]:
     lines = [
         "the saved model is the chosen structure refitted on all the estimation data "
         "(the held-out part included)",
-        f"held-out fit % of the model fitted on the first part, on the held-out part: "
+        f"held-out fit % of the model fitted on the first part, on the held-out part"
+        f"{_over(scores.get('first_part_held_out_window'))}: "
         f"{mean(scores['first_part_held_out'])} (mean over channels)",
     ]
     if scores["final_test"] is not None:
@@ -152,15 +153,19 @@ def final_lines(scores: dict | None) -> list[str]:
             f"final model on the validation file (a clean test, it chose nothing): "
             f"{mean(scores['final_test'])}"
         )
-    window = scores.get("final_estimation_window")
-    over = "" if window is None else f", over windows of {window} steps"
     lines.append(
-        f"final model on all the estimation data{over}: "
+        f"final model on all the estimation data"
+        f"{_over(scores.get('final_estimation_window'))}: "
         f"{mean(scores['final_estimation'])}"
         " (a training fit: it has seen the held-out part, which cannot score it "
         "honestly)"
     )
     return lines
+
+
+def _over(window: int | None) -> str:
+    """`", over windows of N steps"`, or `""` for a free run (`None`)."""
+    return "" if window is None else f", over windows of {window} steps"
 
 
 def echo_states(estimate, models, rows, runs, echo) -> dict:

@@ -53,9 +53,12 @@ def validate_outputs(data, start, estimate, found: list[str], final=None) -> Val
         models = {"true": data.run.true_system, **models}
     report, which = data.report, data.which
     started = time.perf_counter()
+    window = None if start.scan is None else start.scan[0].score_window
     with stage("validation"), fit_checks.captured_warnings(found):
         comparisons, rows, residuals = _compare(models, report, data.clean_val, which)
-        scores = _final_scores(data, estimate, final)
+        if window is not None:  # as the scan scored: `OrderSelection.score_window`
+            rows |= _windowed_rows(models, report, which, window)
+        scores = _final_scores(data, estimate, final, window)
     seconds = time.perf_counter() - started
     if data.val is not None or data.test is not None:
         fitted_fit = np.asarray(comparisons["fitted"].fit_percent)
@@ -63,14 +66,33 @@ def validate_outputs(data, start, estimate, found: list[str], final=None) -> Val
     return Validation(models, comparisons, rows, residuals, seconds, scores)
 
 
-def _final_scores(data, estimate, final) -> dict | None:
+def _windowed_rows(models: dict, report, which: str, window: int) -> dict:
+    """The fit % row of each model over windows of `window` steps of the report
+    data, each from its own initial state: how the structure scan scored them
+    where a free run of the whole held-out part cannot be scored."""
+    from ..._fitting.unstable_window import in_windows
+    from ..._sysid.validation import compare
+
+    windows = in_windows(report, window)
+    return {
+        f"{which} fit % over windows of {window} steps vs measurements": {
+            name: np.asarray(compare(m, windows).fit_percent).tolist()
+            for name, m in models.items()
+        }
+    }
+
+
+def _final_scores(data, estimate, final, window=None) -> dict | None:
     """What is known of the final model's quality, per channel: the held-out fit %
     of the first part's model on the carved part (`first_part_held_out`), the
     final model's on the clean test file (`final_test`, or `None`), and its fit %
     on all the estimation data it was fitted on (`final_estimation`: a training
     fit, not held out; over the windows it was fitted on when its start had an
     unstable mode, `final_estimation_window` steps: a free run of the whole record
-    would be rounding noise). `None` when there is no refit."""
+    would be rounding noise). The first part's model is scored over the scan's
+    windows of `window` steps where it scored over windows. `None` when there is
+    no refit."""
+    from ..._fitting.unstable_window import in_windows
     from ..._sysid.validation import compare
 
     if final is None:
@@ -80,38 +102,14 @@ def _final_scores(data, estimate, final) -> dict | None:
         return np.asarray(compare(model, on).fit_percent).tolist()
 
     return {
-        "first_part_held_out": percent(estimate.fitted, data.val),
+        "first_part_held_out": percent(estimate.fitted, in_windows(data.val, window)),
+        "first_part_held_out_window": window,
         "final_test": None if data.test is None else percent(final.fitted, data.test),
         "final_estimation": percent(
-            final.fitted, _in_windows(data.estimation, final.window)
+            final.fitted, in_windows(data.estimation, final.window)
         ),
         "final_estimation_window": final.window,
     }
-
-
-def _in_windows(data, window: int | None):
-    """`data` (inputs and outputs) cut into consecutive windows of `window` steps,
-    each an experiment of its own (a shorter last piece dropped); `data` itself
-    for `None`."""
-    from ..._data.dataset import Dataset
-
-    if window is None:
-        return data
-    us, ys = [], []
-    for i, length in enumerate(data.lengths):
-        for start in range(0, length - window + 1, window):
-            part = slice(start, start + window)
-            ys.append(np.asarray(data.ys[i, part]))
-            if data.us is not None:
-                us.append(np.asarray(data.us[i, part]))
-    ts = None if data.dt is None else data.dt * np.arange(window)
-    return Dataset(
-        us=us or None,
-        ts=ts,
-        ys=ys,
-        input_names=data.input_names,
-        output_names=data.output_names,
-    )
 
 
 def _compare(models: dict, report, clean_val, which: str):
