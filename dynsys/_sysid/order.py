@@ -425,6 +425,7 @@ def select_order(
     - `stable`: choose among the stable candidates (spectral radius below 1)
         when there is one, as for data from a plant known to be stable; an
         unstable model can validate well on a finite record and still diverge.
+        With `method="fit"` only refined candidates count.
     - `stable_margin`: with `stable` and `"validation"`, the stable candidates
         are preferred only while the best of them validates within this many
         fit-% points of the best candidate (default: always). Bounded data do not

@@ -14,9 +14,14 @@ def choose(
     fewest parameters among the rows within `tolerance` points of the best mean
     fit (a tie: the lower order). With `stable`, only the stable rows compete when
     there is one and (with `"validation"`) the best of them validates within
-    `margin` points of the best row."""
-    if stable and any(r.stable for r in rows) and not all(r.stable for r in rows):
-        kept = [i for i, r in enumerate(rows) if r.stable]
+    `margin` points of the best row; where rows were refined, only refined rows
+    count as stable ones (a refinement may leave the unit disc: a double
+    integrator's refined models end at 1.0001, and an unrefined estimate at
+    0.99999 that validates 3 points worse is no more stable a plant)."""
+    refined = [i for i, r in enumerate(rows) if r.refined]
+    pool = refined or list(range(len(rows)))
+    kept = [i for i in pool if rows[i].stable]
+    if stable and kept and not all(r.stable for r in rows):
         best_stable = max(rows[i].mean_fit for i in kept)
         best = max(r.mean_fit for r in rows)
         if criterion != "validation" or best_stable >= best - margin:

@@ -65,3 +65,20 @@ def test_stable_margin_must_be_a_number_at_least_zero(margin):
     data = dynsys.Dataset(ys=[[[0.0], [1.0], [0.5], [0.2]] * 10], us=None)
     with pytest.raises(ValueError, match=r"select_order\(stable_margin=...\)"):
         dynsys.select_order(data, orders=[1], stable_margin=margin)
+
+
+def test_where_rows_were_refined_only_refined_rows_count_as_stable():
+    # A double integrator under feedback: orders 2 and 4 refined to 99.5 % end at
+    # |eigenvalue| 1.0001; order 5, not refined, is "stable" at 0.99999 and 96.2 %.
+    rows = [
+        _row(2, 99.5, 1.0001),
+        _row(4, 99.5, 1.0001),
+        dataclasses.replace(_row(5, 96.2, 0.99999), refined=False),
+    ]
+    assert rows[choose(rows, "validation", 0.2, True, 5.0)].order == 2
+    # A refined stable row within the margin is still preferred ...
+    more = [*rows, dataclasses.replace(_row(3, 95.0, 0.99), parameters=6)]
+    assert more[choose(more, "validation", 0.2, True, 5.0)].order == 3
+    # ... and with no row refined (a subspace scan), every stable row counts.
+    plain = [dataclasses.replace(r, refined=False) for r in rows]
+    assert plain[choose(plain, "validation", 0.2, True, 5.0)].order == 5
