@@ -32,6 +32,26 @@ def _closed_loop_csv(path, num_steps=1500, seed=0):
     return clean
 
 
+def _default_fit_of_order_2(tmp_path, data, clean) -> dict:
+    """metrics.json of `dynsys fit DATA --inputs u --outputs y` (the defaults),
+    checked to choose order 2 and to validate within 2 points of the true model:
+    its free run `clean` on the held-out last third, against the same noisy
+    measurements the run scores on."""
+    out = tmp_path / "run"
+    args = ["fit", str(data), "--inputs", "u", "--outputs", "y", "--no-progress"]
+    assert cli.main([*args, "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["order"] == 2
+    measured = np.loadtxt(data, delimiter=",", skiprows=1)[:, 2]
+    held = slice(len(measured) - len(measured) // 3, None)
+    y = measured[held]
+    error, spread = np.linalg.norm(y - clean[held]), np.linalg.norm(y - y.mean())
+    true_fit = 100 * (1 - error / spread)
+    held_out = metrics["fit_percent"]["held-out fit % vs measurements"]["fitted"][0]
+    assert held_out >= true_fit - 2.0, (held_out, true_fit)
+    return metrics
+
+
 def test_the_default_scan_finds_the_true_order_of_an_unstable_plant_under_feedback(
     tmp_path,
 ):
@@ -39,19 +59,7 @@ def test_the_default_scan_finds_the_true_order_of_an_unstable_plant_under_feedba
     point of each other; refining the simplest of them shows order 2 is enough."""
     data = tmp_path / "closed_loop.csv"
     clean = _closed_loop_csv(data)
-    out = tmp_path / "run"
-    args = ["fit", str(data), "--inputs", "u", "--outputs", "y", "--no-progress"]
-    assert cli.main([*args, "--out", str(out)]) == 0
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["order"] == 2
-    # The true model's free run on the held-out last third, against the same
-    # noisy measurements the run scores on.
-    measured = np.loadtxt(data, delimiter=",", skiprows=1)[:, 2]
-    held = slice(len(measured) - len(measured) // 3, None)
-    y, true_run = measured[held], clean[held]
-    true_fit = 100 * (1 - np.linalg.norm(y - true_run) / np.linalg.norm(y - y.mean()))
-    held_out = metrics["fit_percent"]["held-out fit % vs measurements"]["fitted"][0]
-    assert held_out >= true_fit - 2.0, (held_out, true_fit)
+    metrics = _default_fit_of_order_2(tmp_path, data, clean)
     # Its unstable mode grows 1.04^1000 = 1e17-fold over the estimation part:
     # fitted over windows of 118 steps (1.04^118 = 102), and the final model's
     # training fit scored over them (a free run of all 1,500 samples printed
@@ -181,15 +189,4 @@ def test_the_default_finds_a_double_integrators_order_under_feedback(tmp_path):
     candidate chose order 5; only refined rows count as stable ones now."""
     data = tmp_path / "double_integrator.csv"
     clean = _double_integrator_csv(data)
-    out = tmp_path / "run"
-    args = ["fit", str(data), "--inputs", "u", "--outputs", "y", "--no-progress"]
-    assert cli.main([*args, "--out", str(out)]) == 0
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["order"] == 2
-    measured = np.loadtxt(data, delimiter=",", skiprows=1)[:, 2]
-    held = slice(2000, None)
-    y = measured[held]
-    error, spread = np.linalg.norm(y - clean[held]), np.linalg.norm(y - y.mean())
-    true_fit = 100 * (1 - error / spread)
-    held_out = metrics["fit_percent"]["held-out fit % vs measurements"]["fitted"][0]
-    assert held_out >= true_fit - 2.0, (held_out, true_fit)
+    _default_fit_of_order_2(tmp_path, data, clean)
