@@ -129,19 +129,23 @@ def channel_mean(values, xp: ModuleType = jnp):
     return xp.where(count > 0, total / xp.maximum(count, 1), xp.nan)
 
 
-# A fit % below this is a diverged free run, not a number to print (a model whose
-# free run grows without bound scores fit % like -1e65): an error over 11 times
-# the outputs' spread.
+# A structure scan's candidate whose mean fit % is below this has diverged (an
+# error over 11 times the outputs' spread; a model whose free run grows without
+# bound scores fit % like -1e65): `OrderCandidate.diverged`.
 DIVERGED_FIT_PERCENT = -1000.0
+# Below this a fit % is printed "diverged", not as its digits: an error 10^4 times
+# the output's spread is a free run that ran away (a nearly flat output scores
+# -4,500 % with a small error, and is explained instead).
+RUNAWAY_FIT_PERCENT = -1e6
 
 
 def fit_percent_text(value: float, digits: int = 1) -> str:
     """A fit % as the tables print it: `"80.9"`, `"undefined"` for a channel
-    without variance (`nan`), or `"diverged"` below `DIVERGED_FIT_PERCENT` (and
+    without variance (`nan`), or `"diverged"` below `RUNAWAY_FIT_PERCENT` (and
     for `-inf`)."""
     if math.isnan(value):
         return "undefined"
-    if not value > DIVERGED_FIT_PERCENT:
+    if not value > RUNAWAY_FIT_PERCENT:
         return "diverged"
     return f"{value:.{digits}f}"
 

@@ -32,6 +32,11 @@ from .subspace import largest_order, realise, subspace_bases
 
 
 _DEFAULT_MAX_ORDER = 10
+# The growth over the held-out data past which a diverged free run says nothing
+# of the model (`_scored_over_windows`): 1e8, the square root of float64's
+# resolution (the initial state's normal equations square it).
+_UNSCORABLE = math.log(1e8)
+_SHARED_BY_ORDERS = 3
 _CRITERIA = ("validation", "aic", "bic", "fpe")
 _METHODS = ("subspace", "fit")
 
@@ -485,16 +490,28 @@ def select_order(
 
 
 def _scored_over_windows(rows, models, val_data, largest_order: int):
-    """`(rows, val_data, window)`: when at least half of the candidates diverged
-    on `val_data` with an unstable mode, which a free run of the held-out data
-    cannot score in float64, every row scored again over the same windows of
-    `window` steps of it (`scoring_window`), and those windows as the held-out
-    data; else all as they are and `None`."""
+    """`(rows, val_data, window)`: when at least half of the candidates, of at
+    least `_SHARED_BY_ORDERS` orders, diverged on `val_data` with an unstable mode
+    that grows more than 1e8-fold over it (which a free run of the held-out data
+    cannot score in float64: a model that merely ran away within that is a bad
+    one; a mode that several orders share is the plant's, one order's wild
+    estimate from short data is not), every row scored again over the same
+    windows of `window` steps of it (`scoring_window`), and those windows as the
+    held-out data; else all as they are and `None`."""
     from .._fitting.unstable_window import scoring_window
 
-    unstable = [r.spectral_radius for r in rows if r.diverged and r.spectral_radius > 1]
-    if val_data is None or 2 * len(unstable) < len(rows):
+    if val_data is None:
         return rows, val_data, None
+    steps = max(val_data.lengths)
+    unscorable = [
+        r
+        for r in rows
+        if r.diverged and steps * math.log(max(r.spectral_radius, 1.0)) > _UNSCORABLE
+    ]
+    shared = len({r.order for r in unscorable}) >= _SHARED_BY_ORDERS
+    if 2 * len(unscorable) < len(rows) or not shared:
+        return rows, val_data, None
+    unstable = [r.spectral_radius for r in unscorable]
     window = scoring_window(unstable, min(val_data.lengths), largest_order)
     val_data = in_windows(val_data, window)
     rescored = []

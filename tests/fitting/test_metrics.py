@@ -64,8 +64,9 @@ def test_spectral_radius():
     [
         (80.94, "80.9"),
         (-219.01, "-219.0"),  # worse than the mean, still a number
-        (-999.9, "-999.9"),
-        (-1000.0, "diverged"),  # an error 11 times the spread
+        (-4500.0, "-4500.0"),  # a nearly flat output: explained, not hidden
+        (-0.99e6, "-990000.0"),
+        (-1e6, "diverged"),  # an error 10^4 times the spread: a runaway free run
         (-7.3e20, "diverged"),  # the free run of an unstable model
         (-np.inf, "diverged"),
         (np.nan, "undefined"),  # a channel without variance

@@ -4,7 +4,7 @@ refined by the fit, and a held-out output too flat for fit % to mean much."""
 
 import numpy as np
 
-from ..._fitting.metrics import DIVERGED_FIT_PERCENT
+from ..._fitting.metrics import RUNAWAY_FIT_PERCENT
 
 
 # Fit % below which a note explains it (fit % = 100 (1 - RMS / spread): at -50
@@ -86,8 +86,8 @@ def flat_output_lines(comparison, which: str) -> list[str]:
     spread = np.sqrt(np.mean((y - y.mean(axis=0)) ** 2, axis=0))
     lines = []
     for j, name in enumerate(comparison.names):
-        # (a diverged free run is said as such: `fit_percent_text`)
-        if DIVERGED_FIT_PERCENT < fit[j] < FLAT_FIT:
+        # (a free run that ran away is printed as such: `fit_percent_text`)
+        if RUNAWAY_FIT_PERCENT < fit[j] < FLAT_FIT:
             lines.append(
                 f"{which} fit % of {name} is {fit[j]:.1f} with an RMS error of "
                 f"{rms[j]:.4g}: the {which} {name} varies little (RMS {spread[j]:.4g} "
