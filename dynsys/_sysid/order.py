@@ -36,7 +36,12 @@ _DEFAULT_MAX_ORDER = 10
 # of the model (`_scored_over_windows`): 1e8, the square root of float64's
 # resolution (the initial state's normal equations square it).
 _UNSCORABLE = math.log(1e8)
+# ... a mode shared by at least this many orders, whose growth rates (log of the
+# spectral radius) agree within this ratio: an inverted pendulum's candidates of
+# orders 2-10 have 1.064-1.089 (ratio 1.4); a noisy stable plant's spurious
+# unstable estimates of orders 6-10 had 1.17-1.36 (ratio 2.0).
 _SHARED_BY_ORDERS = 3
+_SHARED_RATE_RATIO = 1.5
 _CRITERIA = ("validation", "aic", "bic", "fpe")
 _METHODS = ("subspace", "fit")
 
@@ -494,8 +499,9 @@ def _scored_over_windows(rows, models, val_data, largest_order: int):
     least `_SHARED_BY_ORDERS` orders, diverged on `val_data` with an unstable mode
     that grows more than 1e8-fold over it (which a free run of the held-out data
     cannot score in float64: a model that merely ran away within that is a bad
-    one; a mode that several orders share is the plant's, one order's wild
-    estimate from short data is not), every row scored again over the same
+    one), one mode by their growth rates (`_SHARED_RATE_RATIO`: a mode that
+    several orders share is the plant's; one order's wild estimate from short
+    data, or the scattered ones of noise, are not), every row scored again over the same
     windows of `window` steps of it (`scoring_window`), and those windows as the
     held-out data; else all as they are and `None`."""
     from .._fitting.unstable_window import scoring_window
@@ -508,7 +514,11 @@ def _scored_over_windows(rows, models, val_data, largest_order: int):
         for r in rows
         if r.diverged and steps * math.log(max(r.spectral_radius, 1.0)) > _UNSCORABLE
     ]
-    shared = len({r.order for r in unscorable}) >= _SHARED_BY_ORDERS
+    rates = [math.log(r.spectral_radius) for r in unscorable]
+    shared = (  # several orders, one mode: the plant's
+        len({r.order for r in unscorable}) >= _SHARED_BY_ORDERS
+        and max(rates) <= _SHARED_RATE_RATIO * min(rates)
+    )
     if 2 * len(unscorable) < len(rows) or not shared:
         return rows, val_data, None
     unstable = [r.spectral_radius for r in unscorable]

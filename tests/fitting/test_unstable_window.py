@@ -21,6 +21,7 @@ from dynsys._fitting.unstable_window import (
 from dynsys._sysid.order import select_order
 
 from ..experiments.test_unstable_plant import _closed_loop_csv
+from ..sysid.test_stable_margin import _row
 
 
 def _model(*eigenvalues):
@@ -122,3 +123,46 @@ def test_records_cut_into_windows_are_their_slices():
         np.testing.assert_array_equal(np.asarray(cut.ys[k]), ys[i][a : a + 3])
     assert cut.dt == 0.5
     assert in_windows(data, None) is data
+
+
+def _scan_model(radius, order):
+    K = np.diag([radius] + [0.5] * (order - 1))
+    return dynsys.LinearSystem(
+        K=jnp.asarray(K), B=jnp.ones((order, 1)), C=jnp.ones((1, order))
+    )
+
+
+@pytest.mark.parametrize(
+    "radii, windowed",
+    [
+        # an inverted pendulum's orders 2-4 (and one stable order 1): one mode
+        ({1: 0.9, 2: 1.085, 3: 1.087, 4: 1.064}, True),
+        # a noisy stable plant's spurious estimates: rates 0.155-0.309, scattered
+        ({1: 0.9, 2: 1.168, 3: 1.223, 4: 1.362}, False),
+        # one order's wild estimate (with and without D: one K)
+        ({1: 0.9, 2: 2.3}, False),
+        # runaway within 1e8 over 1,000 steps (1.015^1000 = 3e6): a bad model
+        ({1: 0.9, 2: 1.015, 3: 1.016, 4: 1.015}, False),
+    ],
+)
+def test_a_scan_is_scored_over_windows_only_for_a_mode_its_orders_share(
+    radii, windowed
+):
+    from dynsys._sysid.order import _scored_over_windows
+
+    rows = [_row(n, 50.0 if r < 1 else -1e30, r) for n, r in radii.items()]
+    rows = [r for row in rows for r in (row, row)]  # with and without D
+    models = [_scan_model(r.spectral_radius, r.order) for r in rows]
+    rng = np.random.default_rng(0)
+    val = dynsys.Dataset(
+        us=rng.standard_normal((1, 1000, 1)), ys=rng.standard_normal((1, 1000, 1))
+    )
+    scored, held_out, window = _scored_over_windows(rows, models, val, 4)
+    if not windowed:
+        assert window is None and scored is rows and held_out is val
+        return
+    assert window == scoring_window([1.085, 1.085, 1.087, 1.087, 1.064, 1.064], 1000, 4)
+    assert held_out.lengths == (window,) * (1000 // window)
+    for row, model, again in zip(rows, models, scored):
+        expected = dynsys.compare(model, held_out).fit_percent
+        assert again.fit_percent[0] == pytest.approx(float(expected[0]), rel=1e-6)
