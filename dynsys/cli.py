@@ -761,7 +761,8 @@ def _add_validation_options(fit: argparse.ArgumentParser) -> None:
     fit.add_argument(
         "--no-stabilise",
         action="store_true",
-        help="fit from the subspace start even when it is unstable",
+        help="fit from the subspace start even when it is unstable, and keep a "
+        "fit that drifted unstable from a stable start",
     )
 
 

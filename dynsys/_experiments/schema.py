@@ -188,7 +188,9 @@ def _fit_options() -> dict[str, Option]:
             (bool,), True, help="remove the data's means; the model keeps them"
         ),
         "stabilise": Option(
-            (bool,), True, help="retry from a stabilised start if it is unstable"
+            (bool,),
+            True,
+            help="stabilise an unstable start; refit as stable a fit that drifted",
         ),
         "input_delay": Option(
             (str, int, list),

@@ -27,6 +27,9 @@ class Estimate:
     # The output-error loss's window where the start has an unstable mode
     # (`unstable_window.py`), else `None`.
     window: int | None = None
+    # Where the fit from a stable start drifted unstable: the stable refit's
+    # scores and which model was kept (`stable_drift.py`), else `None`.
+    stable_refit: Any = None
 
 
 def stable_if_asked(fit_cfg: dict, model):
@@ -107,13 +110,18 @@ def fit_model(
 
 def fit_outputs_model(config, start, train, val, progress, found, echo) -> Estimate:
     """The output-error fit from `start` (a `Start`), continuing the structure
-    scan's refinement where it can; the warnings go to `found`."""
+    scan's refinement where it can; where it drifted unstable from a stable start,
+    the stable refit of `stable_drift.py` when it validates as well. The warnings
+    (of the fit kept) go to `found`."""
+    from .stable_drift import drifted, stable_refit
+
     fit_cfg = config["fit"]
     scan, begin = start.scan, start.begin
     resume = None
     if scan is not None and begin is start.subspace:
         resume = scan[0].fit_result  # the scan refined this very start
-    with fit_checks.captured_warnings(found):
+    said: list[str] = []  # the warnings of the fit kept
+    with fit_checks.captured_warnings(said):
         estimate = fit_model(
             config,
             stable_if_asked(fit_cfg, begin),
@@ -123,11 +131,28 @@ def fit_outputs_model(config, start, train, val, progress, found, echo) -> Estim
             refined_size(scan, begin, train),
             resume,
         )
-    result = estimate.result
-    stop_reason = fit_checks.stop_reason(result)
-    fit_checks.fit_warnings(result, stop_reason, found)
+    _echo_fit(fit_cfg, estimate, echo)
+    if drifted(fit_cfg, begin, estimate, train, val):
+        stable_said: list[str] = []
+        with fit_checks.captured_warnings(stable_said):
+            kept, refit = stable_refit(
+                fit_model, config, begin, estimate, train, val, progress
+            )
+        if refit.kept_stable:
+            said = stable_said
+        echo(f"  {refit.line()}")
+        estimate = dataclasses.replace(kept, stable_refit=refit)
+    for line in said:
+        fit_checks.add(found, line)
+    stop_reason = fit_checks.stop_reason(estimate.result)
+    fit_checks.fit_warnings(estimate.result, stop_reason, found)
     fit_checks.model_warnings("fitted", estimate.fitted, train, found)
-    continued = estimate.continued
+    return dataclasses.replace(estimate, stop_reason=stop_reason)
+
+
+def _echo_fit(fit_cfg: dict, estimate: Estimate, echo) -> None:
+    """The console line of the fit: loss, optimiser, steps, seconds, best step."""
+    result, continued = estimate.result, estimate.continued
     scanned = f" ({continued} of them the structure scan's)" if continued else ""
     kind = "prediction-error" if fit_cfg["loss"] == "prediction" else "output-error"
     echo(
@@ -136,7 +161,6 @@ def fit_outputs_model(config, start, train, val, progress, found, echo) -> Estim
         f"{len(result.losses)} steps{scanned}, {estimate.seconds:.1f} s, best "
         f"step {result.best_step}"
     )
-    return dataclasses.replace(estimate, stop_reason=stop_reason)
 
 
 def over_windows(estimate: Estimate) -> str:

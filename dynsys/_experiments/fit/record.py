@@ -138,6 +138,7 @@ def output_outcome(
         **_structure_metrics(start, fitted, fit_cfg),
         "loss": fit_cfg["loss"] if start.polynomial is None else "prediction",
         "loss_window": estimate.window,
+        "stable_refit": _stable_refit_metrics(estimate),
         "optimizer": estimate.optimiser,
         "steps_run": int(len(result.losses)),
         "steps_continued": estimate.continued,
@@ -176,6 +177,9 @@ def output_outcome(
         metrics["neural"] = neural.metrics
     described = _described(start, estimate, fit_cfg)
     notes = _head_notes(data, described, start.notes, result)
+    if estimate.stable_refit is not None:
+        line = estimate.stable_refit.line()
+        notes += [f"{line[0].upper()}{line[1:]}.", ""]
     notes += _roles_notes(config, data, validation.final)
     notes += [f"Warning: {line}" for line in found] + [""] * bool(found)
     assumed = assumption_lines(start, estimate, validation)
@@ -188,6 +192,14 @@ def output_outcome(
     metrics = _with_data_checks(metrics, checks)
     kept = final.result.model if final is not None else None
     return _outcome(data, estimate, metrics, summary, figures, notes, neural, kept)
+
+
+def _stable_refit_metrics(estimate) -> dict | None:
+    """metrics.json's `stable_refit`: where the fit from a stable start drifted
+    unstable (`stable_drift.py`), both models' held-out mean fit % and which was
+    kept; else `None`."""
+    refit = estimate.stable_refit
+    return None if refit is None else refit.metrics()
 
 
 def _structure_metrics(start, fitted, fit_cfg: dict) -> dict:
