@@ -136,7 +136,7 @@ def fit_outputs_model(config, start, train, val, progress, found, echo) -> Estim
         stable_said: list[str] = []
         with fit_checks.captured_warnings(stable_said):
             kept, refit = stable_refit(
-                fit_model, config, begin, estimate, train, val, progress
+                fit_model, config, estimate, train, val, progress
             )
         if refit.kept_stable:
             said = stable_said
@@ -228,14 +228,21 @@ def refit_on_estimation_data(config, estimate, data, progress, found, echo, ahea
     if ahead is not None:
         with stage("refit"):
             ahead.wait()
+    begin = estimate.result.model
+    if estimate.stable_refit is not None and estimate.stable_refit.kept_stable:
+        # The stable refit of a drift (`stable_drift.py`) is refitted as the
+        # linear system it is: the program compiled ahead, a cold run spared the
+        # compiling of the stable one's at another length. Should it drift again,
+        # the stable first part's model is kept (below).
+        begin = estimate.fitted
     with fit_checks.captured_warnings(said):
         final = fit_model(
             short,
-            estimate.result.model,
+            begin,
             data.estimation,
             None,
             progress,
-            final_size(estimate.result.model, data.estimation),
+            final_size(begin, data.estimation),
             stage_name="refit",
         )
     rho_final = fit_checks.spectral_radius(final.fitted)

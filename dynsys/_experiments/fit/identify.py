@@ -87,9 +87,9 @@ class Identified:
     **Fields:**
 
     - `model`: the identified model, as `dynsys fit` saves it in `model.dynsys`: a
-        `LinearSystem` (`StableLinearSystem` with `model="stable"`, or where the
-        fit from a stable start drifted unstable and its stable refit was kept,
-        docs/structure-selection.md; an
+        `LinearSystem` (`StableLinearSystem` with `model="stable"`, or where it
+        is `first_part` and that is the stable refit of a fit that drifted
+        unstable, docs/structure-selection.md; an
         `InnovationSystem` with `loss="prediction"` or `structure="armax"` or
         `"bj"`). With a held-out part carved from `data`, the chosen structure
         refitted on all of `data`
