@@ -59,6 +59,10 @@ class OrderCandidate:
     - `aic`, `bic`, `fpe`: from the free-run residuals on the estimation data.
     - `spectral_radius`, `stable` (spectral radius < 1); `refined`: fitted by `fit`
         after the subspace start; `seconds`: the time its fit and scores took.
+    - `held_out_losses`: each held-out sample's squared free-run error summed
+        over the channels, each divided by its spread (`(samples,)`; `None`
+        without validation data), which the choice compares between rows; not
+        in `table()`.
     """
 
     order: int
@@ -73,6 +77,11 @@ class OrderCandidate:
     stable: bool
     refined: bool
     seconds: float
+    # Each held-out sample's loss (`held_out_losses`), which the choice compares
+    # between rows; `None` without validation data.
+    held_out_losses: np.ndarray | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def diverged(self) -> bool:
@@ -90,7 +99,9 @@ class OrderSelection:
     - `order`, `feedthrough`, `model`: the chosen structure and its fitted model.
     - `criterion`: what chose it (`"validation"`, `"aic"`, `"bic"`, `"fpe"`);
         `tolerance`: with `"validation"`, the fit-% points below the best within
-        which the candidate with the fewest parameters wins.
+        which the candidate with the fewest parameters wins (also, with
+        `tolerance > 0`, within 0.5 points where the held-out data cannot tell
+        it from the best).
     - `channels`: the output channels' names.
     - `fit_result`: with `method="fit"`, the chosen structure's refinement (a
         `FitResult`, when it was refined), which a longer fit from the same start
@@ -131,7 +142,11 @@ class OrderSelection:
             return value
 
         def row(c: OrderCandidate) -> dict:
-            entries = {k: clean(v) for k, v in dataclasses.asdict(c).items()}
+            entries = {
+                f.name: clean(getattr(c, f.name))
+                for f in dataclasses.fields(c)
+                if f.name != "held_out_losses"  # (one number per held-out sample)
+            }
             if c.diverged:  # no meaningless 60-digit fit %
                 entries["fit_percent"] = [None] * len(c.fit_percent or ())
                 entries["mean_fit"] = None
@@ -263,13 +278,35 @@ def information_criteria(model, data, parameters: int) -> tuple[float, float, fl
 def held_out_fit(model, val_data) -> tuple[tuple[float, ...], float]:
     """`model`'s free-run fit % on `val_data` (initial states estimated by least
     squares): `(per channel, mean)`, the mean `-inf` when no channel varies."""
+    return _held_out(model, val_data)[:2]
+
+
+def _held_out(model, val_data):
+    """`held_out_fit`'s `(per channel, mean)` and the free run's squared error of
+    each held-out sample, each channel's divided by its spread (`(samples,)`, the
+    samples of every experiment in turn: `held_out_losses`)."""
     val_signals = signals(val_data, "select_order")
     measured = np.asarray(val_signals.ys, dtype=np.float64)
     predicted = free_run(model, val_signals)
     mask = np.asarray(val_signals.mask)
     values = channel_fit_percent(measured, predicted, mask=mask, xp=np)
     mean = float(channel_mean(values, xp=np))
-    return tuple(float(v) for v in values), (-math.inf if math.isnan(mean) else mean)
+    per_channel = tuple(float(v) for v in values)
+    losses = held_out_losses(measured, predicted, mask)
+    return per_channel, (-math.inf if math.isnan(mean) else mean), losses
+
+
+def held_out_losses(measured, predicted, mask) -> np.ndarray:
+    """Each held-out sample's squared free-run error summed over the channels, each
+    divided by its channel's sum of squared deviations from its mean (the terms
+    whose sum, channel by channel, is `(1 - fit % / 100)^2`): `(samples,)`, the
+    masked samples of every experiment in turn; non-finite where the run is."""
+    keep = mask.astype(bool)
+    y, error = measured[keep], (measured - predicted)[keep]
+    spread = np.sum((y - y.mean(axis=0)) ** 2, axis=0)
+    varies = spread > 0
+    with np.errstate(all="ignore"):
+        return np.sum(error[:, varies] ** 2 / spread[varies], axis=1)
 
 
 def _score(model, data, val_data, order, feedthrough, refined, started):
@@ -277,9 +314,9 @@ def _score(model, data, val_data, order, feedthrough, refined, started):
     p = model.output_size
     m = model.input_size
     parameters = order * (m + p) + (p * m if feedthrough else 0)
-    fit_percent = mean = None
+    fit_percent = mean = losses = None
     if val_data is not None:
-        fit_percent, mean = held_out_fit(model, val_data)
+        fit_percent, mean, losses = _held_out(model, val_data)
     aic, bic, fpe = information_criteria(model, data, parameters)
     rho = spectral_radius(model.K)
     return OrderCandidate(
@@ -295,6 +332,7 @@ def _score(model, data, val_data, order, feedthrough, refined, started):
         stable=rho < 1.0,
         refined=refined,
         seconds=time.perf_counter() - started,
+        held_out_losses=losses,
     )
 
 
@@ -402,7 +440,10 @@ def select_order(
     The choice: with `criterion="validation"` (the default when `val_data` is
     given) the best mean validation fit % wins, except that among the candidates
     within `tolerance` points of it the one with the fewest parameters
-    $n(m+p) + pm\\,[D]$ is taken (a simpler model that validates as well); with
+    $n(m+p) + pm\\,[D]$ is taken (a simpler model that validates as well), and
+    with `tolerance > 0` so is one within 0.5 points whose held-out errors do not
+    differ from the best's beyond their noise (a paired test,
+    `order_choice.worse_than`); with
     `"aic"` (the default without `val_data`), `"bic"` or `"fpe"` the lowest value.
     Unlike `fit_subspace(order=None)`'s singular-value rule, this keeps a lightly
     damped mode with a small singular value when it improves the validation fit.
@@ -526,8 +567,12 @@ def _scored_over_windows(rows, models, val_data, largest_order: int):
     val_data = in_windows(val_data, window)
     rescored = []
     for row, model in zip(rows, models):
-        scores, mean = held_out_fit(model, val_data)
-        rescored.append(dataclasses.replace(row, fit_percent=scores, mean_fit=mean))
+        scores, mean, losses = _held_out(model, val_data)
+        rescored.append(
+            dataclasses.replace(
+                row, fit_percent=scores, mean_fit=mean, held_out_losses=losses
+            )
+        )
     return rescored, val_data, window
 
 

@@ -12,12 +12,14 @@ def choose(
 ) -> int:
     """The index of the chosen row: the lowest criterion; with `"validation"`, the
     fewest parameters among the rows within `tolerance` points of the best mean
-    fit (a tie: the lower order). With `stable`, only the stable rows compete when
-    there is one and (with `"validation"`) the best of them validates within
-    `margin` points of the best row; where rows were refined, only refined rows
-    count as stable ones (a refinement may leave the unit disc: a double
-    integrator's refined models end at 1.0001, and an unrefined estimate at
-    0.99999 that validates 3 points worse is no more stable a plant)."""
+    fit, or (with `tolerance > 0`) within `NOISE_TOLERANCE` points and not worse
+    beyond the held-out data's noise (`worse_than`) (a tie: the lower order).
+    With `stable`, only the stable rows compete when there is one and (with
+    `"validation"`) the best of them validates within `margin` points of the best
+    row; where rows were refined, only refined rows count as stable ones (a
+    refinement may leave the unit disc: a double integrator's refined models end
+    at 1.0001, and an unrefined estimate at 0.99999 that validates 3 points worse
+    is no more stable a plant)."""
     refined = [i for i, r in enumerate(rows) if r.refined]
     pool = refined or list(range(len(rows)))
     kept = [i for i in pool if rows[i].stable]
@@ -33,8 +35,55 @@ def choose(
     best = max(r.mean_fit for r in rows)
     if not np.isfinite(best):
         return 0
-    near = [i for i, r in enumerate(rows) if r.mean_fit >= best - tolerance]
+    leader = rows[max(range(len(rows)), key=lambda i: rows[i].mean_fit)]
+    near = [
+        i
+        for i, r in enumerate(rows)
+        if r.mean_fit >= best - tolerance
+        or (
+            tolerance > 0
+            and r.mean_fit >= best - NOISE_TOLERANCE
+            and not worse_than(r, leader)
+        )
+    ]
     return min(near, key=lambda i: (rows[i].parameters, rows[i].order))
+
+
+# Points: a row that trails the best by more than the scan's `tolerance` but at
+# most this much is as good as the best when the held-out data cannot tell them
+# apart (`worse_than`): on noisy data a spurious higher order can lead by a few
+# tenths of a point by chance.
+NOISE_TOLERANCE = 0.5
+# A row validates worse than the best when its held-out loss exceeds the best's by
+# more than this many standard errors of their difference.
+SIGNIFICANCE = 2.0
+
+
+def worse_than(row, best) -> bool:
+    """Whether `row` validates worse than `best` beyond the held-out data's noise: the
+    mean of their per-sample loss differences (`held_out_losses`) above
+    `SIGNIFICANCE` standard errors, the errors' autocorrelation counted
+    (Newey-West, Bartlett weights over `sqrt(samples)` lags). Rows without
+    comparable losses count as worse."""
+    a, b = row.held_out_losses, best.held_out_losses
+    if a is None or b is None or a.shape != b.shape or a.size < 8:
+        return True
+    difference = a - b
+    if not np.all(np.isfinite(difference)):
+        return True
+    count = difference.size
+    mean = float(np.mean(difference))
+    if mean <= 0.0:
+        return False
+    centred = difference - mean
+    lags = int(math.sqrt(count))
+    variance = float(centred @ centred) / count
+    for lag in range(1, lags + 1):
+        weight = 1.0 - lag / (lags + 1)
+        variance += 2.0 * weight * float(centred[lag:] @ centred[:-lag]) / count
+    if variance <= 0.0:
+        return True
+    return mean > SIGNIFICANCE * math.sqrt(variance / count)
 
 
 def stalled(rows, criterion: str, tolerance: float, count: int) -> bool:

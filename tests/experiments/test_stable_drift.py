@@ -120,7 +120,8 @@ def test_a_run_whose_fit_drifted_saves_the_stable_refit_and_says_so(
     monkeypatch.setattr(stable_drift, "drifted", lambda *args: True)
     out = tmp_path / "run"
     args = ["fit", str(data), "--inputs", "u", "--outputs", "y", "--order", "2"]
-    assert cli.main([*args, "--no-feedthrough", "--no-progress", "--out", str(out)]) == 0
+    args += ["--no-feedthrough", "--no-progress", "--out", str(out)]
+    assert cli.main(args) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     refit = metrics["stable_refit"]
     assert refit["kept_stable"] is True
