@@ -441,9 +441,9 @@ def select_order(
     given) the best mean validation fit % wins, except that among the candidates
     within `tolerance` points of it the one with the fewest parameters
     $n(m+p) + pm\\,[D]$ is taken (a simpler model that validates as well), and
-    with `tolerance > 0` so is one within 0.5 points whose held-out errors do not
-    differ from the best's beyond their noise (a paired test,
-    `order_choice.worse_than`); with
+    with `tolerance > 0`, where the best's held-out errors look like noise, so is
+    one within 0.5 points whose held-out errors do not differ from the best's
+    beyond that noise (a paired test, `order_choice.worse_than`); with
     `"aic"` (the default without `val_data`), `"bic"` or `"fpe"` the lowest value.
     Unlike `fit_subspace(order=None)`'s singular-value rule, this keeps a lightly
     damped mode with a small singular value when it improves the validation fit.

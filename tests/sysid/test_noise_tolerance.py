@@ -11,7 +11,14 @@ import pytest
 import dynsys
 from dynsys import cli
 from dynsys._sysid.order import held_out_losses
-from dynsys._sysid.order_choice import choose, NOISE_TOLERANCE, SIGNIFICANCE, worse_than
+from dynsys._sysid.order_choice import (
+    choose,
+    NOISE_LIKE,
+    noise_dominated,
+    NOISE_TOLERANCE,
+    SIGNIFICANCE,
+    worse_than,
+)
 
 
 def _row(order, mean_fit, losses):
@@ -81,6 +88,35 @@ def test_the_choice_takes_the_simpler_row_within_the_noise():
     assert choose(rows, "validation", 0.2) == 1
     far = NOISE_TOLERANCE + 0.1
     rows = [_row(2, 60.0 - far, noisy), _row(8, 60.0, best)]
+    assert choose(rows, "validation", 0.2) == 1
+
+
+def _lag_one(x):
+    mean = sum(x) / len(x)
+    c = [v - mean for v in x]
+    return sum(c[t] * c[t - 1] for t in range(1, len(c))) / sum(v * v for v in c)
+
+
+def test_errors_look_like_noise_when_their_squares_are_uncorrelated():
+    rng = np.random.default_rng(2)
+    white = rng.standard_normal(600) ** 2
+    smooth = np.convolve(rng.standard_normal(640), np.ones(41) / 41, "valid") ** 2
+    for losses in (white, smooth):
+        expected = _lag_one(list(losses)) < NOISE_LIKE
+        assert noise_dominated(_row(2, 0.0, losses)) == expected
+    assert noise_dominated(_row(2, 0.0, white))
+    assert not noise_dominated(_row(2, 0.0, smooth))
+    assert not noise_dominated(_row(2, 0.0, None))
+
+
+def test_model_errors_leave_the_choice_to_the_tolerance():
+    """The same two rows as above, but the best's held-out errors are coloured
+    (the model's, not noise): the simpler row 0.4 points behind is not taken."""
+    rng = np.random.default_rng(0)
+    best = np.convolve(rng.standard_normal(540), np.ones(41) / 41, "valid") ** 2
+    close = best + 1e-3 * rng.standard_normal(500)
+    assert not worse_than(_row(2, 0.0, close), _row(8, 0.0, best))
+    rows = [_row(2, 59.6, close), _row(8, 60.0, best)]
     assert choose(rows, "validation", 0.2) == 1
 
 
