@@ -212,6 +212,13 @@ def scan_notes(scanned, held_out: bool) -> list[str]:
             f"the best mean held-out fit %{over}, or the fewest parameters within "
             f"{scan.tolerance:g} points of it"
         )
+        if scan.tolerance > 0:
+            from ..._sysid.order_choice import NOISE_TOLERANCE
+
+            rule += (
+                f" (within {NOISE_TOLERANCE:g} where the best's held-out errors look "
+                "like noise and do not tell the two apart)"
+            )
     else:
         rule = "the lowest AIC on the estimation data (no held-out data)"
     return [
