@@ -440,11 +440,10 @@ def select_order(
     The choice: with `criterion="validation"` (the default when `val_data` is
     given) the best mean validation fit % wins, except that among the candidates
     within `tolerance` points of it the one with the fewest parameters
-    $n(m+p) + pm\\,[D]$ is taken (a simpler model that validates as well), and
-    with `tolerance > 0`, where the best's held-out errors look like noise, so is
-    one within 0.5 points whose held-out errors do not differ from the best's
-    beyond that noise (a paired test, `order_choice.worse_than`); with
-    `"aic"` (the default without `val_data`), `"bic"` or `"fpe"` the lowest value.
+    $n(m+p) + pm\\,[D]$ is taken (a simpler model that validates as well; also
+    one within 0.5 points that noisy held-out data cannot tell from the best:
+    `order_choice.choose`); with `"aic"` (the default without `val_data`),
+    `"bic"` or `"fpe"` the lowest value.
     Unlike `fit_subspace(order=None)`'s singular-value rule, this keeps a lightly
     damped mode with a small singular value when it improves the validation fit.
 
@@ -466,17 +465,16 @@ def select_order(
         up to `refine` more candidates are refined, those with the fewest
         parameters among the ones simpler than the best `refine` and validating
         within this many fit-% points of the best subspace candidate (`0`:
-        none). A simple structure that the
-        subspace method scores nearly as well as the best is the one the choice
-        (the fewest parameters within `tolerance`) takes if its refinement keeps
-        up, e.g. the true order of a plant recorded under feedback.
+        none). A simple structure that the subspace method scores nearly as well
+        as the best is the one the choice (the fewest parameters within
+        `tolerance`) takes if its refinement keeps up, e.g. the true order of a
+        plant recorded under feedback.
     - `stop_after`: stop the scan (orders ascending) once this many successive
         orders have not beaten the best score so far (mean validation fit by more
         than `tolerance`, or the criterion); `None` scans every order.
     - `stable`: choose among the stable candidates (spectral radius below 1)
-        when there is one, as for data from a plant known to be stable; an
-        unstable model can validate well on a finite record and still diverge.
-        With `method="fit"` only refined candidates count.
+        when there is one, as for data from a plant known to be stable (with
+        `method="fit"`, only refined candidates count).
     - `stable_margin`: with `stable` and `"validation"`, the stable candidates
         are preferred only while the best of them validates within this many
         fit-% points of the best candidate (default: always). Bounded data do not
@@ -516,14 +514,8 @@ def select_order(
     bases = subspace_bases(call, data, horizon=horizon, offset=offset)
     options = {"bases": bases, "fit": dict(fit_options or {})}
     stop = (criterion, tolerance, stop_after)
-    rows, models = recalled(
-        lambda: _subspace_scan(
-            data, val_data, candidate_orders, options_ft, options, stop
-        ),
-        data,
-        val_data,
-        (candidate_orders, options_ft, stop, horizon, offset),
-    )
+    scanned = (candidate_orders, options_ft, stop, horizon, offset)
+    rows, models = _recalled_scan(data, val_data, scanned, options)
     largest = max(candidate_orders)
     rows, val_data, window = _scored_over_windows(rows, models, val_data, largest)
     fit_results: dict[int, Any] = {}  # the refined rows' FitResults
@@ -533,6 +525,19 @@ def select_order(
     chosen = choose(rows, criterion, float(tolerance), stable, float(stable_margin))
     selection = _selection(rows, models, fit_results, chosen, criterion, tolerance, s)
     return dataclasses.replace(selection, score_window=window)
+
+
+def _recalled_scan(data, val_data, scanned, options):
+    """`(rows, models)` of the subspace scan `scanned` (`(orders, feedthrough
+    options, stop, horizon, offset)`), recalled where this process scanned the same
+    data alike (`scan_memo.recalled`), else scanned."""
+    orders, options_ft, stop = scanned[:3]
+    return recalled(
+        lambda: _subspace_scan(data, val_data, orders, options_ft, options, stop),
+        data,
+        val_data,
+        scanned,
+    )
 
 
 def _scored_over_windows(rows, models, val_data, largest_order: int):

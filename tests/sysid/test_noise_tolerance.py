@@ -19,24 +19,12 @@ from dynsys._sysid.order_choice import (
     SIGNIFICANCE,
     worse_than,
 )
+from tests.sysid.test_stable_margin import _row as scan_row
 
 
 def _row(order, mean_fit, losses):
-    return dynsys.OrderCandidate(
-        order=order,
-        feedthrough=False,
-        parameters=2 * order,
-        fit_percent=(mean_fit,),
-        mean_fit=mean_fit,
-        aic=-mean_fit,
-        bic=-mean_fit,
-        fpe=1.0,
-        spectral_radius=0.9,
-        stable=True,
-        refined=True,
-        seconds=0.0,
-        held_out_losses=losses,
-    )
+    """A refined, stable scan row with these held-out losses."""
+    return scan_row(order, mean_fit, 0.9, held_out_losses=losses)
 
 
 def _t_statistic(a, b):

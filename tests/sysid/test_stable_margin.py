@@ -10,7 +10,7 @@ import dynsys
 from dynsys._sysid.order_choice import choose
 
 
-def _row(order, mean_fit, radius):
+def _row(order, mean_fit, radius, held_out_losses=None):
     return dynsys.OrderCandidate(
         order=order,
         feedthrough=False,
@@ -24,6 +24,7 @@ def _row(order, mean_fit, radius):
         stable=radius < 1.0,
         refined=True,
         seconds=0.0,
+        held_out_losses=held_out_losses,
     )
 
 

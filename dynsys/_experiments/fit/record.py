@@ -138,7 +138,9 @@ def output_outcome(
         **_structure_metrics(start, fitted, fit_cfg),
         "loss": fit_cfg["loss"] if start.polynomial is None else "prediction",
         "loss_window": estimate.window,
-        "stable_refit": _stable_refit_metrics(estimate),
+        "stable_refit": (
+            None if estimate.stable_refit is None else estimate.stable_refit.metrics()
+        ),
         "optimizer": estimate.optimiser,
         "steps_run": int(len(result.losses)),
         "steps_continued": estimate.continued,
@@ -192,14 +194,6 @@ def output_outcome(
     metrics = _with_data_checks(metrics, checks)
     kept = final.result.model if final is not None else None
     return _outcome(data, estimate, metrics, summary, figures, notes, neural, kept)
-
-
-def _stable_refit_metrics(estimate) -> dict | None:
-    """metrics.json's `stable_refit`: where the fit from a stable start drifted
-    unstable (`stable_drift.py`), both models' held-out mean fit % and which was
-    kept; else `None`."""
-    refit = estimate.stable_refit
-    return None if refit is None else refit.metrics()
 
 
 def _structure_metrics(start, fitted, fit_cfg: dict) -> dict:

@@ -13,13 +13,13 @@ what `--model stable` fits) from the drifted fit with its unstable eigenvalues
 reflected into the unit disc and `B`, `D` estimated again (`stabilised_start`, as
 for an unstable subspace start), and scored on the same held-out data; it is kept
 when it validates within `STABLE_MARGIN` points of the unstable model, the margin
-of the structure scan's preference for stable candidates. (From the subspace start
-instead, the stable fit took 96 steps and 3.4 s warm on the record above and
-validated 78.8 %; from the reflected fit, 21 steps, 1.0 s, 80.3 %.) The refit on
-all the estimation data starts from the kept stable model as a `LinearSystem`
-(`estimate.refit_on_estimation_data`). Where
-it validates worse, the unstable model is kept, and the line says so: an unstable
-plant recorded under feedback gives bounded data too. A start that is itself
+of the structure scan's preference for stable candidates. Where it validates
+worse, the unstable model is kept, and the line says so: an unstable plant recorded
+under feedback gives bounded data too. (From the subspace start instead, the stable
+fit took 96 steps and 3.4 s warm on the record above and validated 78.8 %; from the
+reflected fit, 21 steps, 1.0 s, 80.3 %.) The refit on all the estimation data
+starts from a kept stable model as a `LinearSystem`
+(`estimate.refit_on_estimation_data`). A start that is itself
 unstable (the plant's mode, fitted over windows where it grows) is not a drift and
 is left alone, as are `--model stable`, the prediction loss and config key
 `fit.stabilise = false`.
