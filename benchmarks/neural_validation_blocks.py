@@ -2,8 +2,8 @@
 third (what `dynsys fit --model neural` does), or on two blocks spread over the
 record (train, held out, train, held out, train; a third held out in all). Either
 way the final model is trained on all the estimation data for the chosen step
-scaled to as many passes (`refit_steps`), and scored on a test record none of the
-trainings saw.
+scaled to as many passes (as `dynsys fit` does, without its cap), and scored on a
+test record none of the trainings saw.
 
 Cases (each an estimation record `E` and a test record `H`):
 
@@ -86,8 +86,6 @@ def cases() -> dict:
 
 
 def measure(case: str, u, y, test, rule: str, seed: int) -> None:
-    from dynsys._experiments.fit.neural import refit_steps
-
     train, held = pieces(u, y, PATTERNS[rule])
     train, held, estimation = dataset(train), dataset(held), dataset([(u, y)])
     key = jax.random.key(seed)
@@ -98,7 +96,10 @@ def measure(case: str, u, y, test, rule: str, seed: int) -> None:
         f"{first.steps_run}, test RMS {test_rms(first, test):.4g}"
     )
     if first.best_step > 0:
-        steps = refit_steps(first.best_step, train, estimation, 10**6)
+        # As many passes over the data as the choosing run's best step (at least
+        # 50), as `dynsys fit` scales it (without its cap, `fit.neural_steps`).
+        passes = sum(estimation.lengths) / sum(train.lengths)
+        steps = max(50, int(round(first.best_step * passes)))
         final = dynsys.fit_neural(
             estimation, estimation, key=key, num_steps=steps, patience=10**6
         )
