@@ -218,23 +218,54 @@ def _back_substitute(K, forcing: Float[Array, "T N n"]):
     return jax.lax.scan(back, zeros, forcing, reverse=True)
 
 
+# The largest `T n^2` (entries of the powers `K^t`, t < T) whose derivative is
+# formed from those powers (`_adjoint_recursion_jvp`): 2^24, 128 MB in float64.
+POWERS_LIMIT = 2**24
+
+
 @_adjoint_recursion.defjvp
 def _adjoint_recursion_jvp(primals, tangents):
-    # The derivative runs the same recursion with its own forcing, `l_{t+1} dK +
-    # v_t dC + dv_t C`, formed for every step at once before it, so that under
-    # `vmap` each direction's loop does what the primal's does. JAX's own
-    # derivative forms those terms inside the loop, carrying every direction's `dK`
-    # and `dC`: the 48-direction Jacobian of an order-10 model over 1,536 steps
-    # took 14.4 ms that way, 5.7 ms this way (docs/benchmarks.md).
+    """The rows satisfy `l_t = l_{t+1} K + v_t C`, so `l_0 = sum_t v_t C K^t` and
+    its derivative is `sum_t (l_{t+1} dK + v_t dC + dv_t C) K^t`. Each term is a
+    contraction of a direction's `dK`, `dC` or `dv` with an array of the primal
+    alone (`S`, `V`, `C K^t` below), formed once for every direction: a direction
+    then costs `n^3 + p n^2 + T p n` multiply-adds and no loop. JAX's own
+    derivative carried every direction's `dK` and `dC` through the recursion's loop,
+    and formed its forcing at each step: the 48-direction Jacobian of an order-10
+    model over 1,536 steps took 14.4 ms that way (docs/benchmarks.md). Where the
+    powers would take more than `POWERS_LIMIT` entries, the derivative runs the
+    recursion again on its own forcing, formed for every step at once."""
     K, C, v = primals
     dK, dC, dv = tangents
     total, starts = _back_substitute(K, jnp.einsum("ntp,pj->tnj", v, C))
-    forcing = (
-        starts @ dK
-        + jnp.einsum("ntp,pj->tnj", v, dC)
-        + jnp.einsum("ntp,pj->tnj", dv, C)
+    num_steps, n = v.shape[1], K.shape[0]
+    if num_steps * n * n > POWERS_LIMIT:
+        forcing = (
+            starts @ dK
+            + jnp.einsum("ntp,pj->tnj", v, dC)
+            + jnp.einsum("ntp,pj->tnj", dv, C)
+        )
+        return total, _back_substitute(K, forcing)[0]
+    powers = _powers(K, num_steps)  # (T, n, n): K^t
+    after_state = jnp.einsum("tna,tbj->nabj", starts, powers)  # S
+    after_output = jnp.einsum("ntp,tbj->npbj", v, powers)  # V
+    free_response = jnp.einsum("pb,tbj->tpj", C, powers)  # C K^t
+    derivative = (
+        jnp.einsum("ab,nabj->nj", dK, after_state)
+        + jnp.einsum("pb,npbj->nj", dC, after_output)
+        + jnp.einsum("ntp,tpj->nj", dv, free_response)
     )
-    return total, _back_substitute(K, forcing)[0]
+    return total, derivative
+
+
+def _powers(K: Float[Array, "n n"], count: int) -> Float[Array, "count n n"]:
+    """`K^t` for `t = 0 ... count - 1`, by doubling: `log2(count)` batched
+    products instead of `count` sequential ones."""
+    powers = jnp.eye(K.shape[0], dtype=K.dtype)[None]
+    while powers.shape[0] < count:
+        step = powers[-1] @ K  # K^m for the m powers so far
+        powers = jnp.concatenate([powers, powers @ step])
+    return powers[:count]
 
 
 def _with_structured_derivative(predictor: "FreeRun | KalmanPredictor"):

@@ -10,6 +10,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import dynsys
+from dynsys._fitting import initial_states
 from dynsys._fitting.initial_states import (
     closed_form,
     FreeRun,
@@ -63,6 +64,15 @@ def _problem(inputs: bool, feedthrough: bool, levels: bool, seed=0):
 CASES = [(True, True, False), (True, False, True), (False, False, False)]
 
 
+@pytest.fixture(params=["powers", "recursion"])
+def adjoint_derivative(request, monkeypatch):
+    """The adjoint recursion's derivative from the powers of `K` (the default
+    here), or from the recursion run again (longer records: no powers kept)."""
+    if request.param == "recursion":
+        monkeypatch.setattr(initial_states, "POWERS_LIMIT", 0)
+    return request.param
+
+
 def _flat(model):
     params, static = eqx.partition(model, eqx.is_inexact_array)
     flat, unravel = ravel_pytree(params)
@@ -71,7 +81,7 @@ def _flat(model):
 
 @pytest.mark.parametrize("inputs, feedthrough, levels", CASES)
 def test_the_derivative_equals_the_one_through_the_free_response(
-    inputs, feedthrough, levels
+    inputs, feedthrough, levels, adjoint_derivative
 ):
     model, ys, us, mask, weights = _problem(inputs, feedthrough, levels)
     flat, rebuild = _flat(model)
@@ -98,7 +108,7 @@ def test_the_derivative_equals_the_one_through_the_free_response(
 
 @pytest.mark.parametrize("inputs, feedthrough, levels", CASES[:2])
 def test_the_derivative_against_central_differences_and_reverse_mode(
-    inputs, feedthrough, levels
+    inputs, feedthrough, levels, adjoint_derivative
 ):
     model, ys, us, mask, weights = _problem(inputs, feedthrough, levels, seed=3)
     flat, rebuild = _flat(model)
