@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._systems.innovation import kalman_predictions, prediction_free_response
@@ -204,7 +205,12 @@ def _adjoint_sum(model, v: Float[Array, "N T p"]) -> Float[Array, "N n"]:
 @jax.custom_jvp
 def _adjoint_recursion(K, C, v):
     """`_adjoint_sum` of `K (n, n)`, `C (p, n)` and `v (N, T, p)`: `(N, n)`."""
-    return _back_substitute(K, jnp.einsum("ntp,pj->tnj", v, C))[0]
+    return _back_substitute(K, _time_major(v, C))[0]
+
+
+def _time_major(v: Float[Array, "N T p"], C: Float[Array, "p n"]):
+    """The forcing `v_t C` of every step, time first: `(T, N, n)`."""
+    return jnp.einsum("ntp,pj->tnj", v, C)
 
 
 def _back_substitute(K, forcing: Float[Array, "T N n"]):
@@ -223,13 +229,13 @@ def _back_substitute(K, forcing: Float[Array, "T N n"]):
 POWERS_LIMIT = 2**24
 
 
-@_adjoint_recursion.defjvp
 def _adjoint_recursion_jvp(primals, tangents):
     """The rows satisfy `l_t = l_{t+1} K + v_t C`, so `l_0 = sum_t v_t C K^t` and
     its derivative is `sum_t (l_{t+1} dK + v_t dC + dv_t C) K^t`. Each term is a
     contraction of a direction's `dK`, `dC` or `dv` with an array of the primal
     alone (`S`, `V`, `C K^t` below), formed once for every direction: a direction
-    then costs `n^3 + p n^2 + T p n` multiply-adds and no loop. JAX's own
+    then costs `n^3 + p n^2 + T p n` multiply-adds and no loop (`T p n` only where
+    `v` moves: a fit's `v` is fixed, its tangent a symbolic zero). JAX's own
     derivative carried every direction's `dK` and `dC` through the recursion's loop,
     and formed its forcing at each step: along 48 directions of an order-10 model
     over 1,536 steps it took 10.7 ms, this 0.6 ms (docs/benchmarks.md). Where the
@@ -237,25 +243,34 @@ def _adjoint_recursion_jvp(primals, tangents):
     recursion again on its own forcing, formed for every step at once."""
     K, C, v = primals
     dK, dC, dv = tangents
-    total, starts = _back_substitute(K, jnp.einsum("ntp,pj->tnj", v, C))
+    dK, dC = _instantiated(dK), _instantiated(dC)
+    dv = None if isinstance(dv, SymbolicZero) else dv  # its terms left out
+    total, starts = _back_substitute(K, _time_major(v, C))
     num_steps, n = v.shape[1], K.shape[0]
     if num_steps * n * n > POWERS_LIMIT:
-        forcing = (
-            starts @ dK
-            + jnp.einsum("ntp,pj->tnj", v, dC)
-            + jnp.einsum("ntp,pj->tnj", dv, C)
-        )
+        forcing = starts @ dK + _time_major(v, dC)
+        if dv is not None:
+            forcing = forcing + _time_major(dv, C)
         return total, _back_substitute(K, forcing)[0]
     powers = _powers(K, num_steps)  # (T, n, n): K^t
     after_state = jnp.einsum("tna,tbj->nabj", starts, powers)  # S
     after_output = jnp.einsum("ntp,tbj->npbj", v, powers)  # V
-    free_response = jnp.einsum("pb,tbj->tpj", C, powers)  # C K^t
-    derivative = (
-        jnp.einsum("ab,nabj->nj", dK, after_state)
-        + jnp.einsum("pb,npbj->nj", dC, after_output)
-        + jnp.einsum("ntp,tpj->nj", dv, free_response)
-    )
+    derivative = jnp.einsum("ab,nabj->nj", dK, after_state)
+    derivative = derivative + jnp.einsum("pb,npbj->nj", dC, after_output)
+    if dv is not None:
+        free_response = jnp.einsum("pb,tbj->tpj", C, powers)  # C K^t
+        derivative = derivative + jnp.einsum("ntp,tpj->nj", dv, free_response)
     return total, derivative
+
+
+def _instantiated(tangent):
+    """A tangent as an array (zeros for a symbolic zero)."""
+    if isinstance(tangent, SymbolicZero):
+        return jnp.zeros(tangent.shape, tangent.dtype)
+    return tangent
+
+
+_adjoint_recursion.defjvp(_adjoint_recursion_jvp, symbolic_zeros=True)
 
 
 def _powers(K: Float[Array, "n n"], count: int) -> Float[Array, "count n n"]:

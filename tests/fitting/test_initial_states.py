@@ -192,6 +192,35 @@ def test_the_kalman_predictors_derivative_equals_the_one_through_its_response(
     np.testing.assert_allclose(reverse(flat), forward(flat), rtol=1e-10, atol=1e-10)
 
 
+def test_the_adjoint_sums_derivative_in_every_argument_equals_a_plain_loops(
+    adjoint_derivative,
+):
+    """`sum_t (C K^t)^T v_t` along `K`, `C` and `v` together, against a Python loop
+    over the steps differentiated by JAX."""
+    rng = np.random.default_rng(5)
+    n, p, N, T = 3, 2, 2, 9
+    K = jnp.asarray(0.5 * rng.normal(size=(n, n)))
+    C = jnp.asarray(rng.normal(size=(p, n)))
+    v = jnp.asarray(rng.normal(size=(N, T, p)))
+
+    def loop(K, C, v):
+        total, power = jnp.zeros((N, n)), jnp.eye(n)
+        for t in range(T):
+            total = total + v[:, t] @ C @ power
+            power = power @ K
+        return total
+
+    def adjoint(K, C, v):
+        return initial_states._adjoint_sum(dynsys.LinearSystem(K, C=C), v)
+
+    directions = [jnp.asarray(rng.normal(size=a.shape)) for a in (K, C, v)]
+    got = jax.jvp(adjoint, (K, C, v), tuple(directions))
+    expected = jax.jvp(loop, (K, C, v), tuple(directions))
+    for a, b in zip(got, expected):
+        assert np.max(np.abs(b)) > 0.1
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_float32_solves_with_the_qr_factors():
     """In float32 the values are `solve_x0`'s QR solves (to round-off), and the derivative, solved
     with the same factors, agrees with float64's and with JAX's derivative through
