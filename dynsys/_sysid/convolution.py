@@ -30,23 +30,40 @@ def decays(K: np.ndarray) -> bool:
 
 
 def powers(K: np.ndarray, C: np.ndarray, T: int) -> np.ndarray:
-    """$C K^t$ for $t = 0 \\dots T-1$, shape `(T, p, n)`."""
+    """$C K^t$ for $t = 0 \\dots T-1$, shape `(T, p, n)`.
+
+    By doubling: the rows so far, times $K^m$ for the `m` of them, give the next
+    `m` (`log2 T` batched products instead of `T` small ones: 4 ms a model on a
+    4,200-sample record, which an order scan paid some 60 times)."""
     rows = np.empty((T, *C.shape))
-    CKt = C
-    for t in range(T):
-        rows[t] = CKt
-        CKt = CKt @ K
+    if T == 0:
+        return rows
+    rows[0] = C
+    filled, step = 1, K  # step = K^filled
+    while filled < T:
+        more = min(filled, T - filled)
+        np.matmul(rows[:more], step, out=rows[filled : filled + more])
+        filled += more
+        if filled < T:
+            step = step @ step
     return rows
 
 
 def _delayed(kernel: np.ndarray, signal: np.ndarray, subscripts: str) -> np.ndarray:
     """$\\sum_{j<t}$ `kernel[t-1-j]` combined with `signal[:, j]` by `subscripts`
     (an `einsum` over the frequency axis `f`), shape `(N, T, ...)`: zero at `t = 0`."""
+    import scipy.fft  # (jax has imported scipy; this adds some 10 ms)
+
     T = kernel.shape[0]
-    length = 1 << max(1, (2 * T - 1).bit_length())  # no wrap-around
-    kernel_f = np.fft.rfft(kernel, n=length, axis=0)
-    signal_f = np.fft.rfft(signal, n=length, axis=1)
-    summed = np.fft.irfft(np.einsum(subscripts, kernel_f, signal_f), n=length, axis=1)
+    # No wrap-around; a length of small prime factors, not the next power of two:
+    # on a 4,200-sample record 8,640 points against 16,384, scipy's transforms
+    # some 5x faster than NumPy's at the power of two.
+    length = scipy.fft.next_fast_len(max(2, 2 * T - 1), real=True)
+    kernel_f = scipy.fft.rfft(kernel, n=length, axis=0)
+    signal_f = scipy.fft.rfft(signal, n=length, axis=1)
+    summed = scipy.fft.irfft(
+        np.einsum(subscripts, kernel_f, signal_f), n=length, axis=1
+    )
     out = np.zeros((signal.shape[0], T, *summed.shape[2:]))
     out[:, 1:] = summed[:, : T - 1]
     return out

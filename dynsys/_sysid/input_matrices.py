@@ -41,9 +41,11 @@ def _input_regressors(
         C = rows[0]  # C K^0
         phi = np.empty((N, T, p, n * m))
         W = np.zeros((N, n, n * m))  # d x_t / d vec(B)
+        index = np.arange(n)
         for t in range(T):
-            phi[:, t] = np.einsum("pi,nij->npj", C, W)
-            W = np.einsum("ij,njk->nik", K, W) + _unit_entries(us[:, t], n)
+            np.matmul(C, W, out=phi[:, t])
+            W = K @ W
+            W.reshape(N, n, n, m)[:, index, index] += us[:, None, t]
     if feedthrough:
         direct = _unit_entries(us.reshape(N * T, m), p).reshape(N, T, p, p * m)
         phi = np.concatenate([phi, direct], axis=-1)

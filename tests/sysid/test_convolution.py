@@ -41,6 +41,24 @@ def test_delayed_sums_match_a_plain_loop():
     np.testing.assert_array_equal(one, np.zeros((N, 1, p)))
 
 
+@pytest.mark.parametrize("T", [1, 2, 3, 37, 256, 1000])
+@pytest.mark.parametrize("radius", [0.9, 1.02])
+def test_powers_match_a_plain_loop(T, radius):
+    """`powers` doubles (the rows so far times a power of K); the rows are those
+    of the product taken one step at a time, decaying or growing."""
+    rng = np.random.default_rng(7)
+    n, p = 4, 3
+    K, C = _stable(rng, n, radius), rng.standard_normal((p, n))
+    expected, row = [], C
+    for _ in range(T):
+        expected.append(row)
+        row = row @ K
+    rows = convolution.powers(K, C, T)
+    assert rows.shape == (T, p, n)
+    scale = np.max(np.abs(expected), axis=(1, 2), keepdims=True)
+    np.testing.assert_allclose(rows / scale, np.asarray(expected) / scale, atol=1e-12)
+
+
 def test_decays_by_the_spectral_radius():
     assert convolution.decays(np.diag([0.5, -0.99]))
     assert not convolution.decays(np.diag([0.5, 0.9995]))  # marginal: recursion
