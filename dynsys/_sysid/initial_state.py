@@ -65,9 +65,11 @@ def linear_x0(
     n = system.state_size
     C = jnp.eye(n, dtype=system.K.dtype) if system.C is None else system.C
     rows = observability_rows(system.K, C, T)
-    weight = mask.astype(ys.dtype)
-    residual = (ys - forced_outputs(system, us, T, N)) * weight[..., None]
-    A = rows[None] * weight[:, :, None, None]
+    # `where`, not a product: a record padded past its end (`in_shared_length`)
+    # must not turn an unstable model's large powers there into nan.
+    inside = mask[..., None]
+    residual = jnp.where(inside, ys - forced_outputs(system, us, T, N), 0.0)
+    A = jnp.where(inside[..., None], rows[None], 0.0)
     A = A.reshape(N, T * p, n)
     return jnp.einsum("nij,nj->ni", jnp.linalg.pinv(A), residual.reshape(N, T * p))
 

@@ -12,7 +12,7 @@ from jaxtyping import Array
 
 from .._compile.jit import device_array, kept_jit
 from .input_matrices import input_matrices
-from .signals import Signals
+from .signals import in_shared_length, Signals
 
 
 class NoiseModel(NamedTuple):
@@ -80,10 +80,12 @@ def past_projection(
     """`_past_projection` of the prepared signals `s`, in NumPy (float64): `(N, W,
     s p)` and `(N, W)`. It depends on the data and the horizon only, so an order
     scan computes it once for all its orders (`SubspaceBasis.past`)."""
-    past, valid = _past_projection(
-        s.ys, s.us, device_array(s.lengths), horizon, constant
+    padded = in_shared_length(s, "past_projection")  # (its windows past the end:
+    past, valid = _past_projection(  # masked, and cut off here)
+        padded.ys, padded.us, device_array(s.lengths), horizon, constant
     )
-    return np.asarray(past, np.float64), np.asarray(valid)
+    count = s.ys.shape[1] - 2 * horizon + 1
+    return np.asarray(past, np.float64)[:, :count], np.asarray(valid)[:, :count]
 
 
 def window_states(

@@ -4,6 +4,7 @@ measured signals (outputs, or states when there are none), inputs and valid step
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
@@ -62,6 +63,58 @@ def arrays_only(s: Signals) -> Signals:
     passed to a compiled function, one program serves every dataset of its
     shapes."""
     return s._replace(lengths=(), names=(), dt=None)
+
+
+def in_shared_length(s: Signals, program: str) -> Signals:
+    """`s` with its time axis padded to the length that records of nearby lengths
+    share for the compiled program `program` (`shared_length`), so that a file of
+    another length runs the programs a first file compiled. The padded steps are
+    zero and masked: they lie past every experiment's end (`lengths` unchanged),
+    so they enter no sum and no window, and only the order of summation changes.
+    Padded on the host (`jnp.pad` would compile a program per shape)."""
+    from .._fitting.length_buckets import shared_length
+
+    if _traced(s.ys, s.us, s.xs):  # inside the user's jit or grad: as it is
+        return s
+    N, T, p = s.ys.shape
+    m = 0 if s.us is None else s.us.shape[-1]
+    length = shared_length(T, f"{program}/{N}x{m}x{p}:{s.ys.dtype}")
+    if length == T:
+        return s
+
+    return s._replace(
+        ys=padded_steps(s.ys, length),
+        us=padded_steps(s.us, length),
+        mask=padded_steps(s.mask, length),
+        xs=padded_steps(s.xs, length + 1),
+    )
+
+
+def padded_steps(a: Array | None, steps: int) -> Array | None:
+    """`a (N, T, ...)` with zeros (False) after its `T` steps up to `steps`
+    (padded on the host: `jnp.pad` compiles a program per shape)."""
+    if a is None or a.shape[1] == steps:
+        return a
+    widths = [(0, 0)] * a.ndim
+    widths[1] = (0, steps - a.shape[1])
+    if _traced(a):
+        return jnp.pad(a, widths)
+    return jax.device_put(np.pad(np.asarray(a), widths))
+
+
+def first_steps(a: Array | None, steps: int) -> Array | None:
+    """The first `steps` steps of `a (N, T, ...)` (sliced on the host: a slice of
+    a JAX array compiles a program per shape)."""
+    if a is None or a.shape[1] == steps:
+        return a
+    if _traced(a):
+        return a[:, :steps]
+    return jax.device_put(np.asarray(a)[:, :steps])
+
+
+def _traced(*arrays) -> bool:
+    """Whether any of `arrays` is traced (no values to pad on the host)."""
+    return any(isinstance(a, jax.core.Tracer) for a in arrays)
 
 
 def linear_of(model: object) -> LinearSystem | None:

@@ -20,7 +20,7 @@ from .._systems.system import LinearSystem
 from .input_matrices import input_matrices
 from .noise_model import noise_model as estimate_noise_model, past_projection
 from .operating_point import data_levels, deviations
-from .signals import Signals, signals
+from .signals import in_shared_length, Signals, signals
 
 
 _DEFAULT_HORIZON = 10
@@ -143,7 +143,6 @@ def _observability_svd(
     us: Array | None,
     lengths: Array,
     horizon: int,
-    windows: int,
     constant: bool,
 ) -> tuple[Array, Array]:
     """The left singular vectors and singular values of the block of the LQ factor
@@ -153,6 +152,9 @@ def _observability_svd(
     m = 0 if us is None else us.shape[-1]
     factors = _window_factors(ys, us, lengths, horizon, constant)
     R = jnp.linalg.qr(factors.reshape(-1, factors.shape[-1]), mode="r")
+    # The windows' count from `lengths` (an array): a static count would make
+    # records of other lengths, padded alike, compile a program each.
+    windows = jnp.sum(lengths - 2 * horizon + 1).astype(R.dtype)
     L = R.T / jnp.sqrt(windows)
     a, b = horizon * m + int(constant), horizon * (m + p)
     U, S, _ = jnp.linalg.svd(L[a + b :, a : a + b], full_matrices=False)
@@ -173,8 +175,9 @@ def _projected_singular_values(
             f"all, fewer than the {rows} rows of the data matrix; use a shorter "
             "horizon or more data."
         )
+    padded = in_shared_length(s, "subspace")  # a file of another length: no program
     return _observability_svd(
-        s.ys, s.us, device_array(s.lengths), horizon, windows, constant
+        padded.ys, padded.us, device_array(s.lengths), horizon, constant
     )
 
 

@@ -25,7 +25,16 @@ from .initial_state import (
 )
 from .neural_start import encoded_states
 from .prediction import kalman_prediction
-from .signals import arrays_only, check_model_matches, linear_of, Signals, signals
+from .signals import (
+    arrays_only,
+    check_model_matches,
+    first_steps,
+    in_shared_length,
+    linear_of,
+    padded_steps,
+    Signals,
+    signals,
+)
 
 
 class Comparison(eqx.Module):
@@ -60,9 +69,9 @@ class Comparison(eqx.Module):
 def _scores(predicted, ys, mask):
     """`(predicted, measured, fit % (p,), fit % per experiment (N, p))`, the
     signals zeroed past each experiment's end."""
-    weight = mask.astype(ys.dtype)[..., None]
-    predicted = predicted * weight
-    measured = ys * weight
+    inside = mask[..., None]  # (`where`: a diverged run's padded steps are inf)
+    predicted = jnp.where(inside, predicted, 0.0)
+    measured = jnp.where(inside, ys, 0.0)
     fit = functools.partial(channel_fit_percent, measured, predicted, mask=mask)
     return predicted, measured, fit(axis=(0, 1)), fit(axis=1)
 
@@ -183,14 +192,20 @@ def _prediction(model, s: Signals, x0: Array, horizon, window) -> Array:
 
 
 def _comparison(s: Signals, predicted: Array, x0: Array, horizon) -> Comparison:
-    """The `Comparison` of the predictions with the measurements, both zeroed past
-    each experiment's end."""
-    predicted, measured, fit, fit_per_experiment = _scores(predicted, s.ys, s.mask)
+    """The `Comparison` of the predictions `(N, T, p)` (or padded as
+    `in_shared_length(s, "compare")`) with the measurements, both zeroed past each
+    experiment's end."""
+    T = s.ys.shape[1]
+    padded = in_shared_length(s, "compare")
+    predicted = padded_steps(predicted, padded.ys.shape[1])
+    predicted, measured, fit, fit_per_experiment = _scores(
+        predicted, padded.ys, padded.mask
+    )
     return Comparison(
         fit_percent=fit,
         fit_percent_per_experiment=fit_per_experiment,
-        predicted=predicted,
-        measured=measured,
+        predicted=first_steps(predicted, T),
+        measured=first_steps(measured, T),
         x0=x0,
         names=s.names,
         horizon=horizon,
@@ -308,7 +323,10 @@ def compare(
             f"linear model (it re-estimates the state), got "
             f"{type(model).__name__}; use horizon=None or data with states."
         )
-    predicted, x0 = _free_run_or_ahead(model, arrays_only(s), x0, horizon, window)
+    # Padded: a record of another length runs the same program (the run is causal,
+    # and the padded steps enter no least squares).
+    padded = arrays_only(in_shared_length(s, "compare"))
+    predicted, x0 = _free_run_or_ahead(model, padded, x0, horizon, window)
     return _comparison(s, predicted, x0, horizon)
 
 
@@ -519,8 +537,13 @@ def residual_analysis(
             f"experiment's {T} steps, got {max_lag!r}."
         )
     s = signals(data, call)
-    difference = (comparison.measured, comparison.predicted)
-    e, auto, cross = _correlations(difference, s.us, s.mask, max_lag)
+    padded = in_shared_length(s, "compare")  # (zeros enter no lagged sum)
+    length = padded.ys.shape[1]
+    difference = tuple(
+        padded_steps(a, length) for a in (comparison.measured, comparison.predicted)
+    )
+    e, auto, cross = _correlations(difference, padded.us, padded.mask, max_lag)
+    e = first_steps(e, T)
     num_samples = int(sum(comparison.lengths))
     return Residuals(
         autocorrelation=auto,

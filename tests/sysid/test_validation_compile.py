@@ -87,3 +87,55 @@ def test_responses_and_initial_states_compile_one_program_each():
     markov = [D] + [C @ np.linalg.matrix_power(K, t) @ B for t in range(30)]
     np.testing.assert_allclose(np.asarray(steps), np.cumsum(markov, axis=0), atol=1e-10)
     assert np.asarray(x0).shape == (2, 3)
+
+
+def _one_record(model, steps: int, seed: int):
+    """One experiment of `steps` samples of `model`, with output noise."""
+    rng = np.random.default_rng(seed)
+    us = rng.normal(size=(1, steps, 2))
+    ys = np.asarray(dynsys.rollout(model, jnp.zeros((1, 3)), steps, inputs=us).ys)
+    return dynsys.Dataset(ys=ys + 0.05 * rng.normal(size=ys.shape), us=us)
+
+
+def test_a_record_of_another_length_compiles_nothing_and_scores_the_same():
+    # `compare`, `residual_analysis` and `fit_subspace` pad a record to the length
+    # records of nearby lengths share (masked steps after its end): after a record
+    # of 611 samples (padded to 640), one of 500 (its own bucket: 512) runs their
+    # programs.
+    model, _ = _model_and_data(4)
+    first, second = _one_record(model, 611, 5), _one_record(model, 500, 6)
+    for data in (first, second):
+        with compiled_programs() as counted:
+            comparison = dynsys.compare(model, data)
+            residuals = dynsys.residual_analysis(model, data, max_lag=7)
+            # (a given horizon: the default one depends on the length)
+            found = dynsys.fit_subspace(data, 3, horizon=10)
+        if data is first:
+            assert sum(counted.values()) > 0
+    assert sum(counted.values()) == 0, counted
+    # The second record's numbers, against plain numpy: the free run from the
+    # least-squares initial state, its fit %, the residuals' auto-correlation.
+    K, B, C, D = (np.asarray(getattr(model, k)) for k in "KBCD")
+    ys, us = np.asarray(second.ys)[0], np.asarray(second.us)[0]
+    rows, forced, x = [], [], np.zeros(3)
+    for t in range(500):
+        rows.append(C @ np.linalg.matrix_power(K, t))
+        forced.append(C @ x + D @ us[t])
+        x = K @ x + B @ us[t]
+    rows, forced = np.concatenate(rows), np.asarray(forced)
+    x0 = np.linalg.lstsq(rows, (ys - forced).ravel(), rcond=None)[0]
+    predicted = forced + (rows @ x0).reshape(500, 3)
+    assert np.asarray(comparison.predicted).shape == (1, 500, 3)
+    np.testing.assert_allclose(np.asarray(comparison.predicted)[0], predicted, atol=1e-9)
+    error = np.linalg.norm(ys - predicted, axis=0)
+    spread = np.linalg.norm(ys - ys.mean(axis=0), axis=0)
+    np.testing.assert_allclose(comparison.fit_percent, 100 * (1 - error / spread))
+    e = ys - predicted
+    auto = [np.sum(e[lag:] * e[: 500 - lag], axis=0) for lag in range(8)]
+    np.testing.assert_allclose(
+        residuals.autocorrelation, np.asarray(auto) / np.sum(e**2, axis=0), atol=1e-9
+    )
+    assert np.asarray(residuals.residuals).shape == (1, 500, 3)
+    # The subspace estimate of the padded record: the model's poles, near enough.
+    poles = np.sort(np.abs(np.linalg.eigvals(np.asarray(found.K))))
+    np.testing.assert_allclose(poles, np.sort(np.abs(np.linalg.eigvals(K))), atol=0.05)

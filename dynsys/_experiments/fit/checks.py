@@ -114,13 +114,20 @@ def _forced_program():
 def _ignores_inputs(linear, data) -> bool:
     """The response to the data's inputs is below `_NEGLIGIBLE_GAIN` of the
     outputs' spread (per channel, every channel)."""
+    from ..._fitting.length_buckets import shared_length
+
     us = np.asarray(data.us)
     if linear.input_level is not None:
         us = us - np.asarray(linear.input_level)[None, None]
     mask = np.arange(us.shape[1])[None, :] < np.asarray(data.lengths)[:, None]
     us = np.where(mask[..., None], us, 0.0)
     bare = type(linear)(linear.K, linear.B, linear.C, linear.D)
-    response = np.asarray(_forced_program()(bare, us, us.shape[1], us.shape[0]))[mask]
+    # Padded (zero inputs after the end, cut off below) to the length records of
+    # nearby lengths share: a file of another length compiles no program here.
+    N, T, m = us.shape
+    steps = shared_length(T, f"forced_outputs/{N}x{m}:{us.dtype}")
+    us = np.pad(us, ((0, 0), (0, steps - T), (0, 0)))
+    response = np.asarray(_forced_program()(bare, us, steps, N))[:, :T][mask]
     ys = np.asarray(data.ys)[mask]
     spread = np.std(ys, axis=0)
     return bool(np.all(np.std(response, axis=0) < _NEGLIGIBLE_GAIN * spread))
