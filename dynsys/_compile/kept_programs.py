@@ -37,6 +37,9 @@ from .program_key import program_key, Unkeyed
 # A `jax.monitoring` duration event per program read from its file (the stages'
 # clock, `_experiments/compile_clock.py`, counts them).
 LOAD_EVENT = "/dynsys/kept_program_load_duration"
+# The name of a thread that compiles programs ahead of the stage that runs them
+# (`compiling_ahead`); the run's clock counts its work apart.
+AHEAD_THREAD = "dynsys-compile-ahead"
 # Within `compiling_ahead`: a repeated program (the optimiser's chunk) is compiled
 # or loaded, not run.
 _AHEAD: contextvars.ContextVar = contextvars.ContextVar("dynsys_ahead", default=False)

@@ -26,6 +26,7 @@ from .._fitting.unstable_window import in_windows
 from .._systems.system import LinearSystem
 from .free_run import free_run
 from .order_choice import choose, stalled, to_refine
+from .refine_ahead import CandidatesAhead
 from .scan_memo import recalled
 from .signals import linear_of, signals
 from .subspace import largest_order, realise, subspace_bases
@@ -360,27 +361,30 @@ def _subspace_scan(data, val_data, orders, feedthrough, options, stop):
     return rows, models
 
 
-def _refined_candidate(data, val_data, row, start, options, size):
-    """Refine a subspace candidate by `fit` (output error), padded to `size`
-    (`padded.py`: every candidate shares one compiled program) unless it is
-    `None`, and score it again: `(row, model, FitResult)`. A start with an
-    unstable mode that a free run over the record could not hold in float64 is
-    refined over windows (`unstable_window.py`)."""
+def _candidate_fit(data, val_data, start, options, size):
+    """The `FitResult` of a subspace candidate `start` refined by `fit` (output
+    error), padded to `size` (`padded.py`: every candidate shares one compiled
+    program) unless it is `None`. A start with an unstable mode that a free run
+    over the record could not hold in float64 is refined over windows
+    (`unstable_window.py`)."""
     from .._fitting.fit import fit
     from .._fitting.fit_padded import fit_padded
     from .._fitting.unstable_window import windowed_loss
 
-    started = time.perf_counter()
     options = dict(val_data=val_data, progress=False, **options["fit"])
     windows = None if "loss" in options else windowed_loss(start, data, val_data)
     if windows is not None:
         options["loss"] = windows
-    with warnings.catch_warnings():  # a candidate's fit notes are not the user's
-        warnings.simplefilter("ignore")
-        if size is None:
-            result = fit(start, data, **options)
-        else:
-            result = fit_padded(start, data, *size, **options)
+    if size is None:
+        return fit(start, data, **options)
+    return fit_padded(start, data, *size, **options)
+
+
+def _refined_candidate(data, val_data, row, start, options, size):
+    """Refine a subspace candidate (`_candidate_fit`) and score it again: `(row,
+    model, FitResult)`."""
+    started = time.perf_counter()
+    result = _candidate_fit(data, val_data, start, options, size)
     model = linear_of(result.model) or result.model
     refined = _score(model, data, val_data, row.order, row.feedthrough, True, started)
     refined = dataclasses.replace(refined, seconds=row.seconds + refined.seconds)
@@ -628,10 +632,23 @@ def _refine(data, val_data, rows, models, refined, options) -> dict[int, Any]:
     if listener is not None and size is not None:
         listener(size, models[refined[0]])
     fit_results = {}
-    for i in refined:
-        rows[i], models[i], fit_results[i] = _refined_candidate(
-            data, val_data, rows[i], models[i], options, size
+    starts = {i: models[i] for i in refined}
+    with warnings.catch_warnings():  # a candidate's fit notes are not the user's
+        warnings.simplefilter("ignore")
+        # Unpadded, each candidate has a chunk of its own: the later ones are
+        # compiled on another core while the first runs (`refine_ahead.py`).
+        ahead = CandidatesAhead(
+            lambda i: _candidate_fit(data, val_data, starts[i], options, size),
+            refined[1:] if size is None else (),
         )
+        try:
+            for i in refined:
+                ahead.wait(i)
+                rows[i], models[i], fit_results[i] = _refined_candidate(
+                    data, val_data, rows[i], starts[i], options, size
+                )
+        finally:
+            ahead.join()
     return fit_results
 
 

@@ -132,3 +132,100 @@ def test_the_ahead_threads_compilation_is_counted_apart_from_the_stages():
     assert stages["refit"]["programs_compiled"] == 1, stages
     assert "seconds" not in ahead
     assert set(ahead) == set(stages["refit"]) - {"seconds"}
+
+
+@pytest.fixture
+def spare_core(monkeypatch):
+    from dynsys._sysid import refine_ahead
+
+    monkeypatch.setattr(refine_ahead, "_cores", lambda: 2)
+    return refine_ahead
+
+
+def test_later_candidates_are_compiled_ahead_and_then_run_without_compiling(
+    kept, spare_core
+):
+    # `CandidatesAhead` (the structure scan's unpadded candidates): a thread sets
+    # up candidates 1 and 2, each compiling its own repeated program (another
+    # shape each) and running the other program; candidate 0 is not its business.
+    repeated = _kept_programs.KeptProgram(_cumulative, {}, repeated=True)
+    other = _kept_programs.KeptProgram(_sorted, {})
+    inputs = {i: jnp.arange(float(3 + i)) for i in range(3)}
+    with compiled_programs() as counted:
+        ahead = spare_core.CandidatesAhead(
+            lambda i: _computation(repeated, other, inputs[i]), [1, 2]
+        )
+        ahead.wait(0)  # at once: not one of the thread's
+        ahead.wait(2)
+        ahead.join()
+    # Two shapes, each a repeated and another program, compiled on the thread.
+    assert sum(counted.values()) == 4, counted
+    with compiled_programs() as later:
+        results = [_computation(repeated, other, inputs[i]) for i in (1, 2)]
+    assert sum(later.values()) == 0, later
+    for i, result in zip((1, 2), results):
+        assert jnp.array_equal(result, _cumulative(_sorted(inputs[i])))
+
+
+def test_the_candidates_thread_stops_after_the_one_it_is_setting_up(kept, spare_core):
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def set_up(i):
+        calls.append(i)
+        started.set()
+        release.wait(10)
+
+    ahead = spare_core.CandidatesAhead(set_up, [1, 2, 3])
+    assert started.wait(10)
+    stopper = threading.Thread(target=ahead.join)
+    stopper.start()  # `join` stops the thread; it waits for the current set-up
+    release.set()
+    stopper.join(10)
+    assert calls == [1]
+    ahead.wait(3)  # set, though never set up: a candidate compiles on its own
+
+
+def test_no_thread_without_a_folder_or_a_spare_core(monkeypatch, spare_core):
+    monkeypatch.setattr(_kept_programs, "_folder", lambda: None)
+    calls = []
+    spare_core.CandidatesAhead(calls.append, [1, 2]).join()
+    assert calls == []
+
+
+def test_a_scan_with_candidates_compiled_ahead_chooses_as_one_without(
+    kept, spare_core, monkeypatch
+):
+    # The scan's refined candidates unpadded (`worth_padding` false): the second
+    # and third are compiled on the thread; rows, models and the choice are those
+    # of the scan without it, to the last digit.
+    import dynsys
+    from dynsys._fitting import padded
+
+    monkeypatch.setattr(padded, "worth_padding", lambda *args, **kwargs: False)
+    K = jnp.array([[0.8, 0.2, 0.0], [-0.2, 0.8, 0.1], [0.0, 0.0, 0.5]])
+    model = dynsys.LinearSystem(K, B=jnp.ones((3, 1)), C=jnp.array([[1.0, 0.0, 1.0]]))
+    us = jax.random.normal(jax.random.key(0), (1, 260, 1))
+    ys = dynsys.rollout(model, jnp.zeros((1, 3)), 260, inputs=us).ys
+    ys = ys + 0.02 * jax.random.normal(jax.random.key(1), ys.shape)
+    data = dynsys.Dataset(ys=ys[:, :180], us=us[:, :180])
+    val = dynsys.Dataset(ys=ys[:, 180:], us=us[:, 180:])
+    options = dict(method="fit", val_data=val, refine=3, fit_options={"num_steps": 5})
+
+    clock = compile_clock.StageClock()
+    with clock.running():
+        with_thread = dynsys.select_order(data, range(1, 5), **options)
+    assert clock.ahead_as_dict()["programs_compiled"] >= 2
+    monkeypatch.setattr(spare_core, "_cores", lambda: 1)
+    without = dynsys.select_order(data, range(1, 5), **options)
+
+    def scores(selection):  # the table without the candidates' times
+        rows = selection.table()
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+
+    assert scores(with_thread) == scores(without)
+    assert any(row["refined"] for row in scores(without))
+    assert (with_thread.order, with_thread.feedthrough) == (
+        without.order,
+        without.feedthrough,
+    )
+    assert jnp.array_equal(with_thread.model.K, without.model.K)

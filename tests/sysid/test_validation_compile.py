@@ -126,7 +126,8 @@ def test_a_record_of_another_length_compiles_nothing_and_scores_the_same():
     x0 = np.linalg.lstsq(rows, (ys - forced).ravel(), rcond=None)[0]
     predicted = forced + (rows @ x0).reshape(500, 3)
     assert np.asarray(comparison.predicted).shape == (1, 500, 3)
-    np.testing.assert_allclose(np.asarray(comparison.predicted)[0], predicted, atol=1e-9)
+    found_predicted = np.asarray(comparison.predicted)[0]
+    np.testing.assert_allclose(found_predicted, predicted, atol=1e-9)
     error = np.linalg.norm(ys - predicted, axis=0)
     spread = np.linalg.norm(ys - ys.mean(axis=0), axis=0)
     np.testing.assert_allclose(comparison.fit_percent, 100 * (1 - error / spread))

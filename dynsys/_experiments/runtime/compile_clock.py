@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+from ..._compile import kept_programs
 from ..._compile.kept_programs import LOAD_EVENT
 
 
@@ -87,7 +88,7 @@ class CompileWork:
 
 
 # The name of the thread that compiles programs ahead of the stage that runs them.
-AHEAD_THREAD = "dynsys-compile-ahead"
+AHEAD_THREAD = kept_programs.AHEAD_THREAD
 # The process's totals since the listener was registered, on the ahead thread and
 # on every other; JAX may compile on any thread, hence the lock.
 _totals = CompileWork()
