@@ -54,7 +54,9 @@ def linearised_std(gradient: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     """$\\sqrt{\\mathrm{diag}(G \\Sigma G^T)}$ for `gradient` `(..., P)` and the
     covariance `matrix` `(P, P)`: shaped like `gradient` without its last axis."""
     rows = gradient.reshape(-1, gradient.shape[-1])
-    variance = np.einsum("ip,pq,iq->i", rows, matrix, rows)
+    # A product, then a sum: `einsum("ip,pq,iq->i")` runs its three-index loop
+    # without BLAS (a step response's band, 800 rows of 148 parameters: 20 ms).
+    variance = np.sum((rows @ matrix) * rows, axis=1)
     return np.sqrt(np.maximum(variance, 0.0)).reshape(gradient.shape[:-1])
 
 
