@@ -59,6 +59,18 @@ def test_powers_match_a_plain_loop(T, radius):
     np.testing.assert_allclose(rows / scale, np.asarray(expected) / scale, atol=1e-12)
 
 
+def test_smooth_lengths_are_the_next_products_of_2_3_and_5():
+    def smooth(m):
+        for prime in (2, 3, 5):
+            while m % prime == 0:
+                m //= prime
+        return m == 1
+
+    for n in list(range(1, 300)) + [4199, 8399, 12287, 40001]:
+        expected = next(m for m in range(max(n, 2), 4 * n + 4) if smooth(m))
+        assert convolution.smooth_length(n) == expected, n
+
+
 def test_decays_by_the_spectral_radius():
     assert convolution.decays(np.diag([0.5, -0.99]))
     assert not convolution.decays(np.diag([0.5, 0.9995]))  # marginal: recursion

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dynsys
-from dynsys._sysid.delay import f_survival
+from dynsys._sysid.delay import f_survival, incomplete_beta
 
 
 def _delayed_plant(rng, delays, T=400, noise=0.05, feedthrough=False):
@@ -179,16 +179,27 @@ def test_the_f_tests_survival_function_equals_scipys(dofs):
     )
 
 
+@pytest.mark.parametrize("a", [0.5, 2.5, 40.0, 1000.0])
+@pytest.mark.parametrize("b", [0.5, 3.5, 300.0])
+def test_the_incomplete_beta_function_equals_scipys(a, b):
+    import scipy.special
+
+    for x in [1e-9, 0.01, 0.3, 0.5, 0.9, 0.999, 0.0, 1.0]:
+        want = scipy.special.betainc(a, b, x)
+        np.testing.assert_allclose(incomplete_beta(a, b, x), want, rtol=1e-10)
+
+
 def test_a_command_imports_neither_scipy_stats_nor_scipy_signal():
-    """Each costs a `dynsys fit` about a second of start-up; the delay test and the
-    polynomial filters do without them until asked."""
+    """Each costs a `dynsys fit` about a second of start-up (`scipy.special` 0.05-0.2
+    s); the delay test and the polynomial filters do without them until asked."""
     import subprocess
     import sys
 
     code = (
         "import sys, dynsys._experiments.run, dynsys._sysid.delay, "
         "dynsys._sysid.polynomial; "
-        "print(sorted(m for m in ('scipy.stats', 'scipy.signal') if m in sys.modules))"
+        "print(sorted(m for m in ('scipy.stats', 'scipy.signal', 'scipy.special') "
+        "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
