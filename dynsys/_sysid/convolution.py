@@ -13,6 +13,8 @@ lose their digits; such models keep the step-by-step recursion (their callers'
 own loops).
 """
 
+import math
+
 import numpy as np
 
 
@@ -47,6 +49,53 @@ def powers(K: np.ndarray, C: np.ndarray, T: int) -> np.ndarray:
         if filled < T:
             step = step @ step
     return rows
+
+
+def recursion_states(A: np.ndarray, forcing: np.ndarray) -> np.ndarray:
+    """$x_0 \\dots x_{T-1}$, `(N, T, n)`, of $x_{t+1} = A x_t + f_t$ from $x_0 = 0$
+    for `forcing (N, T, n)`: the recursion itself, each step's digits its own (not
+    an FFT's), for models whose response grows.
+
+    In blocks of about $\\sqrt T$ steps: every block's states from rest at once
+    (`L` steps), the blocks' first states ($x_{(b+1)L} = A^L x_{bL} + $ the block's
+    last, `T / L` steps), then $A^j$ times each block's first state added: some
+    $3 \\sqrt T$ NumPy operations instead of `T` (on a 534-sample record 70 against
+    534). Where the blocks overflow (a model that grows past float64) the plain
+    recursion runs instead, so that its inf and nan are the recursion's own."""
+    N, T, n = forcing.shape
+    size = max(1, math.isqrt(T))
+    blocks = -(-T // size)
+    padded = np.zeros((N, blocks * size, n))
+    padded[:, :T] = forcing
+    padded = padded.reshape(N, blocks, size, n)
+    local = np.empty((N, blocks, size, n))  # each block's states from rest
+    state = np.zeros((N, blocks, n))
+    powers = np.empty((size + 1, n, n))  # A^0 ... A^size
+    powers[0] = np.eye(n)
+    for j in range(size):
+        local[:, :, j] = state
+        state = state @ A.T + padded[:, :, j]
+        powers[j + 1] = A @ powers[j]
+    firsts = np.empty((N, blocks, n))  # each block's first state
+    first = np.zeros((N, n))
+    for b in range(blocks):
+        firsts[:, b] = first
+        first = first @ powers[size].T + state[:, b]
+    states = local + np.einsum("nbm,jkm->nbjk", firsts, powers[:size])
+    states = states.reshape(N, blocks * size, n)[:, :T]
+    if np.all(np.isfinite(states)):
+        return states
+    return _plain_recursion(A, forcing)
+
+
+def _plain_recursion(A: np.ndarray, forcing: np.ndarray) -> np.ndarray:
+    """`recursion_states` one step at a time."""
+    states = np.empty(forcing.shape)
+    x = np.zeros((forcing.shape[0], forcing.shape[2]))
+    for t in range(forcing.shape[1]):
+        states[:, t] = x
+        x = x @ A.T + forcing[:, t]
+    return states
 
 
 def smooth_length(n: int) -> int:

@@ -5,7 +5,7 @@ scores tens of models of different sizes)."""
 import numpy as np
 
 from .._systems.system import constant_terms, LinearSystem
-from .convolution import decays, delayed_response, powers
+from .convolution import decays, delayed_response, powers, recursion_states
 from .signals import Signals
 
 
@@ -76,19 +76,14 @@ def _forced_by_sums(rows, B, D, a, c, us, shape) -> np.ndarray:
 
 
 def _forced_step_by_step(K, B, C, D, a, c, us, shape) -> np.ndarray:
-    """`_forced_by_sums` by the recursion, step by step: for a model whose
+    """`_forced_by_sums` by the recursion (`recursion_states`): for a model whose
     response does not decay (FFT sums would lose the early steps' digits)."""
-    forced = np.empty(shape)
-    x = np.zeros((shape[0], K.shape[0]))
-    for t in range(shape[1]):
-        y = x @ C.T
-        x = x @ K.T
-        if us is not None:
-            x += us[:, t] @ B.T
-            if D is not None:
-                y += us[:, t] @ D.T
-        if a is not None:
-            x += a
-        forced[:, t] = y if c is None else y + c
-    return forced
-
+    forcing = np.zeros((shape[0], shape[1], K.shape[0]))
+    if us is not None:
+        forcing += us @ B.T
+    if a is not None:
+        forcing += a
+    forced = recursion_states(K, forcing) @ C.T
+    if us is not None and D is not None:
+        forced += us @ D.T
+    return forced if c is None else forced + c

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from .convolution import decays, delayed_regressors, powers
+from .convolution import decays, delayed_regressors, powers, recursion_states
 
 
 def _numpy(a) -> np.ndarray | None:
@@ -38,14 +38,13 @@ def _input_regressors(
     if decays(K):
         phi = delayed_regressors(rows.reshape(T, p * n), us).reshape(N, T, p, n * m)
     else:
-        C = rows[0]  # C K^0
-        phi = np.empty((N, T, p, n * m))
-        W = np.zeros((N, n, n * m))  # d x_t / d vec(B)
+        # d x_t / d B[i, k] follows the recursion forced by u_t[k] e_i, one
+        # state per entry of B (`recursion_states`, batched over them).
+        forcing = np.zeros((N, n, m, T, n))
         index = np.arange(n)
-        for t in range(T):
-            np.matmul(C, W, out=phi[:, t])
-            W = K @ W
-            W.reshape(N, n, n, m)[:, index, index] += us[:, None, t]
+        forcing[:, index, :, :, index] = np.swapaxes(us, 1, 2)[None]
+        states = recursion_states(K, forcing.reshape(N * n * m, T, n))
+        phi = np.einsum("pj,nktj->ntpk", rows[0], states.reshape(N, n * m, T, n))
     if feedthrough:
         direct = _unit_entries(us.reshape(N * T, m), p).reshape(N, T, p, p * m)
         phi = np.concatenate([phi, direct], axis=-1)

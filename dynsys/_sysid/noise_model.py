@@ -11,6 +11,7 @@ import scipy.linalg
 from jaxtyping import Array
 
 from .._compile.jit import device_array, kept_jit
+from .convolution import recursion_states
 from .input_matrices import input_matrices
 from .signals import in_shared_length, Signals
 
@@ -193,14 +194,8 @@ def _radius(A) -> float:
 def _filtered_outputs(A, L, C, ys) -> np.ndarray:
     """`(N, T, p)`: $C \\hat x_t$ of the predictor $\\hat x_{t+1} = A \\hat x_t
     + L y_t$ from $\\hat x_0 = 0$."""
-    N, T, p = ys.shape
-    out = np.empty((N, T, p))
-    x = np.zeros((N, A.shape[0]))
     with np.errstate(over="ignore", invalid="ignore"):  # an unstable A: inf, scored
-        for t in range(T):
-            out[:, t] = x @ C.T
-            x = x @ A.T + ys[:, t] @ L.T
-    return out
+        return recursion_states(A, ys @ L.T) @ C.T
 
 
 def _predictor_inputs(K, C, L, c, s: Signals, feedthrough: bool):

@@ -59,6 +59,33 @@ def test_powers_match_a_plain_loop(T, radius):
     np.testing.assert_allclose(rows / scale, np.asarray(expected) / scale, atol=1e-12)
 
 
+@pytest.mark.parametrize("T", [1, 2, 17, 534])
+@pytest.mark.parametrize("radius", [0.9, 1.0, 1.03])
+def test_the_recursion_in_blocks_equals_a_plain_loop(T, radius):
+    """Each step to round-off of its own size (what the FFT sums cannot give a
+    growing model), decaying, marginal or growing."""
+    rng = np.random.default_rng(8)
+    A, forcing = _stable(rng, 4, radius), rng.standard_normal((2, T, 4))
+    expected, x = [], np.zeros((2, 4))
+    for t in range(T):
+        expected.append(x)
+        x = x @ A.T + forcing[:, t]
+    expected = np.stack(expected, axis=1)
+    states = convolution.recursion_states(A, forcing)
+    scale = np.maximum(np.max(np.abs(expected), axis=-1, keepdims=True), 1e-300)
+    np.testing.assert_allclose(states / scale, expected / scale, atol=1e-12)
+
+
+def test_the_recursion_in_blocks_overflows_as_the_loop_does():
+    A = np.diag([1e3, 0.5])  # past float64 within 103 steps
+    forcing = np.ones((1, 400, 2))
+    with np.errstate(all="ignore"):
+        states = convolution.recursion_states(A, forcing)
+        plain = convolution._plain_recursion(A, forcing)
+    np.testing.assert_array_equal(states, plain)  # inf and nan where the loop has
+    assert np.all(np.isfinite(states[0, :100])) and not np.isfinite(states[0, -1, 0])
+
+
 def test_smooth_lengths_are_the_next_products_of_2_3_and_5():
     def smooth(m):
         for prime in (2, 3, 5):
