@@ -64,6 +64,15 @@ LAUNCHER_RANKS = ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 LAUNCHER_SIZES = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system has
+    one): whether a helper process or thread has a core of its own."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def read(name: str, environ: Mapping[str, str] = os.environ) -> str | None:
     """The environment variable `name` now, `None` when it is not set. `environ`:
     another mapping to read instead of this process's environment (for a child

@@ -9,8 +9,8 @@ experiment and channel pair, by FFT, the same sums take a fraction of that.
 FFT sums carry a rounding error relative to the largest term of the whole
 record, not to the terms at each step: exact to float64's last digits while the
 model's response decays (`decays`), but where it grows the early steps would
-lose their digits; such models keep the step-by-step recursion (their callers'
-own loops).
+lose their digits; such models keep the recursion, each step to its own digits
+(`recursion_states`, in blocks of about $\\sqrt T$ steps).
 """
 
 import math
@@ -70,18 +70,16 @@ def recursion_states(A: np.ndarray, forcing: np.ndarray) -> np.ndarray:
     padded = padded.reshape(N, blocks, size, n)
     local = np.empty((N, blocks, size, n))  # each block's states from rest
     state = np.zeros((N, blocks, n))
-    powers = np.empty((size + 1, n, n))  # A^0 ... A^size
-    powers[0] = np.eye(n)
     for j in range(size):
         local[:, :, j] = state
         state = state @ A.T + padded[:, :, j]
-        powers[j + 1] = A @ powers[j]
+    to_the = powers(A, np.eye(n), size + 1)  # A^0 ... A^size
     firsts = np.empty((N, blocks, n))  # each block's first state
     first = np.zeros((N, n))
     for b in range(blocks):
         firsts[:, b] = first
-        first = first @ powers[size].T + state[:, b]
-    states = local + np.einsum("nbm,jkm->nbjk", firsts, powers[:size])
+        first = first @ to_the[size].T + state[:, b]
+    states = local + np.einsum("nbm,jkm->nbjk", firsts, to_the[:size])
     states = states.reshape(N, blocks * size, n)[:, :T]
     if np.all(np.isfinite(states)):
         return states

@@ -45,7 +45,7 @@ def free_run(model: LinearSystem, s: Signals) -> np.ndarray:
         if decays(K):
             forced = _forced_by_sums(rows, B, D, a, c, us, ys.shape)
         else:
-            forced = _forced_step_by_step(K, B, C, D, a, c, us, ys.shape)
+            forced = _forced_by_recursion(K, B, C, D, a, c, us, ys.shape)
         weight = np.asarray(s.mask, dtype=np.float64)
         predicted = np.empty_like(forced)
         for i in range(N):
@@ -75,7 +75,7 @@ def _forced_by_sums(rows, B, D, a, c, us, shape) -> np.ndarray:
     return forced
 
 
-def _forced_step_by_step(K, B, C, D, a, c, us, shape) -> np.ndarray:
+def _forced_by_recursion(K, B, C, D, a, c, us, shape) -> np.ndarray:
     """`_forced_by_sums` by the recursion (`recursion_states`): for a model whose
     response does not decay (FFT sums would lose the early steps' digits)."""
     forcing = np.zeros((shape[0], shape[1], K.shape[0]))

@@ -18,22 +18,16 @@ it would have. Warnings its fits raise go where the candidates' own go (the scan
 ignores them): the caller holds `warnings.catch_warnings` until `join`.
 """
 
-import os
 import threading
 from collections.abc import Callable, Sequence
 
 from .._compile import kept_programs
+from .._config import usable_cores as _cores
 
 
 # The longest wait for the thread before a candidate compiles on its own.
 WAIT_SECONDS = 120.0
 
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 class CandidatesAhead:

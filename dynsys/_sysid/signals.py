@@ -81,7 +81,6 @@ def in_shared_length(s: Signals, program: str) -> Signals:
     length = shared_length(T, f"{program}/{N}x{m}x{p}:{s.ys.dtype}")
     if length == T:
         return s
-
     return s._replace(
         ys=padded_steps(s.ys, length),
         us=padded_steps(s.us, length),

@@ -140,3 +140,22 @@ def test_a_record_of_another_length_compiles_nothing_and_scores_the_same():
     # The subspace estimate of the padded record: the model's poles, near enough.
     poles = np.sort(np.abs(np.linalg.eigvals(np.asarray(found.K))))
     np.testing.assert_allclose(poles, np.sort(np.abs(np.linalg.eigvals(K))), atol=0.05)
+
+
+def test_a_growing_model_scored_on_a_padded_record_stays_finite():
+    # The kind of model padding could break: one that grows so fast that its run
+    # overflows in the padded steps (3.49^500 < 1e308 < 3.49^640) but not on the
+    # record. The padded steps enter neither the initial state's least squares nor
+    # the scores, so those of the record itself stay finite, as without padding.
+    model = dynsys.LinearSystem(
+        K=jnp.array([[3.49]]), B=jnp.array([[1.0]]), C=jnp.array([[1.0]])
+    )
+    rng = np.random.default_rng(7)
+    longer = dynsys.Dataset(ys=rng.normal(size=(1, 611, 1)), us=np.zeros((1, 611, 1)))
+    dynsys.compare(model, longer)  # 611 samples: 640 becomes the shared length
+    us = np.zeros((1, 500, 1))
+    ys = np.asarray(dynsys.rollout(model, jnp.ones((1, 1)), 500, inputs=us).ys)
+    comparison = dynsys.compare(model, dynsys.Dataset(ys=ys, us=us))
+    assert np.all(np.isfinite(np.asarray(comparison.fit_percent)))
+    assert np.all(np.isfinite(np.asarray(comparison.predicted)))
+    assert np.asarray(comparison.predicted).shape == (1, 500, 1)

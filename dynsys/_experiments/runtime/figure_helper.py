@@ -18,13 +18,14 @@ import holds the GIL, and so does the tracing of a warm run.)
 
 import atexit
 import collections
-import os
 import pathlib
 import pickle
 import queue
 import subprocess
 import sys
 import threading
+
+from ..._config import usable_cores as _cores
 
 
 _WORKER = pathlib.Path(__file__).with_name("png_worker.py")
@@ -131,12 +132,6 @@ def enable_for_process() -> None:
     `dynsys` command, which owns its process, calls it)."""
     _state["enabled"] = True
 
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def start() -> None:
