@@ -33,6 +33,7 @@ from .._rollout.rollout import rollout
 from .._rollout.sharding import shard_batch
 from .._systems.neural_state_space import NeuralStateSpace
 from .._systems.system import AbstractSystem, LinearSystem
+from .in_range import in_range_part
 from .initial_state import estimate_x0
 from .neural_start import neural_initial_state
 from .signals import linear_of, signals
@@ -59,6 +60,10 @@ class NeuralFit:
         restarts).
     - `restart_losses`: the best validation loss of each restart (`restarts`
         entries); `restart`: the one returned (the lowest, the first on ties).
+    - `val_scored`: the samples of each validation record that the early
+        stopping scored (its first `past` start the free run): its length, or
+        fewer where its input leaves the training range (`validate_in_range`;
+        0 for a record dropped for leaving it before a sample could be scored).
     """
 
     model: NeuralStateSpace
@@ -73,6 +78,7 @@ class NeuralFit:
     seconds: dict[str, float]
     restart_losses: list[float]
     restart: int
+    val_scored: tuple[int, ...]
 
     def initial_state(self, data) -> Float[Array, "N n"]:
         """Each experiment's state at sample `past`, from the encoder reading its
@@ -357,6 +363,7 @@ def fit_neural(
     stride: int = 1,
     refine_linear: bool = True,
     balance: bool = True,
+    validate_in_range: bool = True,
     shard: bool | None = None,
     key: PRNGKeyArray | None = None,
     progress: bool = False,
@@ -371,7 +378,8 @@ def fit_neural(
     started from the encoder's state and simulated `horizon` steps, the model,
     its base and the encoder trained together by Adam (or the `solver` given);
     (4) every `eval_every` steps the free run over each validation record (started
-    by the encoder from its first `past` samples) scores the model; the best one is
+    by the encoder from its first `past` samples, up to where its input leaves the
+    training range: `validate_in_range`) scores the model; the best one is
     returned, and training stops after `patience` evaluations without gain (one
     run of the solver, its state kept throughout), or at a non-finite loss (with a
     one-line warning); (5) with `restarts > 1`, steps 2-4 run that many times from
@@ -403,6 +411,12 @@ def fit_neural(
         Gramians; unit-variance states when it is unstable), the same input-output
         map: for a realisation whose output is a near-cancellation of large
         states, where each Adam step blows the free run up (docs/nonlinear-models.md).
+    - `validate_in_range`: score each validation record only up to its first
+        sample whose input leaves the training inputs' range by more than 5 % of
+        its width (`val_data` given; a record that leaves it at once is dropped,
+        and all are kept when every one would be): a free run past inputs never
+        trained on measures how the corrections extrapolate, which varies from
+        seed to seed, not which step predicts best (docs/nonlinear-models.md).
     - `shard`: spread the windows over every device (`dynsys.shard_batch`; their
         number cut to a multiple of the devices'); default: when there are several.
     - `key`: PRNG key (weights and minibatches); `progress`: progress bars.
@@ -429,6 +443,10 @@ def fit_neural(
     ```
     """
     s, v = check_arguments(data, val_data, past, horizon)
+    if validate_in_range and val_data is not None:
+        v, val_scored = in_range_part(s, v, past)
+    else:
+        val_scored = tuple(v.lengths)
     check_options(dict(
         width_size=width_size, depth=depth, learning_rate=learning_rate,
         num_steps=num_steps, batch_size=batch_size, patience=patience,
@@ -455,7 +473,9 @@ def fit_neural(
     _warn_if_stopped_short(runs[chosen])
     seconds = {"linear": linear_seconds}
     seconds["neural"] = time.perf_counter() - start - linear_seconds
-    return _neural_fit(runs[chosen], base, past, seconds, restart_losses, chosen)
+    return _neural_fit(
+        runs[chosen], base, past, seconds, restart_losses, chosen, val_scored
+    )
 
 
 def _warn_if_stopped_short(run: dict) -> None:
@@ -489,12 +509,12 @@ def _check_start_loss(setup: _Setup, horizon: int) -> None:
 
 
 def _neural_fit(run: dict, base, past: int, seconds: dict, restart_losses: list,
-                restart: int) -> NeuralFit:  # fmt: skip
+                restart: int, val_scored: tuple) -> NeuralFit:  # fmt: skip
     model, encoder = run["best"][2]
     return NeuralFit(
         model=model, encoder=encoder, linear=base, past=past,
         losses=np.asarray(run["losses"]), val_losses=run["val_losses"],
         best_step=run["best"][1], steps_run=run["done"], stop_reason=run["reason"],
         seconds=seconds, restart_losses=[float(v) for v in restart_losses],
-        restart=restart,
+        restart=restart, val_scored=val_scored,
     )  # fmt: skip

@@ -231,6 +231,9 @@ def neural_stage(config, data, linear, final_linear, progress, echo):
     stop_reason = _stop_reason(result, options)
     if stop_reason is not None:
         echo(f"  note: {stop_reason}")
+    in_range = _in_range_line(result, data.val)
+    if in_range is not None:
+        echo(f"  note: {in_range}")
     try:
         refit = _refit(
             config, data, result, linear if final_linear is None else final_linear,
@@ -252,7 +255,18 @@ def neural_stage(config, data, linear, final_linear, progress, echo):
     )
     channels = list(report.output_names)
     _table(channels, scores["linear"], scores["neural"], echo)
+    in_range_scores = None
+    if in_range is not None and data.test is None:
+        in_range_scores = _in_range_scores(result, linear_c, neural_c, past)
+        echo(
+            "  the same up to where an input leaves the training range "
+            f"({sum(result.val_scored)} of {sum(report.lengths)} samples):"
+        )
+        _table(channels, in_range_scores["linear"], in_range_scores["neural"], echo)
     said = worse_neural_lines(channels, scores["linear"], scores["neural"])
+    if said and in_range_scores is not None:
+        refitted = refit is not None and refit.kept
+        said = _worse_only_outside(channels, in_range_scores, refitted) or said
     for line in said:
         echo(f"  note: {line}.")
     if refit is not None and refit.kept:
@@ -268,6 +282,11 @@ def neural_stage(config, data, linear, final_linear, progress, echo):
         "steps_run": int(result.steps_run),
         "best_step": int(result.best_step),
         "stop_reason": stop_reason,
+        "validation_scored_samples": list(result.val_scored),
+        "in_range": None if in_range_scores is None else {
+            "fit_percent": {k: v[0] for k, v in in_range_scores.items()},
+            "rms": {k: v[1] for k, v in in_range_scores.items()},
+        },
         "worse_than_linear": bool(said),
         "seconds": seconds,
         "fit_percent": {k: v[0] for k, v in scores.items()},
@@ -286,7 +305,8 @@ def neural_stage(config, data, linear, final_linear, progress, echo):
     return NeuralStage(
         metrics,
         {"neural_comparison.png": figure},
-        _notes(result, seconds, which, past, channels, scores, stop_reason, said, refit),
+        _notes(result, seconds, which, past, channels, scores, stop_reason, said,
+               refit, in_range),  # fmt: skip
         _model_files(saved, linear, report),
     )
 
@@ -309,7 +329,63 @@ def _refit_line(refit: NeuralRefit) -> str:
     )
 
 
-def _notes(result, seconds, which, past, channels, scores, stop_reason, said, refit):
+def _in_range_scores(result, linear_c, neural_c, past) -> dict:
+    """Both models' fit % and RMS over the validation samples the early stopping
+    scored (`result.val_scored`, from sample `past` on)."""
+    lengths = [max(0, n - past) for n in result.val_scored]
+    return {
+        "linear": _scores(
+            linear_c.measured[:, past:], linear_c.predicted[:, past:], lengths
+        ),
+        "neural": _scores(neural_c.measured, neural_c.predicted, lengths),
+    }
+
+
+def _worse_only_outside(channels, in_range_scores, refitted: bool) -> list[str]:
+    """The note for a neural model worse than the linear one on the whole
+    held-out part but better on every channel where the inputs stay in the
+    training range (else an empty list); `refitted`: the saved model was trained
+    again on all the estimation data."""
+    linear, neural = in_range_scores["linear"][1], in_range_scores["neural"][1]
+    if not all(n < l for n, l in zip(neural, linear)):
+        return []
+    pairs = ", ".join(
+        f"{name} RMS {n:.4g} against {l:.4g}"
+        for name, n, l in zip(channels, neural, linear)
+    )
+    return [
+        "the neural model is worse than the linear one on the whole held-out part "
+        f"but better where the inputs stay in the training range ({pairs}): it "
+        "extrapolates worse"
+        + (
+            "; the saved final model is trained on all the estimation data, the "
+            "out-of-range part included"
+            if refitted
+            else ""
+        )
+    ]
+
+
+def _in_range_line(result, val) -> str | None:
+    """One line when the early stopping scored only the part of the validation
+    records whose inputs stay in the training range (`fit_neural`'s
+    `validate_in_range`), else `None`."""
+    lengths = None if val is None else tuple(val.lengths)
+    if lengths is None or tuple(result.val_scored) == lengths:
+        return None
+    from ..._sysid.in_range import RANGE_MARGIN
+
+    return (
+        "the early stopping scored the held-out data up to where an input leaves "
+        f"the training inputs' range by more than {RANGE_MARGIN:.0%} of it: "
+        f"{sum(result.val_scored)} of {sum(lengths)} samples (a free run past "
+        "inputs never trained on measures how the model extrapolates, which "
+        "changes from seed to seed); the table scores all of them"
+    )
+
+
+def _notes(result, seconds, which, past, channels, scores, stop_reason, said, refit,
+           in_range):  # fmt: skip
     """summary.md's lines of the neural stage."""
     lines = [
         f"Neural state-space model on the fitted linear model: {result.steps_run} "
@@ -326,6 +402,7 @@ def _notes(result, seconds, which, past, channels, scores, stop_reason, said, re
         for j, name in enumerate(channels)
     ]
     lines += [""] + ([f"Note: {stop_reason}.", ""] if stop_reason else [])
+    lines += [f"Note: {in_range}.", ""] if in_range else []
     lines += [f"Note: {line}." for line in said] + [""] * bool(said)
     if refit is not None:
         outcome = (
