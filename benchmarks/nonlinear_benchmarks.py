@@ -30,23 +30,35 @@ def cascaded_tanks(num_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]
     (overflow), sampled every 4 s with the input held; pump voltage: random levels
     held 10-40 samples; output: the lower level plus 0.02 noise."""
     rng = np.random.default_rng(seed)
-    u, level = np.empty(num_samples), 0.0
-    k = 0
+    return tank_response(held_levels(num_samples, rng, lambda k: (1.0, 8.0)), rng)
+
+
+def held_levels(num_samples: int, rng, bounds) -> np.ndarray:
+    """A pump voltage `(num_samples,)`: random levels held 10-40 samples, each
+    drawn uniformly in `bounds(k)` (`(low, high)` for the level starting at sample
+    `k`)."""
+    u, k = np.empty(num_samples), 0
     while k < num_samples:
         hold = rng.integers(10, 40)
-        u[k : k + hold] = rng.uniform(1.0, 8.0)
+        u[k : k + hold] = rng.uniform(*bounds(k))
         k += hold
+    return u
+
+
+def tank_response(u: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
+    """`(u (T, 1), y (T, 1))`: the two tanks of `cascaded_tanks` driven by the pump
+    voltage `u (T,)` from levels of 3, the lower level plus 0.02 noise from
+    `rng`."""
     k1, k2, ku, dt, sub = 0.06, 0.05, 0.05, 4.0, 20
     h = np.array([3.0, 3.0])
-    y = np.empty(num_samples)
-    for t in range(num_samples):
+    y = np.empty(len(u))
+    for t in range(len(u)):
         y[t] = h[1]
         for _ in range(sub):
             q1 = k1 * np.sqrt(max(h[0], 0.0))
             dh = np.array([-q1 + ku * u[t], q1 - k2 * np.sqrt(max(h[1], 0.0))])
             h = np.clip(h + dt / sub * dh, 0.0, 10.0)
-    del level
-    y = y + 0.02 * rng.standard_normal(num_samples)
+    y = y + 0.02 * rng.standard_normal(len(u))
     return u[:, None], y[:, None]
 
 
