@@ -45,16 +45,12 @@ import dynsys  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from neural_validation_blocks import dataset, final_model, test_rms  # noqa: E402
 from nonlinear_benchmarks import held_levels, tank_response  # noqa: E402
 
 
 TANKS = HERE.parents[1] / "shared/data/real/cascaded_tanks_estimation.csv"
 RULES = {"whole": False, "in-range": True}  # validate_in_range
-
-
-def dataset(pieces) -> dynsys.Dataset:
-    """One experiment per `(u (T, m), y (T, p))` piece."""
-    return dynsys.Dataset(us=[u for u, _ in pieces], ys=[y for _, y in pieces])
 
 
 def split(pieces) -> tuple[list, list]:
@@ -92,11 +88,6 @@ def cases() -> dict:
     return found
 
 
-def test_rms(result, test) -> float:
-    c = result.compare(test)
-    return float(np.sqrt(np.mean((np.asarray(c.measured) - np.asarray(c.predicted)) ** 2)))
-
-
 def measure(case: str, pieces, test, rule: str, seed: int) -> float | None:
     """One line; returns the final model's test RMS (`None` without a test)."""
     train, held = split(pieces)
@@ -108,16 +99,8 @@ def measure(case: str, pieces, test, rule: str, seed: int) -> float | None:
         f"{case} {rule} seed {seed}: scored {list(first.val_scored)} of "
         f"{list(held.lengths)}, best step {first.best_step} of {first.steps_run}"
     )
-    final = first
-    if first.best_step > 0:
-        passes = sum(estimation.lengths) / sum(train.lengths)
-        steps = max(50, int(round(first.best_step * passes)))
-        final = dynsys.fit_neural(
-            estimation, estimation, key=key, num_steps=steps, patience=10**6
-        )
-        line += f"; final {steps} steps"
-    else:
-        line += "; final: the start (no step beat it)"
+    final, steps = final_model(first, train, estimation, key)
+    line += f"; final {steps} steps" if steps else "; final: the start"
     rms = None if test is None else test_rms(final, test)
     if rms is not None:
         line += f", test RMS {rms:.4g}"

@@ -95,18 +95,28 @@ def measure(case: str, u, y, test, rule: str, seed: int) -> None:
         f"{case} {rule} seed {seed}: best step {first.best_step} of "
         f"{first.steps_run}, test RMS {test_rms(first, test):.4g}"
     )
-    if first.best_step > 0:
-        # As many passes over the data as the choosing run's best step (at least
-        # 50), as `dynsys fit` scales it (without its cap, `fit.neural_steps`).
-        passes = sum(estimation.lengths) / sum(train.lengths)
-        steps = max(50, int(round(first.best_step * passes)))
-        final = dynsys.fit_neural(
-            estimation, estimation, key=key, num_steps=steps, patience=10**6
-        )
+    final, steps = final_model(first, train, estimation, key)
+    if steps:
         line += f"; final ({steps} steps) test RMS {test_rms(final, test):.4g}"
     else:
         line += "; final: the start (no step beat it)"
     print(f"{line}  ({time.perf_counter() - started:.0f} s)", flush=True)
+
+
+def final_model(first, train, estimation, key):
+    """`(NeuralFit, steps)`: the final model, trained on all the `estimation`
+    data from `key` for as many passes over the data as the choosing run
+    `first`'s best step (at least 50), as `dynsys fit` scales it (without its
+    cap, `fit.neural_steps`), no early stopping; `(first, 0)` when no step beat
+    its start."""
+    if first.best_step == 0:
+        return first, 0
+    passes = sum(estimation.lengths) / sum(train.lengths)
+    steps = max(50, int(round(first.best_step * passes)))
+    final = dynsys.fit_neural(
+        estimation, estimation, key=key, num_steps=steps, patience=10**6
+    )
+    return final, steps
 
 
 def main(argv=None) -> None:
