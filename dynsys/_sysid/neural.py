@@ -413,10 +413,11 @@ def fit_neural(
         states, where each Adam step blows the free run up (docs/nonlinear-models.md).
     - `validate_in_range`: score each validation record only up to its first
         sample whose input leaves the training inputs' range by more than 5 % of
-        its width (`val_data` given; a record that leaves it at once is dropped,
-        and all are kept when every one would be): a free run past inputs never
-        trained on measures how the corrections extrapolate, which varies from
-        seed to seed, not which step predicts best (docs/nonlinear-models.md).
+        its width (`val_data` given; a record that leaves it at once is dropped;
+        all are scored whole when the in-range parts score fewer samples than
+        `horizon`): a free run past inputs never trained on measures how the
+        corrections extrapolate, which varies from seed to seed, not which step
+        predicts best (docs/nonlinear-models.md).
     - `shard`: spread the windows over every device (`dynsys.shard_batch`; their
         number cut to a multiple of the devices'); default: when there are several.
     - `key`: PRNG key (weights and minibatches); `progress`: progress bars.
@@ -444,7 +445,7 @@ def fit_neural(
     """
     s, v = check_arguments(data, val_data, past, horizon)
     if validate_in_range and val_data is not None:
-        v, val_scored = in_range_part(s, v, past)
+        v, val_scored = in_range_part(s, v, past, horizon)
     else:
         val_scored = tuple(v.lengths)
     check_options(dict(

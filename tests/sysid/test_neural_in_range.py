@@ -65,23 +65,28 @@ def test_an_input_a_little_beyond_the_training_range_cuts_nothing():
     u[5, 0] = 1.0 + 0.9 * RANGE_MARGIN
     val = _signals([u])
     assert in_range_lengths(train, val) == (30,)
-    part, scored = in_range_part(train, val, past=4)
+    part, scored = in_range_part(train, val, past=4, horizon=8)
     assert part is val and scored == (30,)
 
 
 def test_records_leaving_the_range_before_a_scored_sample_are_dropped():
     """A record that leaves the range within its first `past` samples is dropped
-    (0 scored); when every record would be, all are kept whole."""
+    (0 scored); when every record would be, or the in-range parts score fewer
+    samples than one window of `horizon`, all are kept whole."""
     train = _signals([np.linspace(0.0, 1.0, 60)[:, None]])
     early, late = np.full((30, 1), 0.5), np.full((20, 1), 0.5)
     early[3, 0] = 2.0
     late[12, 0] = 2.0
-    part, scored = in_range_part(train, _signals([early, late]), past=4)
+    both = _signals([early, late])
+    part, scored = in_range_part(train, both, past=4, horizon=8)
     assert scored == (0, 12) and part.lengths == (12,)
     np.testing.assert_array_equal(np.asarray(part.us)[0], late[:12])
     alone = _signals([early])
-    part, scored = in_range_part(train, alone, past=4)
+    part, scored = in_range_part(train, alone, past=4, horizon=8)
     assert part is alone and scored == (30,)
+    # 12 - 4 = 8 samples scored in range: one fewer than a window of 9
+    part, scored = in_range_part(train, both, past=4, horizon=9)
+    assert part is both and scored == (30, 20)
 
 
 def test_fit_neural_stops_on_the_in_range_part_as_if_given_it():
