@@ -402,22 +402,15 @@ def fit_neural(
         training stops (40: 2,000 steps at `eval_every=50`), how often the
         validation run is scored.
     - `restarts`: how many trainings from new weights to choose from by their
-        validation loss (default 1: on the cascaded tanks, the restart best on
-        validation was not the best on a held-out third; docs/nonlinear-models.md).
+        validation loss (default 1; docs/nonlinear-models.md says why).
     - `stride`: samples between window starts.
     - `refine_linear`: refine the subspace model by output error first (kept only
         when its free run is better).
-    - `balance`: train a linear base in balanced coordinates (equal, diagonal
-        Gramians; unit-variance states when it is unstable), the same input-output
-        map: for a realisation whose output is a near-cancellation of large
-        states, where each Adam step blows the free run up (docs/nonlinear-models.md).
-    - `validate_in_range`: score each validation record only up to its first
-        sample whose input leaves the training inputs' range by more than 5 % of
-        its width (`val_data` given; a record that leaves it at once is dropped;
-        all are scored whole when the in-range parts score fewer samples than
-        `horizon`): a free run past inputs never trained on measures how the
-        corrections extrapolate, which varies from seed to seed, not which step
-        predicts best (docs/nonlinear-models.md).
+    - `balance`: train a linear base in balanced coordinates (`_well_scaled`: the
+        same input-output map, each parameter moving the output comparably).
+    - `validate_in_range`: score each validation record only up to where its
+        input leaves the training range (`in_range.in_range_part`): past it the
+        free run measures extrapolation, which varies from seed to seed.
     - `shard`: spread the windows over every device (`dynsys.shard_batch`; their
         number cut to a multiple of the devices'); default: when there are several.
     - `key`: PRNG key (weights and minibatches); `progress`: progress bars.
@@ -444,10 +437,8 @@ def fit_neural(
     ```
     """
     s, v = check_arguments(data, val_data, past, horizon)
-    if validate_in_range and val_data is not None:
-        v, val_scored = in_range_part(s, v, past, horizon)
-    else:
-        val_scored = tuple(v.lengths)
+    in_range = validate_in_range and val_data is not None
+    v, val_scored = in_range_part(s, v, past, horizon) if in_range else (v, v.lengths)
     check_options(dict(
         width_size=width_size, depth=depth, learning_rate=learning_rate,
         num_steps=num_steps, batch_size=batch_size, patience=patience,
@@ -460,23 +451,32 @@ def fit_neural(
     base = _linear_start(data, order, base, refine_linear, progress)
     linear_seconds = time.perf_counter() - start
     start_model = _well_scaled(base, s) if balance else base
-    runs = []
-    for k in restart_keys(key, restarts):
-        setup = _setup(
-            start_model, s, v, past, horizon, stride, width_size, depth, k, shard
-        )
-        if not runs:
-            _check_start_loss(setup, horizon)
-        order_key = jax.random.fold_in(k, 1)  # the minibatches' order
-        runs.append(_train_run(setup, transform, *budget, order_key, progress))
+    sizes = (past, horizon, stride, width_size, depth)
+    runs = _restart_runs(start_model, s, v, sizes, restart_keys(key, restarts),
+                         shard, transform, budget, progress)  # fmt: skip
     restart_losses = [run["best"][0] for run in runs]
     chosen = int(np.argmin(restart_losses))
     _warn_if_stopped_short(runs[chosen])
-    seconds = {"linear": linear_seconds}
-    seconds["neural"] = time.perf_counter() - start - linear_seconds
+    neural_seconds = time.perf_counter() - start - linear_seconds
+    seconds = {"linear": linear_seconds, "neural": neural_seconds}
     return _neural_fit(
-        runs[chosen], base, past, seconds, restart_losses, chosen, val_scored
+        runs[chosen], base, past, seconds, restart_losses, chosen, tuple(val_scored)
     )
+
+
+def _restart_runs(start_model, s, v, sizes, keys, shard, transform, budget,
+                  progress) -> list[dict]:  # fmt: skip
+    """One training (`_train_run`) from each key, all from `start_model`; the
+    first start's loss is checked before any training (`_check_start_loss`).
+    `sizes`: `(past, horizon, stride, width_size, depth)`."""
+    runs = []
+    for k in keys:
+        setup = _setup(start_model, s, v, *sizes, k, shard)
+        if not runs:
+            _check_start_loss(setup, sizes[1])
+        order_key = jax.random.fold_in(k, 1)  # the minibatches' order
+        runs.append(_train_run(setup, transform, *budget, order_key, progress))
+    return runs
 
 
 def _warn_if_stopped_short(run: dict) -> None:
