@@ -217,12 +217,7 @@ def neural_stage(config, data, linear, final_linear, progress, echo):
     past = result.past
     linear_c = compare(linear, report)
     neural_c = result.compare(report)
-    scores = {
-        "linear": _scores(
-            linear_c.measured[:, past:], linear_c.predicted[:, past:], neural_c.lengths
-        ),
-        "neural": _scores(neural_c.measured, neural_c.predicted, neural_c.lengths),
-    }
+    scores = _both_scores(linear_c, neural_c, past, neural_c.lengths)
     echo(
         f"  neural state-space model (horizon {options['horizon']}, past {past}, "
         f"width {options['width_size']}, depth {options['depth']}, Adam): "
@@ -257,7 +252,8 @@ def neural_stage(config, data, linear, final_linear, progress, echo):
     _table(channels, scores["linear"], scores["neural"], echo)
     in_range_scores = None
     if in_range is not None and data.test is None:
-        in_range_scores = _in_range_scores(result, linear_c, neural_c, past)
+        scored = [max(0, n - past) for n in result.val_scored]
+        in_range_scores = _both_scores(linear_c, neural_c, past, scored)
         echo(
             "  the same up to where an input leaves the training range "
             f"({sum(result.val_scored)} of {sum(report.lengths)} samples):"
@@ -329,10 +325,10 @@ def _refit_line(refit: NeuralRefit) -> str:
     )
 
 
-def _in_range_scores(result, linear_c, neural_c, past) -> dict:
-    """Both models' fit % and RMS over the validation samples the early stopping
-    scored (`result.val_scored`, from sample `past` on)."""
-    lengths = [max(0, n - past) for n in result.val_scored]
+def _both_scores(linear_c, neural_c, past, lengths) -> dict:
+    """`{"linear": (fit %, RMS), "neural": ...}` per channel over each record's
+    first `lengths[i]` samples from sample `past` on (the linear comparison runs
+    from sample 0, the neural one from `past`)."""
     return {
         "linear": _scores(
             linear_c.measured[:, past:], linear_c.predicted[:, past:], lengths
