@@ -114,6 +114,7 @@ if TYPE_CHECKING:
         estimate_delay as estimate_delay,
         with_input_delay as with_input_delay,
     )
+    from ._sysid.held_probe import held_input_excursion as held_input_excursion
     from ._sysid.impulse import (
         impulse_estimate as impulse_estimate,
         ImpulseEstimate as ImpulseEstimate,

@@ -348,6 +348,16 @@ def test_the_saved_neural_model_is_trained_again_on_all_the_estimation_data(
     expected = min(100, max(50, round(neural["best_step"] * T / (T - held))))
     assert neural["final"]["steps"] == expected
     assert neural["final"]["saved"]  # it fits the whole record better than the first
+    # the held-input probe of the saved final model, recomputed from its files
+    from dynsys._sysid.held_probe import held_input_excursion
+
+    saved = held_input_excursion(
+        dynsys.load(out / "neural_model.dynsys"),
+        dynsys.load(out / "neural_encoder.dynsys"), u, y, holds=(4, 16),
+    )  # fmt: skip
+    excursion = neural["final"]["held_input_excursion"]
+    assert excursion["final"] == pytest.approx(saved, rel=1e-9, abs=1e-12)
+    assert excursion["final"] <= max(1.0, 3.0 * excursion["first"])
     assert np.mean(neural["final"]["training_fit_percent"]) >= np.mean(
         neural["final"]["first_part_model_fit_percent"]
     )
@@ -377,6 +387,35 @@ def test_a_final_neural_model_that_fits_its_data_worse_is_not_saved():
     assert _refit_refused(worse) == (
         "the neural model trained again on all the estimation data fits them worse "
         "(84.5 %) than the one trained on their first part (85.2 %): that one is saved"
+    )
+
+
+def test_a_final_neural_model_that_runs_away_on_held_inputs_is_not_saved():
+    """The final model is refused when its free run on held inputs leaves the
+    measured outputs' range by more than `RUNAWAY_WIDTHS` widths and more than
+    `RUNAWAY_RATIO` times the first part's model does (both printed)."""
+    from dynsys._experiments.fit.neural import (
+        _refit_refused,
+        NeuralRefit,
+        RUNAWAY_RATIO,
+        RUNAWAY_WIDTHS,
+    )
+
+    def refit(first, final):
+        fits = ([91.0], [0.1])  # fits the estimation data better than the first
+        return NeuralRefit(None, 240, 75, 1.0, fits, [90.0], (first, final))
+
+    assert (RUNAWAY_WIDTHS, RUNAWAY_RATIO) == (1.0, 3.0)
+    assert refit(0.0, 0.9).kept  # inside one width: an overshoot, not a runaway
+    assert refit(0.5, 1.4).kept  # the first part's model overshoots alike
+    assert not refit(0.1, 2.02).kept and refit(0.1, 2.02).runs_away
+    assert not refit(0.7, 2.2).kept
+    assert not refit(0.2, np.inf).kept
+    assert _refit_refused(refit(0.052, 2.02)) == (
+        "the neural model trained again on all the estimation data runs away when "
+        "its inputs are held at random levels inside the measured range (its free "
+        "run leaves the measured outputs' range by 2.02 times its width; the one "
+        "trained on their first part by 0.052): that one is saved"
     )
 
 

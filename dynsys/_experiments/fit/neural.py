@@ -125,13 +125,27 @@ def refit_steps(
     return min(num_steps, max(eval_every, int(round(best_step * scale))))
 
 
+# The final model runs away on held inputs when its free run leaves the measured
+# outputs' range by more than this many widths of it, and by more than
+# RUNAWAY_RATIO times the first part's model does (a lightly damped plant's true
+# response to held levels overshoots the range a broadband record covers; both
+# models then overshoot alike).
+RUNAWAY_WIDTHS = 1.0
+RUNAWAY_RATIO = 3.0
+
+
 @dataclasses.dataclass(frozen=True)
 class NeuralRefit:
     """The final neural model, trained on all the estimation data: its `NeuralFit`,
     the samples it was trained on, the steps it ran, its wall time, its
-    (training) fit % and RMS on them, and the first part's model's fit % on them;
-    `kept` is False when it fits them worse than that model (which is then saved:
-    training on more data should not fit them worse)."""
+    (training) fit % and RMS on them, the first part's model's fit % on them,
+    and how far each model's free run leaves the measured outputs' range on
+    inputs held at random levels inside the measured ones' (`excursions`, first
+    and final, in widths of that range; `held_probe.py`). `kept` is False when
+    the final model fits the estimation data worse than the first part's model
+    (training on more data should not fit them worse) or runs away on the held
+    inputs where that one does not (`runs_away`); the first part's model is then
+    saved."""
 
     result: object
     samples: int
@@ -139,10 +153,20 @@ class NeuralRefit:
     seconds: float
     scores: tuple[list[float], list[float]]
     first_fit: list[float]
+    excursions: tuple[float, float] = (0.0, 0.0)
+
+    @property
+    def fits_worse(self) -> bool:
+        return float(np.mean(self.scores[0])) < float(np.mean(self.first_fit))
+
+    @property
+    def runs_away(self) -> bool:
+        first, final = self.excursions
+        return final > max(RUNAWAY_WIDTHS, RUNAWAY_RATIO * first)
 
     @property
     def kept(self) -> bool:
-        return float(np.mean(self.scores[0])) >= float(np.mean(self.first_fit))
+        return not (self.fits_worse or self.runs_away)
 
 
 def _refit(config, data, result, linear, progress) -> NeuralRefit | None:
@@ -168,7 +192,22 @@ def _refit(config, data, result, linear, progress) -> NeuralRefit | None:
     scores = _scores(c.measured, c.predicted, c.lengths)
     first_fit = _scores(first.measured, first.predicted, first.lengths)[0]
     samples = sum(estimation.lengths)
-    return NeuralRefit(final, samples, steps, seconds, scores, first_fit)
+    horizon = int(config["fit"]["neural_horizon"])
+    holds = (max(1, horizon // 4), horizon)  # 16-64 samples by default
+    excursions = tuple(_excursion(r, estimation, holds) for r in (result, final))
+    return NeuralRefit(final, samples, steps, seconds, scores, first_fit, excursions)
+
+
+def _excursion(result, estimation, holds) -> float:
+    """`held_input_excursion` of `result`'s model on the first estimation
+    record (0 without inputs: nothing to hold)."""
+    from ..._sysid.held_probe import held_input_excursion
+
+    if estimation.us is None:
+        return 0.0
+    T = estimation.lengths[0]
+    us, ys = (np.asarray(a)[0, :T] for a in (estimation.us, estimation.ys))
+    return held_input_excursion(result.model, result.encoder, us, ys, holds=holds)
 
 
 def _table(channels, linear, neural, echo) -> None:
@@ -294,6 +333,10 @@ def neural_stage(config, data, linear, final_linear, progress, echo):
             "training_fit_percent": refit.scores[0],
             "training_rms": refit.scores[1],
             "first_part_model_fit_percent": refit.first_fit,
+            "held_input_excursion": {
+                k: v if np.isfinite(v) else None
+                for k, v in zip(("first", "final"), refit.excursions)
+            },
         },
     }  # fmt: skip
     figure = _figure(report, linear_c, neural_c, past, scores, which)
@@ -308,6 +351,15 @@ def neural_stage(config, data, linear, final_linear, progress, echo):
 
 
 def _refit_refused(refit: NeuralRefit) -> str:
+    if refit.runs_away:
+        first, final = refit.excursions
+        return (
+            "the neural model trained again on all the estimation data runs away "
+            "when its inputs are held at random levels inside the measured range "
+            f"(its free run leaves the measured outputs' range by {final:.3g} "
+            f"times its width; the one trained on their first part by "
+            f"{first:.3g}): that one is saved"
+        )
     mean = float(np.mean(refit.scores[0]))
     return (
         f"the neural model trained again on all the estimation data fits them "
