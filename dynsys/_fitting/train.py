@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PRNGKeyArray, PyTree, Scalar
 
+from .. import _interrupt_flag
 from .._compile.jit import device_array, host_key
 from .._type_checks import checks_own_arguments
 from .._rollout.sharding import leading_axis_shardings
@@ -416,6 +417,8 @@ def _run_steps(loop: _Loop, num_steps: int, warn: bool, caller: str):
             k += ran
             if _after_chunk(loop, k, ran):
                 break
+            if _interrupt_flag.pending():  # a signal whose exception was lost
+                raise KeyboardInterrupt
         if loop.stop_reason is None and loop.evaluated_last != k:
             # The model after the last update has no step loss; it competes only
             # where models are compared by evaluation.
@@ -424,6 +427,7 @@ def _run_steps(loop: _Loop, num_steps: int, warn: bool, caller: str):
             elif loop.held_out is not None:
                 _evaluate_last_held_out(loop, k)
     except KeyboardInterrupt:
+        _interrupt_flag.clear()  # acted on
         loop.stop_reason = (
             f"interrupted at step {len(loop.losses)}; kept the best model"
         )

@@ -357,6 +357,34 @@ def test_a_signal_while_a_chunk_is_recorded_keeps_a_best_step_that_was_recorded(
     np.testing.assert_allclose(result.model, 1.0 - 0.98**result.best_step, rtol=1e-4)
 
 
+def test_a_signal_whose_exception_was_lost_still_stops_training():
+    """Inside a run's signal handling (`catch_interrupts`), a SIGTERM whose
+    `KeyboardInterrupt` is swallowed before training starts (as a callback from
+    compiled code may drop it) still stops a training of a million steps after
+    its first chunk, with the best model kept; the pending flag is then clear."""
+    import os
+    import signal
+    import time
+
+    from dynsys import _interrupt_flag
+    from dynsys._experiments.runtime.interrupt import catch_interrupts
+
+    with catch_interrupts() as interrupts:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.0)  # the handler runs here and raises
+        except KeyboardInterrupt:
+            pass  # lost, as by a caller that reports and drops it
+        assert interrupts.name == "SIGTERM" and _interrupt_flag.pending()
+        with pytest.warns(UserWarning, match="interrupted at step"):
+            result = _train_towards_one(0.01, 1_000_000)
+        assert not _interrupt_flag.pending()
+    assert "interrupted" in result.stop_reason
+    assert 0 < result.steps_run < 1_000_000
+    assert result.best_step == result.steps_run - 1
+    np.testing.assert_allclose(result.model, 1.0 - 0.98**result.best_step, rtol=1e-4)
+
+
 def _plateau_loss(m):
     """Decreasing until every entry of `m` is at most 1, then exactly 1."""
     return 1.0 + jnp.sum(jnp.maximum(m - 1.0, 0.0) ** 2)

@@ -199,14 +199,16 @@ def _refit(config, data, result, linear, progress) -> NeuralRefit | None:
 
 
 def _excursion(result, estimation, holds) -> float:
-    """`held_input_excursion` of `result`'s model on the first estimation
-    record (0 without inputs: nothing to hold)."""
+    """`held_input_excursion` of `result`'s model on the longest estimation
+    record (0 without inputs, nothing to hold, or when that record is not longer
+    than the encoder's `past`)."""
     from ..._sysid.held_probe import held_input_excursion
 
-    if estimation.us is None:
+    longest = int(np.argmax(estimation.lengths))
+    T = estimation.lengths[longest]
+    if estimation.us is None or T <= result.encoder.past:
         return 0.0
-    T = estimation.lengths[0]
-    us, ys = (np.asarray(a)[0, :T] for a in (estimation.us, estimation.ys))
+    us, ys = (np.asarray(a)[longest, :T] for a in (estimation.us, estimation.ys))
     return held_input_excursion(result.model, result.encoder, us, ys, holds=holds)
 
 

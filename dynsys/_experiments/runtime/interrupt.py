@@ -11,6 +11,8 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from ... import _interrupt_flag
+
 
 class Interrupts:
     """The signals received inside `catch_interrupts()` (first one first)."""
@@ -60,6 +62,7 @@ def catch_interrupts() -> Iterator[Interrupts]:
     def handler(signum, frame):
         state.received.append(signum)
         if not state.deferring:
+            _interrupt_flag.set_pending()  # in case the exception is lost
             raise KeyboardInterrupt(signal.Signals(signum).name)
 
     previous = {}
@@ -74,3 +77,4 @@ def catch_interrupts() -> Iterator[Interrupts]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, signal.SIG_DFL if old is None else old)
+        _interrupt_flag.clear()
