@@ -25,12 +25,13 @@ Cases (issue 46's three benchmarks; their test records are not in the repository
   outflows, overflow saturation, 4 s), 1,024 samples each, other random pump
   levels for the test record.
 
-Run (from the repository root; about 4 minutes a case on a 2-core machine):
+Run (from the repository root; about 3 minutes a case on a 2-core machine, the
+tanks under one):
 
     python benchmarks/nonlinear_stand_ins.py [bouc_wen silverbox tanks] [--seed 0]
 
 Prints one markdown row per case: RMS of the linear and the neural model on the
-test record (whole; for `silverbox` also its last fifth, the extrapolated part),
+test record (whole, and over its last fifth: for `silverbox`, the extrapolated part),
 their ratio, the neural model's best step and the run's wall time.
 """
 
